@@ -1,0 +1,154 @@
+"""``rtp-ref fp8``: encode and decode values with the bit-exact codec, from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+
+from rtp_ref.commands._output import add_json_flag, json_number, print_json
+from rtp_ref.fp8 import FP8_FORMATS, ConversionMode, Pow2Rule, decode, decode_ue8m0, encode, encode_ue8m0
+
+_INPUT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_FORMATS = [*sorted(FP8_FORMATS), "ue8m0"]
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number (examples: 1000, -31.74, inf, nan)"
+        ) from None
+
+
+def _parse_code(text: str) -> int:
+    try:
+        code = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a byte (examples: 126, 0x7e, 0b01111110)"
+        ) from None
+    if not 0 <= code <= 255:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 0..255")
+    return code
+
+
+def _codes_and_values(fmt: str, mode: str, rule: str, x: torch.Tensor) -> tuple[list[int], list[float]]:
+    if fmt == "ue8m0":
+        codes = encode_ue8m0(x, Pow2Rule(rule))
+        return codes.tolist(), decode_ue8m0(codes).tolist()
+    codes = encode(x, fmt, ConversionMode(mode))
+    return codes.tolist(), decode(codes, fmt).tolist()
+
+
+def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    for row in rows:
+        if as_json:
+            print_json(row)
+        else:
+            value = row["value"]
+            shown = value if isinstance(value, str) else format(value, ".9g")
+            print(f"{row['input']:>14}  {row['bits']}  {row['binary']}  {shown}")
+
+
+def _encode(args: argparse.Namespace) -> int:
+    dtype = _INPUT_DTYPES[args.input_dtype]
+    x = torch.tensor(args.values, dtype=torch.float64).to(dtype)
+    codes, values = _codes_and_values(args.format, args.mode, args.rule, x)
+    rows = [
+        {"input": text, "bits": f"0x{c:02x}", "binary": f"{c:08b}", "value": json_number(v)}
+        for text, c, v in zip(args.raw_values, codes, values, strict=True)
+    ]
+    _print_rows(rows, args.json)
+    return 0
+
+
+def _decode(args: argparse.Namespace) -> int:
+    codes = torch.tensor(args.codes, dtype=torch.uint8)
+    values = (decode_ue8m0(codes) if args.format == "ue8m0" else decode(codes, args.format)).tolist()
+    rows = [
+        {"input": text, "bits": f"0x{c:02x}", "binary": f"{c:08b}", "value": json_number(v)}
+        for text, c, v in zip(args.raw_codes, args.codes, values, strict=True)
+    ]
+    _print_rows(rows, args.json)
+    return 0
+
+
+def _with_raw(dest: str, parse: Any) -> type[argparse.Action]:
+    """An nargs='+' action keeping both the parsed values and the text the user typed."""
+
+    class KeepRaw(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            parsed = []
+            for text in values:
+                try:
+                    parsed.append(parse(text))
+                except argparse.ArgumentTypeError as exc:
+                    raise argparse.ArgumentError(self, str(exc)) from None
+            setattr(namespace, dest, parsed)
+            setattr(namespace, f"raw_{dest}", list(values))
+
+    return KeepRaw
+
+
+def _format_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format", required=True, choices=_FORMATS, help="fp8 element format, or ue8m0 for scales"
+    )
+
+
+def register(sub: Any) -> None:
+    """Add ``fp8`` with its ``encode`` and ``decode`` actions."""
+    parser = sub.add_parser("fp8", help="encode/decode fp8 values with the bit-exact reference codec")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p_enc = actions.add_parser(
+        "encode",
+        help="float values -> fp8 bits and the value they decode to",
+        description="Encode numbers to fp8 (round to nearest even). Example: "
+        "rtp-ref fp8 encode --format e4m3fnuz --mode satfinite 1000 -31.74",
+    )
+    _format_arg(p_enc)
+    p_enc.add_argument(
+        "--mode",
+        choices=[m.value for m in ConversionMode],
+        default="satfinite",
+        help="overflow handling (default: satfinite, as CUDA/HIP SATFINITE)",
+    )
+    p_enc.add_argument(
+        "--rule",
+        choices=[r.value for r in Pow2Rule],
+        default="ceil",
+        help="power-of-two rounding for --format ue8m0 (default: ceil)",
+    )
+    p_enc.add_argument(
+        "--input-dtype",
+        choices=sorted(_INPUT_DTYPES),
+        default="float32",
+        help="round each input to this dtype before encoding (default: float32)",
+    )
+    p_enc.add_argument(
+        "values",
+        nargs="+",
+        metavar="VALUE",
+        action=_with_raw("values", _parse_float),
+        help="numbers, inf, -inf or nan",
+    )
+    add_json_flag(p_enc)
+    p_enc.set_defaults(func=_encode)
+
+    p_dec = actions.add_parser(
+        "decode", help="fp8 bytes -> value", description="Decode fp8 bytes to float32."
+    )
+    _format_arg(p_dec)
+    p_dec.add_argument(
+        "codes",
+        nargs="+",
+        metavar="BYTE",
+        action=_with_raw("codes", _parse_code),
+        help="bytes as 126, 0x7e or 0b01111110",
+    )
+    add_json_flag(p_dec)
+    p_dec.set_defaults(func=_decode)

@@ -1,0 +1,320 @@
+"""Platform tables: load and validate ``platforms/*.toml``, and detect the running target.
+
+A platform file is data only. The loader checks every key against the schema below, so a typo
+fails loudly with the file, the key and what is valid, instead of silently taking a default.
+Adding a platform is one new file; ``load_platform`` also takes a path to an out-of-tree file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+BACKENDS = ("cpu", "cuda", "rocm")
+SCALE_FORMATS = ("fp32", "ue8m0")
+#: Every MLA KV-cache layout a platform may claim (rtp_ref.kv defines each one).
+MLA_LAYOUT_NAMES = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+#: Grades a kernel can reach on a case, weakest first.
+GRADES = ("layout", "numerics", "bit_exact")
+
+FlagValue = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A known, accepted way a kernel differs from the contract on this platform (a strict xfail)."""
+
+    kernel: str
+    layouts: tuple[str, ...]
+    check: str
+    reason: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One validated platform table. ``source`` is the file it came from, ``sha256`` its bytes' hash."""
+
+    name: str
+    description: str
+    backend: str
+    cuda_capabilities: tuple[str, ...]
+    gcn_archs: tuple[str, ...]
+    element_format: Fp8Format
+    conversion_mode: ConversionMode
+    scale_formats: tuple[str, ...]
+    supported_layouts: tuple[str, ...]
+    layout_flags: Mapping[str, FlagValue]
+    numerics_max_ulp: float
+    required_grade: str
+    deviations: tuple[Deviation, ...]
+    source: str
+    sha256: str
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema: key -> (python type description, required, check). A check returns an error string or None.
+
+_Check = Callable[[Any], str | None]
+
+
+def _one_of(valid: Sequence[object]) -> _Check:
+    def check(value: Any) -> str | None:
+        return None if value in valid else f"valid values: {', '.join(map(str, valid))}"
+
+    return check
+
+
+def _each_one_of(valid: tuple[str, ...]) -> _Check:
+    def check(value: Any) -> str | None:
+        bad = [v for v in value if v not in valid]
+        return None if not bad else f"unknown {bad!r}; valid values: {', '.join(valid)}"
+
+    return check
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else "must be > 0"
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, bool | int | float | str)
+
+
+@dataclass(frozen=True)
+class _Key:
+    kind: str
+    test: Callable[[Any], bool]
+    required: bool = True
+    check: _Check | None = None
+
+
+_TOP: dict[str, _Key] = {
+    "schema_version": _Key(
+        "integer", lambda v: isinstance(v, int) and not isinstance(v, bool), check=_one_of([SCHEMA_VERSION])
+    ),
+    "name": _Key("string", lambda v: isinstance(v, str)),
+    "description": _Key("string", lambda v: isinstance(v, str)),
+    "backend": _Key("string", lambda v: isinstance(v, str), check=_one_of(BACKENDS)),
+}
+_SECTIONS: dict[str, dict[str, _Key]] = {
+    "detect": {
+        "cuda_capabilities": _Key("list of strings", _is_str_list, required=False),
+        "gcn_archs": _Key("list of strings", _is_str_list, required=False),
+    },
+    "fp8": {
+        "element_format": _Key("string", lambda v: isinstance(v, str), check=_one_of(sorted(FP8_FORMATS))),
+        "conversion_mode": _Key(
+            "string", lambda v: isinstance(v, str), check=_one_of([m.value for m in ConversionMode])
+        ),
+        "scale_formats": _Key("list of strings", _is_str_list, check=_each_one_of(SCALE_FORMATS)),
+    },
+    "layouts": {
+        "supported": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
+    },
+    "tolerances": {
+        "numerics_max_ulp": _Key("number", _is_number, check=_positive),
+        "required_grade": _Key("string", lambda v: isinstance(v, str), check=_one_of(GRADES)),
+    },
+}
+_DEVIATION: dict[str, _Key] = {
+    "kernel": _Key("string", lambda v: isinstance(v, str)),
+    "layouts": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
+    "check": _Key("string", lambda v: isinstance(v, str), check=_one_of(GRADES)),
+    "reason": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+    "source": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+}
+# layout_flags: free keys here (the KV room validates names and values), but scalar values only.
+_OPEN_SECTIONS = ("layout_flags",)
+
+
+def _validate_table(where: str, table: Mapping[str, Any], keys: Mapping[str, _Key]) -> None:
+    for key in table:
+        if key not in keys:
+            raise RtpRefError(f"{where}: unknown key {key!r}; valid keys: {', '.join(keys)}")
+    for key, spec in keys.items():
+        if key not in table:
+            if spec.required:
+                raise RtpRefError(f"{where}: missing required key {key!r} ({spec.kind})")
+            continue
+        value = table[key]
+        if not spec.test(value):
+            raise RtpRefError(f"{where}: key {key!r} has {value!r}; expected a {spec.kind}")
+        problem = spec.check(value) if spec.check else None
+        if problem:
+            raise RtpRefError(f"{where}: key {key!r} has {value!r}; {problem}")
+
+
+def _validate(path: str, data: Mapping[str, Any]) -> None:
+    allowed = [*_TOP, *_SECTIONS, *_OPEN_SECTIONS, "deviations"]
+    for key in data:
+        if key not in allowed:
+            raise RtpRefError(f"{path}: unknown key {key!r}; valid keys: {', '.join(allowed)}")
+    _validate_table(path, {k: v for k, v in data.items() if k in _TOP}, _TOP)
+    for section, keys in _SECTIONS.items():
+        table = data.get(section)
+        if not isinstance(table, dict):
+            raise RtpRefError(f"{path}: missing table [{section}] (keys: {', '.join(keys)})")
+        _validate_table(f"{path} [{section}]", table, keys)
+    flags = data.get("layout_flags", {})
+    if not isinstance(flags, dict):
+        raise RtpRefError(f"{path}: key 'layout_flags' must be a table")
+    for key, value in flags.items():
+        if not _is_scalar(value):
+            raise RtpRefError(
+                f"{path} [layout_flags]: key {key!r} has {value!r}; expected bool, number or string"
+            )
+    deviations = data.get("deviations", [])
+    if not isinstance(deviations, list):
+        raise RtpRefError(f"{path}: 'deviations' must be an array of tables ([[deviations]])")
+    for i, dev in enumerate(deviations):
+        if not isinstance(dev, dict):
+            raise RtpRefError(f"{path} [[deviations]] #{i + 1}: expected a table")
+        _validate_table(f"{path} [[deviations]] #{i + 1}", dev, _DEVIATION)
+    detect = data["detect"]
+    if data["backend"] == "cuda" and not detect.get("cuda_capabilities"):
+        raise RtpRefError(f"{path} [detect]: backend 'cuda' needs key 'cuda_capabilities' (e.g. [\"9.0\"])")
+    if data["backend"] == "rocm" and not detect.get("gcn_archs"):
+        raise RtpRefError(f"{path} [detect]: backend 'rocm' needs key 'gcn_archs' (e.g. [\"gfx942\"])")
+
+
+def parse_platform(text: bytes, source: str) -> Platform:
+    """Parse and validate one platform file's bytes; ``source`` names it in every error."""
+    try:
+        data = tomllib.loads(text.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RtpRefError(f"{source}: not a valid TOML file: {exc}") from exc
+    _validate(source, data)
+    fp8 = data["fp8"]
+    return Platform(
+        name=data["name"],
+        description=data["description"],
+        backend=data["backend"],
+        cuda_capabilities=tuple(data["detect"].get("cuda_capabilities", ())),
+        gcn_archs=tuple(data["detect"].get("gcn_archs", ())),
+        element_format=FP8_FORMATS[fp8["element_format"]],
+        conversion_mode=ConversionMode(fp8["conversion_mode"]),
+        scale_formats=tuple(fp8["scale_formats"]),
+        supported_layouts=tuple(data["layouts"]["supported"]),
+        layout_flags=dict(data.get("layout_flags", {})),
+        numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),
+        required_grade=data["tolerances"]["required_grade"],
+        deviations=tuple(
+            Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"])
+            for d in data.get("deviations", [])
+        ),
+        source=source,
+        sha256=hashlib.sha256(text).hexdigest(),
+        raw=data,
+    )
+
+
+def _bundled_files() -> dict[str, Any]:
+    root = resources.files("rtp_ref.platform_tables")
+    return {p.name[: -len(".toml")]: p for p in root.iterdir() if p.name.endswith(".toml")}
+
+
+def platform_names() -> list[str]:
+    """Names of the bundled platform tables, sorted."""
+    return sorted(_bundled_files())
+
+
+def load_platform(name_or_path: str) -> Platform:
+    """Load a bundled platform by name (``cuda-sm90``) or any platform file by path (``x/y.toml``).
+
+    The file name must match the ``name`` key, so a table cannot masquerade as another.
+    """
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        path = Path(name_or_path)
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise RtpRefError(f"platform file {name_or_path!r} cannot be read: {exc.strerror}") from exc
+        source, stem = str(path), path.stem
+    else:
+        files = _bundled_files()
+        if name_or_path not in files:
+            raise RtpRefError(
+                f"unknown platform {name_or_path!r}; known platforms: {', '.join(sorted(files))} "
+                "(or pass a path to a .toml platform file)"
+            )
+        text = files[name_or_path].read_bytes()
+        source, stem = f"platforms/{name_or_path}.toml", name_or_path
+    platform = parse_platform(text, source)
+    if platform.name != stem:
+        raise RtpRefError(f"{source}: key 'name' is {platform.name!r} but the file is named {stem!r}.toml")
+    return platform
+
+
+def all_platforms() -> list[Platform]:
+    """Every bundled platform table, validated, sorted by name."""
+    return [load_platform(n) for n in platform_names()]
+
+
+def platform_for_device(backend: str, arch: str, platforms: list[Platform] | None = None) -> Platform:
+    """The platform whose ``[detect]`` matches a device.
+
+    ``backend`` is ``cuda`` (``arch`` = ``"major.minor"`` compute capability), ``rocm`` (``arch`` =
+    gcnArchName such as ``gfx942:sramecc+:xnack-``; features after ``:`` are ignored) or ``cpu``.
+    An unknown GPU raises RtpRefError listing the known platforms: never a silent CPU fallback.
+    """
+    tables = platforms if platforms is not None else all_platforms()
+    if backend == "cpu":
+        matches = [p for p in tables if p.backend == "cpu"]
+    elif backend == "cuda":
+        matches = [p for p in tables if arch in p.cuda_capabilities]
+    elif backend == "rocm":
+        base = arch.split(":", 1)[0]
+        matches = [p for p in tables if base in p.gcn_archs]
+    else:
+        raise RtpRefError(f"unknown backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    if len(matches) != 1:
+        known = ", ".join(
+            f"{p.name} ({'/'.join(p.cuda_capabilities or p.gcn_archs) or p.backend})" for p in tables
+        )
+        what = "no platform table matches" if not matches else "several platform tables match"
+        raise RtpRefError(
+            f"{what} the {backend} device {arch!r}; known platforms: {known}. "
+            "Pass --platform NAME to choose one, or add a platforms/<name>.toml for this device."
+        )
+    return matches[0]
+
+
+def detect_platform(platforms: list[Platform] | None = None) -> Platform:
+    """Platform of the device torch would use (device 0), or ``cpu`` when torch sees no GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return platform_for_device("cpu", "", platforms)
+    props = torch.cuda.get_device_properties(0)
+    if torch.version.hip:
+        return platform_for_device("rocm", str(props.gcnArchName), platforms)
+    return platform_for_device("cuda", f"{props.major}.{props.minor}", platforms)
+
+
+def resolve_platform(name: str) -> Platform:
+    """``auto`` -> detect_platform(); anything else -> load_platform(name)."""
+    return detect_platform() if name == "auto" else load_platform(name)

@@ -1,0 +1,159 @@
+"""The ``rtp-ref`` command: help on every level, fp8 and platforms output, errors exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from rtp_ref.cli import build_parser, main
+
+
+def _all_command_paths(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+    paths = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                paths += _all_command_paths(sub, [*prefix, name])
+    return paths
+
+
+@pytest.mark.parametrize(
+    "path", _all_command_paths(build_parser(), []), ids=lambda p: " ".join(p) or "rtp-ref"
+)
+def test_help_on_every_level(path: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*path, "--help"])
+    assert exc.value.code == 0
+    assert "usage: rtp-ref" in capsys.readouterr().out
+
+
+def test_fp8_encode_issue_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "fp8",
+                "encode",
+                "--format",
+                "e4m3fn",
+                "--mode",
+                "satfinite",
+                "1000",
+                "inf",
+                "nan",
+                "300",
+                "-31.7406",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1:] for line in lines] == [
+        ["0x7e", "01111110", "448"],
+        ["0x7e", "01111110", "448"],
+        ["0x7f", "01111111", "nan"],
+        ["0x79", "01111001", "288"],
+        ["0xe0", "11100000", "-32"],
+    ]
+
+
+def test_fp8_encode_json_fnuz(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["fp8", "encode", "--format", "e4m3fnuz", "--json", "1000", "inf", "nan", "300", "-31.7406"])
+        == 0
+    )
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["input"] for r in rows] == ["1000", "inf", "nan", "300", "-31.7406"]
+    assert [r["value"] for r in rows] == [240.0, 240.0, "nan", 240.0, -32.0]
+    assert [r["bits"] for r in rows] == ["0x7f", "0x7f", "0x80", "0x7f", "0xe8"]
+
+
+def test_fp8_decode_and_ue8m0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fp8", "decode", "--format", "e5m2", "--json", "0x7c", "0b01111011", "1"]) == 0
+    values = [json.loads(line)["value"] for line in capsys.readouterr().out.splitlines()]
+    assert values == ["inf", 57344.0, math.ldexp(1, -16)]
+    assert main(["fp8", "encode", "--format", "ue8m0", "--rule", "ceil", "--json", "0.3", "4"]) == 0
+    values = [json.loads(line)["value"] for line in capsys.readouterr().out.splitlines()]
+    assert values == [0.5, 4.0]
+
+
+def test_fp8_input_dtype_rounds_first(capsys: pytest.CaptureFixture[str]) -> None:
+    # 448.9 as bf16 is 448 (8 significant bits), as float32 it stays above 448 and still rounds to 448;
+    # 0.1 shows the difference: bf16(0.1) = 0.10009765625 -> e5m2 0.09375 either way, so use 465.
+    assert (
+        main(
+            [
+                "fp8",
+                "encode",
+                "--format",
+                "e4m3fn",
+                "--mode",
+                "nonsat",
+                "--json",
+                "--input-dtype",
+                "bfloat16",
+                "465",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["value"] == 448.0  # bf16(465) = 464, a tie -> even 448
+    assert main(["fp8", "encode", "--format", "e4m3fn", "--mode", "nonsat", "--json", "465"]) == 0
+    assert json.loads(capsys.readouterr().out)["value"] == "nan"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fp8", "encode", "--format", "e4m3fn", "abc"], "'abc' is not a number"),
+        (["fp8", "encode", "--format", "e4m3", "1"], "invalid choice: 'e4m3'"),
+        (["fp8", "decode", "--format", "e4m3fn", "256"], "'256' is outside 0..255"),
+        (["platforms", "show", "sm90"], "unknown platform 'sm90'; known platforms"),
+        (["nonsense"], "invalid choice: 'nonsense'"),
+    ],
+)
+def test_errors_exit_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code  # argparse's own usage errors
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_platforms_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["platforms", "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)
+    assert {t["name"]: t["fp8"]["element_format"] for t in tables}["rocm-gfx942"] == "e4m3fnuz"
+    assert main(["platforms", "show", "cuda-sm90"]) == 0
+    assert "e4m3fn (max 448)" in capsys.readouterr().out
+    assert main(["platforms", "show", "rocm-gfx942"]) == 0
+    assert "e4m3fnuz (max 240)" in capsys.readouterr().out
+    assert main(["platforms", "detect", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"]
+
+
+def test_console_script_runs_as_a_real_process() -> None:
+    """The installed entry point, in a real process: an error is one line on stderr, exit 2."""
+    ok = subprocess.run(
+        [sys.executable, "-m", "rtp_ref.cli", "fp8", "encode", "--format", "e4m3fn", "1000"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0 and "448" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "rtp_ref.cli", "platforms", "show", "nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("rtp-ref: error: unknown platform 'nope'")
+    assert "Traceback" not in bad.stderr

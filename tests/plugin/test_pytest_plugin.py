@@ -1,0 +1,103 @@
+"""The pytest plugin, exercised in real inner pytest runs (pytester runs them in-process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rtp_ref.pytest_plugin import default_hypothesis_profile, parse_layout_flag
+
+pytest_plugins = ["pytester"]
+
+INNER_TEST = """
+def test_platform(rtp_platform, layout_flag_overrides):
+    print("PLATFORM", rtp_platform.name, rtp_platform.element_format.name)
+    print("FLAGS", sorted(layout_flag_overrides.items()))
+"""
+
+
+def test_platform_option_and_layout_flags(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(INNER_TEST)
+    result = pytester.runpytest(
+        "-s",
+        "--platform",
+        "rocm-gfx942",
+        "--layout-flag",
+        "lora_alignment=round_up",
+        "--layout-flag",
+        "fp8_max_divisor = 240",
+    )
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "PLATFORM rocm-gfx942 e4m3fnuz" in out
+    assert "FLAGS [('fp8_max_divisor', '240'), ('lora_alignment', 'round_up')]" in out
+    assert "rtp-ref: platform=rocm-gfx942, layout flags: lora_alignment=round_up, fp8_max_divisor=240" in out
+
+
+def test_auto_platform_is_detected(pytester: pytest.Pytester) -> None:
+    import torch
+
+    pytester.makepyfile(INNER_TEST)
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=1)
+    if not torch.cuda.is_available():
+        result.stdout.fnmatch_lines(["*PLATFORM cpu e4m3fn*"])
+
+
+def test_bad_platform_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(INNER_TEST)
+    result = pytester.runpytest("--platform", "sm91")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--platform: unknown platform 'sm91'; known platforms: cpu*"])
+
+
+def test_bad_layout_flag_syntax_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(INNER_TEST)
+    result = pytester.runpytest("--layout-flag", "round_up")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--layout-flag 'round_up': expected KEY=VALUE*"])
+
+
+def test_markers_are_registered_and_gpu_tests_skip_with_reason(pytester: pytest.Pytester) -> None:
+    import torch
+
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.gpu
+        def test_needs_gpu(): pass
+        @pytest.mark.rocm
+        def test_needs_rocm(): pass
+        @pytest.mark.slow
+        def test_slow(): pass
+    """)
+    result = pytester.runpytest("--strict-markers", "-rs")
+    if torch.cuda.is_available():
+        return
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*needs a gpu device; torch sees none here*"])
+
+
+@pytest.mark.parametrize(
+    ("env", "profile"),
+    [({"CI": "true"}, "ci"), ({"CI": "1"}, "ci"), ({}, "dev"), ({"CI": "false"}, "dev"), ({"CI": ""}, "dev")],
+)
+def test_hypothesis_profile_follows_ci_env(env: dict[str, str], profile: str) -> None:
+    assert default_hypothesis_profile(env) == profile
+
+
+def test_hypothesis_profile_in_inner_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile("""
+        from hypothesis import settings
+        def test_profile():
+            print("PROFILE", settings.get_current_profile_name(), settings().derandomize)
+    """)
+    monkeypatch.setenv("CI", "true")
+    pytester.runpytest("-s").stdout.fnmatch_lines(["*PROFILE ci True*"])
+    pytester.runpytest("-s", "--hypothesis-profile", "thorough").stdout.fnmatch_lines(
+        ["*PROFILE thorough False*"]
+    )
+
+
+def test_parse_layout_flag() -> None:
+    assert parse_layout_flag(" a = b=c ") == ("a", "b=c")
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        parse_layout_flag("=x")
