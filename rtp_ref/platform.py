@@ -30,6 +30,8 @@ SCALE_FORMATS = ("fp32", "ue8m0")
 MLA_LAYOUT_NAMES = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
 #: Grades a kernel can reach on a case, weakest first.
 GRADES = ("layout", "numerics", "bit_exact")
+#: Kinds of conformance case (rtp_ref.certify.cases.KINDS describes each).
+CASE_KINDS = ("random", "edge", "noncontig", "padded", "padding_only")
 
 FlagValue = bool | int | float | str
 
@@ -43,6 +45,8 @@ class Deviation:
     check: str
     reason: str
     source: str
+    #: case kinds it occurs in (empty: every kind)
+    cases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class Platform:
     scale_formats: tuple[str, ...]
     supported_layouts: tuple[str, ...]
     layout_flags: Mapping[str, FlagValue]
+    #: bytes per token of each supported layout at R=512/P=64 (model1: 448/64), stated by hand
+    layout_bytes: Mapping[str, int]
     numerics_max_ulp: float
     required_grade: str
     deviations: tuple[Deviation, ...]
@@ -100,8 +106,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _is_scalar(value: Any) -> bool:
-    return isinstance(value, bool | int | float | str)
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,11 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     "layouts": {
         "supported": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
     },
+    # Bytes per token of each supported layout at R=512/P=64 (model1 448/64), written by hand from the
+    # kernels' sources: an independent statement that tests/kv compares with what rtp_ref.kv derives.
+    "layout_bytes": {
+        name: _Key("integer", _is_integer, required=False, check=_positive) for name in MLA_LAYOUT_NAMES
+    },
     "tolerances": {
         "numerics_max_ulp": _Key("number", _is_number, check=_positive),
         "required_grade": _Key("string", lambda v: isinstance(v, str), check=_one_of(GRADES)),
@@ -146,8 +157,9 @@ _DEVIATION: dict[str, _Key] = {
     "check": _Key("string", lambda v: isinstance(v, str), check=_one_of(GRADES)),
     "reason": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
     "source": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+    "cases": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(CASE_KINDS)),
 }
-# layout_flags: free keys here (the KV room validates names and values), but scalar values only.
+# layout_flags: names, types and values belong to the KV room (rtp_ref.kv.flags.check_flag_table).
 _OPEN_SECTIONS = ("layout_flags",)
 
 
@@ -179,14 +191,17 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         if not isinstance(table, dict):
             raise RtpRefError(f"{path}: missing table [{section}] (keys: {', '.join(keys)})")
         _validate_table(f"{path} [{section}]", table, keys)
-    flags = data.get("layout_flags", {})
-    if not isinstance(flags, dict):
-        raise RtpRefError(f"{path}: key 'layout_flags' must be a table")
-    for key, value in flags.items():
-        if not _is_scalar(value):
-            raise RtpRefError(
-                f"{path} [layout_flags]: key {key!r} has {value!r}; expected bool, number or string"
-            )
+    # Imported here: rtp_ref.kv's modules may need this one; a top-level import would make the two circular.
+    from rtp_ref.kv.flags import check_flag_table
+
+    check_flag_table(f"{path} [layout_flags]", data.get("layout_flags"))
+    stated, supported = set(data["layout_bytes"]), set(data["layouts"]["supported"])
+    if stated != supported:
+        raise RtpRefError(
+            f"{path} [layout_bytes]: must state the bytes per token of exactly the supported layouts; "
+            f"missing: {', '.join(sorted(supported - stated)) or 'none'}; "
+            f"not supported: {', '.join(sorted(stated - supported)) or 'none'}"
+        )
     deviations = data.get("deviations", [])
     if not isinstance(deviations, list):
         raise RtpRefError(f"{path}: 'deviations' must be an array of tables ([[deviations]])")
@@ -219,11 +234,12 @@ def parse_platform(text: bytes, source: str) -> Platform:
         conversion_mode=ConversionMode(fp8["conversion_mode"]),
         scale_formats=tuple(fp8["scale_formats"]),
         supported_layouts=tuple(data["layouts"]["supported"]),
-        layout_flags=dict(data.get("layout_flags", {})),
+        layout_flags=dict(data["layout_flags"]),
+        layout_bytes=dict(data["layout_bytes"]),
         numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),
         required_grade=data["tolerances"]["required_grade"],
         deviations=tuple(
-            Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"])
+            Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"], tuple(d.get("cases", ())))
             for d in data.get("deviations", [])
         ),
         source=source,

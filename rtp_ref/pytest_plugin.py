@@ -66,6 +66,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "'auto' to detect the running device (default: $RTP_REF_PLATFORM or auto)",
     )
     group.addoption(
+        "--kernel",
+        dest="rtp_kernel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="certify only this kernel (repeatable; default: every discovered kernel)",
+    )
+    group.addoption(
+        "--layout",
+        dest="rtp_layout",
+        action="append",
+        default=[],
+        metavar="LAYOUT",
+        help="certify only this MLA layout (repeatable; default: every layout a kernel claims)",
+    )
+    group.addoption(
+        "--rtp-report",
+        default=None,
+        metavar="DIR",
+        help="write report.json and report.md of the conformance run into DIR",
+    )
+    group.addoption(
         "--layout-flag",
         action="append",
         default=[],
@@ -86,6 +108,72 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_named_platform(config)
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile(default_hypothesis_profile())
+    _pin_gpus(config)
+    report_dir = config.getoption("rtp_report")
+    if report_dir and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from pathlib import Path
+
+        from rtp_ref.certify.collector import ReportCollector
+
+        config.pluginmanager.register(ReportCollector(Path(report_dir)), "rtp_ref_report_collector")
+
+
+GPU_LIST_ENV = "RTP_REF_GPU_LIST"
+
+
+def gpu_for_worker(worker_id: str, visible: list[str]) -> str:
+    """The device id an xdist worker (``gw3``) is pinned to: the worker index into ``visible``.
+
+    More workers than GPUs is an error that says so (two workers sharing one GPU would make a
+    device fault in one case take the other's cases with it).
+    """
+    index = int(worker_id.removeprefix("gw"))
+    if index >= len(visible):
+        raise pytest.UsageError(
+            f"xdist worker {worker_id} has no GPU of its own: {len(visible)} GPU(s) visible ({','.join(visible)}); "
+            f"run with -n {len(visible)} or fewer"
+        )
+    return visible[index]
+
+
+def _visible_gpus() -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = os.environ.get("HIP_VISIBLE_DEVICES" if torch.version.hip else "CUDA_VISIBLE_DEVICES")
+    if listed:
+        return [d.strip() for d in listed.split(",") if d.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def _pin_gpus(config: pytest.Config) -> None:
+    """One GPU per xdist worker: the controller records the GPUs, each worker keeps its own.
+
+    The controller checks ``-n`` against the GPU count before any worker starts; workers set
+    CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES before torch initialises the device.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        listed = os.environ.get(GPU_LIST_ENV)
+        if listed:
+            gpu = gpu_for_worker(worker, listed.split(","))
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+            os.environ["HIP_VISIBLE_DEVICES"] = gpu
+        return
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or workers <= 0 or config.getoption("platform") == "cpu":
+        return
+    gpus = _visible_gpus()
+    if gpus:
+        gpu_for_worker(f"gw{workers - 1}", gpus)
+        os.environ[GPU_LIST_ENV] = ",".join(gpus)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` on a GPU host means one worker per GPU; on CPU, xdist's own choice."""
+    gpus = _visible_gpus()
+    return len(gpus) or None
 
 
 def _check_named_platform(config: pytest.Config) -> None:

@@ -1,0 +1,127 @@
+"""The case matrix: platform x kernel x layout x shapes, generated from the platform table.
+
+Everything here is computed at collection time from the pytest options, so test ids are stable
+and readable: ``triton-fp8_ds_mla-random-t37-b16-bf16``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from rtp_ref.certify.cases import CaseSpec, num_blocks_for
+from rtp_ref.certify.session import execution_mode, run_platform
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels.discovery import discover_kernels
+from rtp_ref.kernels.protocol import KVCacheKernel
+from rtp_ref.kv.layouts import default_dims
+from rtp_ref.platform import MLA_LAYOUT_NAMES, Deviation, Platform
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class KernelUnderTest:
+    """A discovered kernel bound to the platform's contract, with the device it runs on here."""
+
+    name: str
+    kernel: KVCacheKernel
+    device: str
+    execution: str
+    skip_reason: str | None
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What one session certifies."""
+
+    platform: Platform
+    contract: WriteContract
+    kernels: list[KernelUnderTest]
+    layouts: list[str]
+
+
+_SUITE = pytest.StashKey["Suite"]()
+
+
+def _device_for(kernel: KVCacheKernel) -> tuple[str, str | None]:
+    gpu = torch.cuda.is_available()
+    if gpu and "cuda" in kernel.devices:
+        return "cuda", None
+    if "cpu" in kernel.devices:
+        return "cpu", None
+    return "cuda", f"{kernel.name} runs on {', '.join(kernel.devices)} only; torch sees no such device here"
+
+
+def _bind(kernel: KVCacheKernel, contract: WriteContract, execution: str) -> tuple[KVCacheKernel, str | None]:
+    bind = getattr(kernel, "bind", None)
+    if bind is not None:
+        bound: KVCacheKernel = bind(contract)
+        return bound, None
+    if execution == "emulated":
+        return kernel, (f"{kernel.name} has no bind(contract), so it cannot follow the emulated "
+                        f"{contract.platform} contract; certify it on its own hardware")
+    return kernel, None
+
+
+def suite(config: pytest.Config) -> Suite:
+    """The session's suite, built once from ``--platform``, ``--kernel``, ``--layout``, ``--layout-flag``."""
+    if _SUITE not in config.stash:
+        platform = run_platform(config)
+        contract = WriteContract.for_platform(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
+        execution = execution_mode(platform)
+        kernels = []
+        for name, entry in discover_kernels(config.getoption("rtp_kernel") or None).items():
+            bound, reason = _bind(entry.kernel, contract, execution)
+            device, device_reason = _device_for(bound)
+            path_execution = "emulated" if getattr(bound, "conversion_path", "hardware") == "software" else execution
+            kernels.append(KernelUnderTest(name, bound, device, path_execution, reason or device_reason))
+        wanted = config.getoption("rtp_layout") or list(platform.supported_layouts)
+        unknown = [n for n in wanted if n not in MLA_LAYOUT_NAMES]
+        if unknown:
+            raise pytest.UsageError(f"--layout {unknown[0]!r}: unknown; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+        config.stash[_SUITE] = Suite(platform, contract, kernels, wanted)
+    return config.stash[_SUITE]
+
+
+def layout_dims(layout: str) -> list[tuple[int, int]]:
+    """(R, P) pairs each layout is certified at: its default, plus a smaller pair where R is free."""
+    dims = [default_dims(layout)]
+    if layout in ("auto", "fp8", "fp8_rocm_compact"):
+        dims.append((256, 32))
+    return dims
+
+
+def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
+    """Every case of one layout: tokens 0, 1, many; block sizes 1, 16, 64; bf16 and fp16; edge kinds."""
+    seed = 0
+
+    def spec(kind: str, tokens: int, block: int, dtype: str) -> CaseSpec:
+        nonlocal seed
+        seed += 1
+        return CaseSpec(layout, kind, tokens, block, num_blocks_for(tokens, block), DTYPES[dtype], seed)
+
+    dims = layout_dims(layout)
+    for dtype in DTYPES:
+        yield spec("random", 0, 16, dtype), dims[0]
+        for tokens in (1, 37):
+            for block in (1, 16, 64):
+                yield spec("random", tokens, block, dtype), dims[0]
+        yield spec("edge", 8, 16, dtype), dims[0]
+    for extra in dims[1:]:
+        yield spec("random", 37, 16, "bf16"), extra
+    yield spec("noncontig", 37, 16, "bf16"), dims[0]
+    yield spec("padded", 37, 16, "bf16"), dims[0]
+    yield spec("padded", 20, 1, "fp16"), dims[0]
+    yield spec("padding_only", 5, 16, "bf16"), dims[0]
+
+
+def matching_deviation(platform: Platform, kernel: str, layout: str, kind: str) -> tuple[int, Deviation] | None:
+    """The platform's known deviation covering this case, with its index, if any."""
+    for i, d in enumerate(platform.deviations):
+        if d.kernel == kernel and layout in d.layouts and (not d.cases or kind in d.cases):
+            return i, d
+    return None

@@ -1,0 +1,56 @@
+"""The core certification: each kernel's write of each case, graded against the reference.
+
+A case passes when it reaches the platform's required grade (``bit_exact`` on every bundled
+table). Its record carries the grade reached, every failed check with what was found, error
+statistics and the seed, for report.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from rtp_ref.certify.cases import build_case
+from rtp_ref.certify.grading import Check, Grading, grade_write, reference_image
+
+from .conftest import WriteCase
+from .matrix import suite
+from .runner import call_kernel, case_fields, describe_error
+
+
+def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None], pytestconfig: pytest.Config) -> None:
+    s = suite(pytestconfig)
+    k, spec = write_case.kut, write_case.spec
+    layout = s.contract.layout(spec.layout, *write_case.dims)
+    inputs = build_case(spec, layout, k.device)
+    before = inputs.storage.cpu().clone()
+    result = call_kernel(k.kernel, inputs, spec.layout, k.device)
+    after = inputs.storage.cpu()
+    base = case_fields(kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
+                       kind=spec.kind, seed=spec.seed, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim,
+                       device=k.device, execution=k.execution, required_grade=s.platform.required_grade,
+                       deviation=write_case.deviation)
+    if result.error is not None:
+        record_case(**base, grade="none", failed_checks=["support.kernel_raised"],
+                    checks={"support.kernel_raised": describe_error(result.error)})
+        pytest.fail(f"{k.name} raised on a claimed layout: {describe_error(result.error)}")
+    grading = grade_write(layout, spec.kind, inputs, before, after, reference_image(layout, inputs),
+                          s.platform.numerics_max_ulp)
+    grading = _with_ran_check(grading, result.calls, result.launched)
+    failed = {c.name: c.detail for c in grading.checks if not c.passed}
+    record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats)
+    if not grading.reaches(s.platform.required_grade):
+        lines = "\n".join(f"  {name}: {detail}" for name, detail in failed.items())
+        pytest.fail(f"{k.name} reached grade {grading.grade!r}, platform {s.platform.name} requires "
+                    f"{s.platform.required_grade!r}; failed checks:\n{lines}", pytrace=False)
+
+
+def _with_ran_check(grading: Grading, calls: int, launched: bool | None) -> Grading:
+    """Add ``support.kernel_ran``: called exactly once and, when it counts launches, launched."""
+    ok = calls == 1 and launched is not False
+    detail = "the kernel's launch counter did not move: it fell back instead of launching" if launched is False \
+        else f"called {calls} times"
+    checks = [*grading.checks, Check("support.kernel_ran", ok, detail)]
+    grade = grading.grade if ok else "none"
+    return Grading(checks, grade, grading.stats)

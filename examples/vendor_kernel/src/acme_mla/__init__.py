@@ -1,0 +1,45 @@
+"""ACME's MLA cache writer: the smallest real kernel package rtp-ref can certify.
+
+It claims two layouts, ``auto`` (a bf16/fp16 copy) and ``fp8`` (per-tensor scale, OCP e4m3,
+saturating), on CPU and CUDA. For every other layout it raises, as the protocol requires.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FP8_E4M3_MAX = 448.0
+
+
+class AcmeMlaKernel:
+    """``concat_and_cache_mla`` for the ``auto`` and ``fp8`` layouts, in plain torch."""
+
+    name = "acme-mla"
+    kv_cache_dtypes = ("auto", "fp8")
+    devices = ("cpu", "cuda")
+
+    def __call__(
+        self,
+        kv_c: torch.Tensor,
+        k_pe: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        kv_cache_dtype: str,
+        scale: torch.Tensor,
+    ) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes:
+            raise NotImplementedError(f"acme-mla does not support kv_cache_dtype={kv_cache_dtype!r}")
+        block_size = kv_cache.shape[1]
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep]
+        entries = torch.cat([kv_c[keep], k_pe[keep]], dim=-1)
+        if kv_cache_dtype == "fp8":
+            # Clamp first: torch's own cast does not saturate on every build.
+            scaled = (entries.float() / scale.float()).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+            entries = scaled.to(torch.float8_e4m3fn).view(torch.uint8)
+        kv_cache[slots // block_size, slots % block_size] = entries.to(kv_cache.dtype)
+
+
+def kernels() -> list[AcmeMlaKernel]:
+    """The entry point: every kernel this package provides."""
+    return [AcmeMlaKernel()]

@@ -1,0 +1,1 @@
+"""Certification: grade kernel output against the reference, and turn results into reports."""

@@ -1,0 +1,160 @@
+"""Conformance cases: the inputs and the canary-filled cache a kernel is run on.
+
+A case's cache is a view into a larger byte buffer ("storage"): guard bytes before and after it,
+and optionally one padding row per block (FlashMLA's tests allocate ``block_size + 1`` rows and
+slice the last off), so any stray write — past the cache, into a padding row, between entries —
+lands in bytes the grader compares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from rtp_ref.kv.fields import Source
+from rtp_ref.kv.layouts import MlaLayout
+
+GUARD_BYTES = 256
+CANARY = 0xA5
+#: a second canary, so a byte that the kernel happens to write with CANARY's value still shows up
+ALT_CANARY = 0x5A
+
+#: What each case kind exercises.
+KINDS = {
+    "random": "random values, random unique slots with some negative (padding) ones",
+    "edge": "zero tiles, -0.0, input-dtype denormals, overflow past the fp8 max, NaN and inf where defined",
+    "noncontig": "kv_c and k_pe are strided row slices of wider tensors",
+    "padded": "blocks are padded by one row: kv_cache.stride(0) > block_size * entry",
+    "padding_only": "every slot is negative: nothing may change",
+}
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One conformance case: which layout and shapes, and how inputs are drawn (``seed``)."""
+
+    layout: str
+    kind: str
+    tokens: int
+    block_size: int
+    num_blocks: int
+    input_dtype: torch.dtype
+    seed: int
+
+    @property
+    def case_id(self) -> str:
+        """Readable id used in test names: ``random-t37-b16-bf16``."""
+        dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.input_dtype]
+        return f"{self.kind}-t{self.tokens}-b{self.block_size}-{dtype}"
+
+    def with_kind(self, kind: str) -> CaseSpec:
+        return replace(self, kind=kind)
+
+
+@dataclass
+class CaseInputs:
+    """The kernel's arguments (on the test device) and the storage the cache is a view of."""
+
+    kv_c: torch.Tensor
+    k_pe: torch.Tensor
+    slot_mapping: torch.Tensor
+    scale: torch.Tensor
+    storage: torch.Tensor
+    kv_cache: torch.Tensor
+    padded_rows: int
+
+
+def _values(g: torch.Generator, rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """Normal values with a per-row magnitude spread of 2^-6..2^6 (tile amaxes differ a lot)."""
+    x = torch.randn(rows, width, generator=g)
+    spread = torch.exp2(torch.randint(-6, 7, (rows, 1), generator=g).to(torch.float32))
+    return (x * spread).to(dtype)
+
+
+def _edge_values(x: torch.Tensor, layout: MlaLayout, scale: float, source: Source) -> torch.Tensor:
+    """Overwrite parts of ``x`` with the edge values the layout's contract defines."""
+    if x.shape[0] == 0:
+        return x
+    finfo = torch.finfo(x.dtype)
+    x = x.clone()
+    x[0] = 0.0  # an all-zero row: zero tiles must get the floor scale, never NaN
+    if x.shape[0] > 1:
+        x[1, : x.shape[1] // 2] = -0.0
+        x[1, x.shape[1] // 2:] = finfo.smallest_normal / 4  # input-dtype subnormals
+    f = layout.value_field(source)
+    scale_field = layout.field(f.scale_field) if f.scale_field else None
+    per_tensor = scale_field is not None and scale_field.tile_scale is None
+    if per_tensor and x.shape[0] > 2:
+        fp8_max = layout.element_format.max_value
+        row = torch.linspace(-4 * fp8_max * scale, 4 * fp8_max * scale, x.shape[1])
+        x[2] = row.clamp(finfo.min, finfo.max).to(x.dtype)  # beyond +-max after / scale: saturation
+    if (per_tensor or f.element == "bf16/fp16") and x.shape[0] > 3:
+        x[3, 0], x[3, 1], x[3, 2] = float("nan"), float("inf"), float("-inf")
+    return x
+
+
+def _slots(g: torch.Generator, spec: CaseSpec) -> torch.Tensor:
+    capacity = spec.num_blocks * spec.block_size
+    slots = torch.randperm(capacity, generator=g)[: spec.tokens].to(torch.int64)
+    if spec.kind == "padding_only":
+        return torch.full((spec.tokens,), -1, dtype=torch.int64)
+    if spec.tokens > 2:
+        padding = torch.rand(spec.tokens, generator=g) < 0.2
+        slots[padding] = -1
+    return slots
+
+
+def num_blocks_for(tokens: int, block_size: int) -> int:
+    """Enough blocks that random slots leave most of the cache untouched (strays stay visible)."""
+    return max(2, math.ceil(2 * max(tokens, 1) / block_size))
+
+
+def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str) -> CaseInputs:
+    """Inputs and a canary-filled cache for ``spec``; identical for identical specs (seeded, on CPU)."""
+    g = torch.Generator().manual_seed(spec.seed)
+    r, p = layout.kv_lora_rank, layout.rope_dim
+    widen = 3 if spec.kind == "noncontig" else 1
+    kv_c = _values(g, spec.tokens, r * widen, spec.input_dtype)
+    k_pe = _values(g, spec.tokens, p * widen + 5, spec.input_dtype)
+    scale_value = float(torch.exp2(torch.randint(-4, 2, (1,), generator=g).float()).item()) * 1.25
+    if spec.kind == "edge":
+        kv_c = _edge_values(kv_c, layout, scale_value, Source.KV_C)
+        k_pe = _edge_values(k_pe, layout, scale_value, Source.K_PE)
+    if spec.kind == "noncontig":
+        kv_c, k_pe = kv_c[:, r: 2 * r], k_pe[:, 5: 5 + p]  # row stride != width, offset start
+    else:
+        k_pe = k_pe[:, :p].contiguous()
+    padded_rows = 1 if spec.kind == "padded" else 0
+    storage, kv_cache = make_cache(layout, spec.num_blocks, spec.block_size, spec.input_dtype, padded_rows, device)
+    return CaseInputs(
+        kv_c=kv_c.to(device),
+        k_pe=k_pe.to(device),
+        slot_mapping=_slots(g, spec).to(device),
+        scale=torch.tensor([scale_value], dtype=torch.float32, device=device),
+        storage=storage,
+        kv_cache=kv_cache,
+        padded_rows=padded_rows,
+    )
+
+
+def make_cache(layout: MlaLayout, num_blocks: int, block_size: int, input_dtype: torch.dtype, padded_rows: int,
+               device: torch.device | str, canary: int = CANARY) -> tuple[torch.Tensor, torch.Tensor]:
+    """A canary-filled byte storage with guard zones, and the ``kv_cache`` view the kernel gets.
+
+    The view has the layout's cache shape and dtype; its block stride covers ``block_size +
+    padded_rows`` rows.
+    """
+    entry_bytes = layout.bytes_per_token
+    block_bytes = (block_size + padded_rows) * entry_bytes
+    storage = torch.full((2 * GUARD_BYTES + num_blocks * block_bytes,), canary, dtype=torch.uint8, device=device)
+    return storage, cache_view(layout, storage, num_blocks, block_size, input_dtype, padded_rows)
+
+
+def cache_view(layout: MlaLayout, storage: torch.Tensor, num_blocks: int, block_size: int,
+               input_dtype: torch.dtype, padded_rows: int) -> torch.Tensor:
+    """The ``kv_cache`` tensor over ``storage`` (see ``make_cache``); reusable on a copy of the storage."""
+    rows = block_size + padded_rows
+    inner = storage[GUARD_BYTES: GUARD_BYTES + num_blocks * rows * layout.bytes_per_token]
+    return inner.view(layout.cache_dtype(input_dtype)).view(num_blocks, rows, layout.cache_entry)[:, :block_size, :]

@@ -1,0 +1,202 @@
+"""Certification reports: ``report.json`` (versioned schema), ``report.md``, and the cross-platform merge.
+
+Scoring rules (the ONNX scoreboard's lessons): a skipped or opted-out case is never a pass; a
+(kernel, layout) pair with zero cases run is "not run", never "certified"; a known deviation is a
+strict xfail and is shown as such, never as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rtp_ref.errors import RtpRefError
+
+SCHEMA = "rtp-ref-report"
+SCHEMA_VERSION = 1
+SCOREBOARD_SCHEMA = "rtp-ref-scoreboard"
+
+#: pytest outcomes a case can have in a report
+OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
+
+
+def verdict(outcomes: Iterable[str]) -> str:
+    """The verdict for one (kernel, layout) from its cases' outcomes.
+
+    ``failed`` if any case failed, errored or passed unexpectedly (a stale deviation entry);
+    ``not run`` if no case ran; ``certified with deviations`` if known deviations occurred;
+    otherwise ``certified``.
+    """
+    counts = Counter(outcomes)
+    if counts["failed"] or counts["error"] or counts["xpassed"]:
+        return "failed"
+    if not (counts["passed"] or counts["xfailed"]):
+        return "not run"
+    return "certified with deviations" if counts["xfailed"] else "certified"
+
+
+def _grade_rank(grade: str | None) -> int:
+    order = ["none", "layout", "numerics", "bit_exact"]
+    return order.index(grade) if grade in order else 0
+
+
+def summarise(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals and one row per (kernel, layout): verdict, weakest grade reached, outcome counts."""
+    totals = Counter(c["outcome"] for c in cases)
+    rows: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for c in cases:
+        rows.setdefault((c.get("kernel") or "-", c.get("layout") or "-"), []).append(c)
+    table = []
+    for (kernel, layout), group in sorted(rows.items()):
+        ran = [c for c in group if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
+        grades = [c["grade"] for c in ran]
+        failed_checks = sorted({name for c in group for name in c.get("failed_checks", [])})
+        table.append({
+            "kernel": kernel,
+            "layout": layout,
+            "verdict": verdict(c["outcome"] for c in group),
+            "min_grade": min(grades, key=_grade_rank) if grades else None,
+            "execution": sorted({c.get("execution", "native") for c in group}),
+            "counts": dict(Counter(c["outcome"] for c in group)),
+            "failed_checks": failed_checks,
+        })
+    return {"total": len(cases), "outcomes": {o: totals.get(o, 0) for o in OUTCOMES}, "by_kernel_layout": table}
+
+
+def build_report(
+    *,
+    platform: Mapping[str, Any],
+    environment: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    selection: Mapping[str, Any],
+    cases: Sequence[Mapping[str, Any]],
+    unmatched_deviations: Sequence[Mapping[str, Any]],
+    complete: bool,
+    exit_status: int,
+) -> dict[str, Any]:
+    """Assemble a report document. ``complete`` is false when the run was interrupted."""
+    summary = summarise(cases)
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "platform": dict(platform),
+        "environment": dict(environment),
+        "layout_flags": dict(flags),
+        "selection": dict(selection),
+        "complete": complete,
+        "pytest_exit_status": exit_status,
+        "summary": summary,
+        "unmatched_deviations": list(unmatched_deviations),
+        "cases": list(cases),
+    }
+
+
+def certification_failed(report: Mapping[str, Any]) -> str | None:
+    """Why the run must exit non-zero (a claimed layout failed, nothing ran, incomplete), or None."""
+    summary = report["summary"]
+    if not report["complete"]:
+        return "the run did not complete; the report is partial"
+    ran = summary["outcomes"]["passed"] + summary["outcomes"]["xfailed"]
+    if summary["total"] == 0 or ran == 0:
+        return "0 cases ran: nothing was certified"
+    failed = [f"{r['kernel']}/{r['layout']}" for r in summary["by_kernel_layout"] if r["verdict"] == "failed"]
+    if failed:
+        return f"{len(failed)} kernel/layout pair(s) failed: {', '.join(failed)}"
+    return None
+
+
+def _fmt_counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """A publishable markdown summary of one report."""
+    p = report["platform"]
+    env = report["environment"]
+    lines = [
+        f"# rtp-ref certification: {p['name']} ({p['execution']})",
+        "",
+        f"- rtp-ref {env.get('rtp_ref')}, torch {env.get('torch')}, triton {env.get('triton')}, "
+        f"device {env.get('device')} ({env.get('device_arch') or 'cpu'}), driver {env.get('driver') or '-'}",
+        f"- platform table `{p['source']}` sha256 `{p['sha256'][:16]}`; "
+        f"fp8 {p['element_format']} {p['conversion_mode']}; required grade {p['required_grade']}",
+        f"- layout flags: {', '.join(f'{k}={v}' for k, v in report['layout_flags'].items())}",
+        f"- cases: {report['summary']['total']} ({_fmt_counts(report['summary']['outcomes'])})"
+        + ("" if report["complete"] else " — **INCOMPLETE RUN**"),
+        "",
+        "| kernel | layout | verdict | weakest grade | execution | cases | failed checks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["summary"]["by_kernel_layout"]:
+        lines.append(
+            f"| {r['kernel']} | {r['layout']} | {r['verdict']} | {r['min_grade'] or '-'} | "
+            f"{'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | {', '.join(r['failed_checks']) or '-'} |"
+        )
+    failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
+    if failures:
+        lines += ["", "## Failures", ""]
+        lines += [f"- `{c['nodeid']}`: {c.get('reason', '')}" for c in failures[:200]]
+    if report["unmatched_deviations"]:
+        lines += ["", "## Known-deviation entries that matched no case", ""]
+        lines += [f"- {d['kernel']} on {', '.join(d['layouts'])} ({d['check']}): {d['reason']}"
+                  for d in report["unmatched_deviations"]]
+    return "\n".join(lines) + "\n"
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read and validate a report.json; wrong schema or version is an RtpRefError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise RtpRefError(f"report {str(path)!r} cannot be read: {exc.strerror}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RtpRefError(f"report {str(path)!r} is not valid JSON ({exc}); truncated?") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise RtpRefError(f"{str(path)!r} is not an rtp-ref report (expected \"schema\": \"{SCHEMA}\")")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise RtpRefError(
+            f"{str(path)!r} has schema_version {data.get('schema_version')!r}; this rtp-ref reads version "
+            f"{SCHEMA_VERSION} (re-run `rtp-ref certify` with this version, or merge with a matching one)"
+        )
+    for key in ("platform", "environment", "summary", "cases", "complete"):
+        if key not in data:
+            raise RtpRefError(f"{str(path)!r} lacks key {key!r}; the file is damaged or partial")
+    return data
+
+
+def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:
+    """One scoreboard across platforms and kernels: a row per (platform, kernel, layout)."""
+    rows = []
+    for report, source in zip(reports, sources, strict=True):
+        p = report["platform"]
+        for r in report["summary"]["by_kernel_layout"]:
+            rows.append({
+                "platform": p["name"],
+                "execution": p["execution"],
+                "kernel": r["kernel"],
+                "layout": r["layout"],
+                "verdict": r["verdict"] if report["complete"] else "incomplete",
+                "min_grade": r["min_grade"],
+                "device": report["environment"].get("device"),
+                "source": source,
+            })
+    rows.sort(key=lambda r: (r["kernel"], r["layout"], r["platform"]))
+    return {"schema": SCOREBOARD_SCHEMA, "schema_version": SCHEMA_VERSION, "sources": list(sources), "rows": rows}
+
+
+def render_scoreboard(board: Mapping[str, Any]) -> str:
+    """The scoreboard as a markdown table: kernels x layouts down, platforms across."""
+    platforms = sorted({f"{r['platform']} ({r['execution']})" for r in board["rows"]})
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for r in board["rows"]:
+        key = (r["kernel"], r["layout"])
+        grade = f" ({r['min_grade']})" if r["min_grade"] else ""
+        cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = f"{r['verdict']}{grade}"
+    lines = ["# rtp-ref scoreboard", "", "| kernel | layout | " + " | ".join(platforms) + " |",
+             "|---|---|" + "---|" * len(platforms)]
+    for (kernel, layout), by_platform in sorted(cells.items()):
+        lines.append(f"| {kernel} | {layout} | " + " | ".join(by_platform.get(p, "-") for p in platforms) + " |")
+    return "\n".join(lines) + "\n"

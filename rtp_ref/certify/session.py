@@ -1,0 +1,63 @@
+"""Facts about a conformance run that every case shares: platform, execution mode, flags, selection."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from rtp_ref.certify.environment import collect_environment
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.flags import LayoutFlags, resolve_flags
+from rtp_ref.platform import Platform, detect_platform, resolve_platform
+
+
+def execution_mode(platform: Platform) -> str:
+    """``native`` when the platform under test is the one this machine is, else ``emulated``.
+
+    Emulated means the table's contract (formats, flags, layouts) is exercised on other hardware:
+    a ROCm table on a CUDA GPU or the CPU, say. Reports print it on every line.
+    """
+    try:
+        here = detect_platform().name
+    except RtpRefError:
+        return "emulated"
+    return "native" if here == platform.name else "emulated"
+
+
+def run_platform(config: pytest.Config) -> Platform:
+    """The platform a pytest session tests (``--platform``)."""
+    return resolve_platform(config.getoption("platform"))
+
+
+def run_flags(config: pytest.Config, platform: Platform) -> LayoutFlags:
+    """The platform's layout flags with the session's ``--layout-flag`` overrides applied."""
+    return resolve_flags(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
+
+
+def describe_run(config: pytest.Config, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Report fields shared by all cases; deviations no case referred to are listed as unmatched."""
+    platform = run_platform(config)
+    flags = run_flags(config, platform)
+    used = {c["deviation"] for c in cases if c.get("deviation") is not None}
+    return {
+        "platform": {
+            "name": platform.name,
+            "source": platform.source,
+            "sha256": platform.sha256,
+            "execution": execution_mode(platform),
+            "element_format": platform.element_format.name,
+            "conversion_mode": platform.conversion_mode.value,
+            "required_grade": platform.required_grade,
+            "table": platform.raw,
+        },
+        "environment": collect_environment(),
+        "flags": flags.as_dict(),
+        "selection": {
+            "kernels": config.getoption("rtp_kernel") or "all",
+            "layouts": config.getoption("rtp_layout") or "all claimed",
+            "layout_flag_overrides": dict(config.rtp_ref_layout_flags),  # type: ignore[attr-defined]
+        },
+        "unmatched_deviations": [asdict(d) for i, d in enumerate(platform.deviations) if i not in used],
+    }

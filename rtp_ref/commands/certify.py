@@ -1,0 +1,83 @@
+"""``rtp-ref certify``: run the conformance suite through pytest and write the reports."""
+
+from __future__ import annotations
+
+import argparse
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rtp_ref.certify.report import certification_failed, load_report
+from rtp_ref.commands._output import print_json
+
+
+def conformance_dir() -> Path:
+    """Where the installed conformance suite lives (``conformance/`` in a source checkout)."""
+    return Path(str(resources.files("rtp_ref.conformance")))
+
+
+def pytest_arguments(args: argparse.Namespace) -> list[str]:
+    """The pytest command line a certify invocation stands for (shown with --dry-run)."""
+    report = Path(args.report)
+    argv = [str(conformance_dir()), "-p", "no:cacheprovider", "--platform", args.platform,
+            "--rtp-report", str(report), "--junitxml", str(report / "junit.xml")]
+    for name in args.kernel:
+        argv += ["--kernel", name]
+    for name in args.layout:
+        argv += ["--layout", name]
+    for flag in args.layout_flag:
+        argv += ["--layout-flag", flag]
+    if args.workers:
+        argv += ["-n", str(args.workers)]
+    extra = list(args.pytest_args)
+    return argv + (extra[1:] if extra[:1] == ["--"] else extra)
+
+
+def _certify(args: argparse.Namespace) -> int:
+    import pytest
+
+    argv = pytest_arguments(args)
+    if args.dry_run:
+        print("pytest " + " ".join(argv))
+        return 0
+    status = pytest.main(argv)
+    report_path = Path(args.report) / "report.json"
+    if not report_path.exists():
+        print(f"rtp-ref: error: no report was written (pytest exit status {int(status)})")
+        return 2 if int(status) in (2, 3, 4) else 1
+    report = load_report(report_path)
+    problem = certification_failed(report)
+    if args.json:
+        print_json({"report": str(report_path), "summary": report["summary"], "problem": problem})
+    else:
+        print(f"\nrtp-ref: reports written to {args.report}/ (report.json, report.md, junit.xml)")
+        for row in report["summary"]["by_kernel_layout"]:
+            grade = row["min_grade"] or "-"
+            print(f"  {row['kernel']:<16} {row['layout']:<18} {row['verdict']:<26} {grade:<10} "
+                  f"{'/'.join(row['execution'])}")
+        print(f"rtp-ref: {'NOT CERTIFIED: ' + problem if problem else 'all claimed layouts certified'}")
+    return 1 if problem else 0
+
+
+def register(sub: Any) -> None:
+    """Add ``certify``."""
+    parser = sub.add_parser(
+        "certify",
+        help="run the conformance suite and write report.json, report.md and junit.xml",
+        description="Certify KV-cache kernels against the reference on a platform. Exits 1 when a claimed "
+        "layout fails or nothing ran, 2 on bad input. Extra arguments after -- go to pytest.",
+    )
+    parser.add_argument("--platform", default="auto", help="platform name, .toml path, or auto (default)")
+    parser.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                        help="certify only this kernel (repeatable; default: all discovered)")
+    parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT",
+                        help="certify only this layout (repeatable; default: every claimed layout)")
+    parser.add_argument("--layout-flag", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a layout flag of the platform table (repeatable)")
+    parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
+    parser.add_argument("-n", "--workers", type=int, default=0, metavar="N",
+                        help="pytest-xdist workers; on a GPU host each worker gets its own GPU")
+    parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.set_defaults(func=_certify)

@@ -1,0 +1,82 @@
+"""``rtp-ref golden``: write one layout's golden vector (inputs + expected cache) as a safetensors file."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from typing import Any
+
+from rtp_ref.commands._output import add_json_flag, print_json
+from rtp_ref.commands.layouts import add_layout_arguments
+from rtp_ref.kv.flags import parse_overrides
+from rtp_ref.kv.golden import GOLDEN_INPUT_DTYPES, make_golden, write_golden
+from rtp_ref.kv.layouts import LAYOUT_BUILDERS
+from rtp_ref.platform import resolve_platform
+
+
+def _golden(args: argparse.Namespace) -> int:
+    platform = resolve_platform(args.platform)
+    case = make_golden(
+        platform,
+        args.layout,
+        overrides=parse_overrides(args.layout_flag),
+        kv_lora_rank=args.kv_lora_rank,
+        rope_dim=args.rope_dim,
+        tokens=args.tokens,
+        block_size=args.block_size,
+        num_blocks=args.num_blocks,
+        seed=args.seed,
+        input_dtype=args.input_dtype,
+    )
+    data = write_golden(args.out, case)
+    digest = hashlib.sha256(data).hexdigest()
+    skipped = int((case.tensors["slot_mapping"] < 0).sum())
+    if args.json:
+        print_json({"out": args.out, "bytes": len(data), "sha256": digest, "metadata": case.metadata})
+        return 0
+    meta = case.metadata
+    print(
+        f"wrote {args.out} ({len(data)} bytes, sha256 {digest[:16]}): "
+        f"{meta['layout']} on {meta['platform']}, "
+        f"{meta['num_tokens']} tokens ({skipped} on slot -1) into {meta['num_blocks']} blocks x "
+        f"{meta['block_size']}, R={meta['kv_lora_rank']} P={meta['rope_dim']}, {meta['input_dtype']} inputs"
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``golden``."""
+    parser = sub.add_parser(
+        "golden",
+        help="write a layout's golden vector (inputs and expected cache) as a safetensors file",
+        description="Write the inputs of one concat_and_cache_mla call (kv_c, k_pe, slot_mapping with "
+        "some -1 "
+        "slots, scale), the cache before it and the expected cache after it, plus metadata, to a safetensors "
+        "file a C++ or Rust test can check a kernel with (keys: docs/layouts.md). The same arguments "
+        "give the same bytes. Example: "
+        "rtp-ref golden --layout fp8_ds_mla --platform cuda-sm90 --out ds_mla.safetensors",
+    )
+    parser.add_argument("--layout", required=True, choices=list(LAYOUT_BUILDERS), help="the layout to write")
+    parser.add_argument(
+        "--platform",
+        required=True,
+        help="platform name or .toml path (fp8 format, conversion mode, default flags)",
+    )
+    add_layout_arguments(parser)
+    parser.add_argument("--tokens", type=int, default=32, metavar="N", help="tokens written (default: 32)")
+    parser.add_argument(
+        "--block-size", type=int, default=16, metavar="B", help="tokens per block (default: 16)"
+    )
+    parser.add_argument("--num-blocks", type=int, default=4, metavar="M", help="cache blocks (default: 4)")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="random seed of the inputs (default: 0)"
+    )
+    parser.add_argument(
+        "--input-dtype",
+        choices=list(GOLDEN_INPUT_DTYPES),
+        default="bf16",
+        help="dtype of kv_c and k_pe (default: bf16)",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="the .safetensors file to write")
+    add_json_flag(parser)
+    parser.set_defaults(func=_golden)

@@ -1,0 +1,74 @@
+"""Find kernels: rtp-ref's built-ins plus every ``rtp_ref.kernels`` entry point.
+
+An entry point may load a kernel object, or a callable returning one kernel or a list of them
+(so a vendor can build kernels lazily, e.g. after checking its extension imports). A failing entry
+point is an error naming it, never silently skipped: a certification that quietly loses a vendor
+kernel would report a pass for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Any
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.protocol import KernelEntry, KVCacheKernel, check_kernel
+
+ENTRY_POINT_GROUP = "rtp_ref.kernels"
+
+
+def _expand(loaded: Any, origin: str) -> list[KVCacheKernel]:
+    if isinstance(getattr(loaded, "name", None), str) and callable(loaded):
+        return [check_kernel(loaded, origin)]
+    if callable(loaded):
+        produced = loaded()
+        items = produced if isinstance(produced, list | tuple) else [produced]
+        return [check_kernel(k, origin) for k in items]
+    raise RtpRefError(f"{origin} loaded {loaded!r}: expected a kernel object or a callable returning kernels")
+
+
+def entry_point_kernels(entry_points: Iterable[metadata.EntryPoint] | None = None) -> list[KernelEntry]:
+    """Kernels registered by installed distributions under the ``rtp_ref.kernels`` group."""
+    eps = entry_points if entry_points is not None else metadata.entry_points(group=ENTRY_POINT_GROUP)
+    found = []
+    for ep in eps:
+        dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+        origin = f"entry point {ep.name} = {ep.value} ({dist})"
+        try:
+            loaded = ep.load()
+        except Exception as exc:
+            raise RtpRefError(f"{origin} failed to load: {type(exc).__name__}: {exc}") from exc
+        found += [KernelEntry(k, origin) for k in _expand(loaded, origin)]
+    return found
+
+
+def builtin_kernels() -> list[KernelEntry]:
+    """rtp-ref's own kernels: the reference and torch-eager always; triton and cuda when their
+    toolchains are present."""
+    from rtp_ref.kernels.builtin import available_builtin_kernels
+    from rtp_ref.kernels.reference import ReferenceKernel
+
+    return [KernelEntry(k, "builtin") for k in [ReferenceKernel(), *available_builtin_kernels()]]
+
+
+def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntry]:
+    """All kernels by name (built-ins first). ``names`` selects some; an unknown name is an error.
+
+    Two kernels with one name is an error naming both origins.
+    """
+    table: dict[str, KernelEntry] = {}
+    for entry in [*builtin_kernels(), *entry_point_kernels()]:
+        other = table.get(entry.kernel.name)
+        if other is not None:
+            raise RtpRefError(
+                f"two kernels are named {entry.kernel.name!r}: {other.origin} and {entry.origin}; rename one"
+            )
+        table[entry.kernel.name] = entry
+    if names is None:
+        return table
+    wanted = list(dict.fromkeys(names))
+    unknown = [n for n in wanted if n not in table]
+    if unknown:
+        raise RtpRefError(f"unknown kernel(s) {', '.join(map(repr, unknown))}; known kernels: {', '.join(table)}")
+    return {n: table[n] for n in wanted}

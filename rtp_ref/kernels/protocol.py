@@ -1,0 +1,84 @@
+"""What a KV-cache write kernel is, for rtp-ref.
+
+A kernel is any object with:
+
+* ``name: str`` — unique, shown in reports (``vendor-x-mla``);
+* ``kv_cache_dtypes: Collection[str]`` — the layouts it claims (``auto``, ``fp8``, ``fp8_ds_mla``,
+  ``fp8_model1_mla``, ``fp8_rocm_compact``); the suite certifies each claim, and checks that every
+  other layout raises (a claimed-unsupported layout must fail loudly, never write garbage);
+* ``devices: Collection[str]`` — torch device types it runs on (``cuda``, ``cpu``);
+* ``__call__(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale) -> None`` — the
+  ``concat_and_cache_mla`` signature of vLLM and rtp-llm: writes token ``i`` to slot
+  ``slot_mapping[i]`` (slot = block * block_size + offset; negative = padding, write nothing).
+
+Optionally ``bind(contract: WriteContract) -> kernel``: returns the kernel configured for a
+platform contract (fp8 format, scale rule, divisor...). Kernels without ``bind`` are certified as
+they are, against the platform under test. rtp-ref's built-in kernels all bind, which is how a
+ROCm table is exercised on a CUDA GPU or the CPU ("emulated").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.platform import MLA_LAYOUT_NAMES
+
+
+@runtime_checkable
+class KVCacheKernel(Protocol):
+    """The structural type every kernel satisfies (see the module doc)."""
+
+    name: str
+    kv_cache_dtypes: Collection[str]
+    devices: Collection[str]
+
+    def __call__(
+        self,
+        kv_c: torch.Tensor,
+        k_pe: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        kv_cache_dtype: str,
+        scale: torch.Tensor,
+    ) -> None: ...
+
+
+class UnsupportedLayoutError(NotImplementedError):
+    """Raised by a kernel asked for a layout (or device) it does not claim."""
+
+
+def check_kernel(obj: Any, origin: str) -> KVCacheKernel:
+    """Validate that ``obj`` satisfies the protocol; ``origin`` (e.g. the entry point) names it in errors."""
+    problems = []
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name:
+        problems.append("'name' must be a non-empty string")
+    layouts = getattr(obj, "kv_cache_dtypes", None)
+    if isinstance(layouts, str) or not isinstance(layouts, Collection) or not layouts:
+        problems.append("'kv_cache_dtypes' must be a non-empty collection of layout names")
+    else:
+        unknown = sorted(set(layouts) - set(MLA_LAYOUT_NAMES))
+        if unknown:
+            problems.append(f"'kv_cache_dtypes' has unknown {unknown}; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+    devices = getattr(obj, "devices", None)
+    if isinstance(devices, str) or not isinstance(devices, Collection) or not devices:
+        problems.append("'devices' must be a non-empty collection of torch device types, e.g. ('cuda',)")
+    if not callable(obj):
+        problems.append("it must be callable as kernel(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)")
+    if problems:
+        raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: {'; '.join(problems)}")
+    kernel: KVCacheKernel = obj
+    return kernel
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """A discovered kernel and where it came from (``builtin`` or ``entry point NAME = VALUE (dist)``)."""
+
+    kernel: KVCacheKernel
+    origin: str

@@ -1,0 +1,384 @@
+"""The ``triton`` built-in kernel: one Triton kernel family for every MLA layout, on CUDA and ROCm.
+
+One program writes ``BLOCK_T`` tokens: it reads each input row once (16-byte vector loads where the
+strides allow), computes tile scales in registers and writes each entry once; no atomics. The layout
+is a set of constexprs taken from the reference field table (``WritePlan``), so every layout compiles
+to its own specialised kernel.
+
+fp8 conversion has two paths, chosen per call and reported as ``conversion_path``:
+
+* ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950/gfx12) or
+  ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942). The value is clamped to +-max first with a select that
+  lets NaN through, so saturation never depends on the backend's default, and NaN is written as the
+  format's canonical code.
+* ``software``: round-half-even in integer arithmetic inside the kernel (the algorithm of
+  ``rtp_ref.fp8.codec.encode``). Used where the hardware type is missing (fnuz on NVIDIA, OCP on
+  gfx942), for the ``nonsat`` mode, and under ``TRITON_INTERPRET=1``: Triton's interpreter rounds
+  fp8 conversions wrongly (-31.74 -> -16, 126.48 -> 64; triton 3.6 and 3.9).
+
+Every float32 division is ``tl.math.div_rn`` (correctly rounded), as the contract requires; Triton's
+``/`` may lower to an approximate division.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Literal
+
+import torch
+import triton
+import triton.language as tl
+
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode
+from rtp_ref.kernels.contract import (
+    FormatTraits,
+    ValueMode,
+    WriteContract,
+    WritePlan,
+    check_call,
+    default_contract,
+    validated_plan,
+)
+from rtp_ref.platform import MLA_LAYOUT_NAMES
+
+ConversionPath = Literal["hardware", "software"]
+
+#: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
+_SW, _HW_E4M3FN, _HW_E4M3FNUZ = 0, 1, 2
+#: float32 bit pattern of a quiet NaN, and of 2**-127 (the ue8m0 byte 0; a float32 subnormal)
+_F32_NAN_BITS = 0x7FC00000
+_F32_2POW_M127_BITS = 0x00400000
+
+
+@triton.jit
+def _fp8_software(x: Any, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+                  NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr,
+                  INF_CODE: tl.constexpr, SATFINITE: tl.constexpr) -> Any:
+    """fp8 codes (uint8) of float32 ``x``: round half to even on the float32 bits, then the mode."""
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 31) & 1
+    exp_field = (bits >> 23) & 0xFF
+    man = bits & 0x7FFFFF
+    is_nan = (exp_field == 0xFF) & (man != 0)
+    is_inf = (exp_field == 0xFF) & (man == 0)
+    normal = exp_field != 0
+    sig = tl.where(normal, man | 0x800000, man)
+    exp = tl.where(normal, exp_field - 127, -126)
+    target = tl.maximum(exp, EMIN)
+    # A shift of 25 already rounds every 24-bit significand to 0; the clamp keeps 1 << shift in int32.
+    shift = tl.minimum(23 - MAN_BITS + target - exp, 25)
+    q = sig >> shift
+    rem = sig - (q << shift)
+    half = (1 << shift) >> 1
+    up = (rem > half) | ((rem == half) & (shift > 0) & ((q & 1) == 1))
+    mag = ((target - EMIN) << MAN_BITS) + q + up.to(tl.int32)
+    overflow = (mag > MAX_CODE) | is_inf
+    if SATFINITE:
+        mag = tl.where(overflow, MAX_CODE, mag)
+        nan_out = is_nan
+    elif HAS_INF:
+        mag = tl.where(overflow, INF_CODE, mag)
+        nan_out = is_nan
+    else:
+        nan_out = is_nan | overflow
+    sign_bit = sign << 7
+    if not NEG_ZERO:
+        sign_bit = tl.where(mag == 0, 0, sign_bit)
+    return tl.where(nan_out, NAN_CODE, sign_bit | mag).to(tl.uint8)
+
+
+@triton.jit
+def _fp8_hardware(x: Any, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CODE: tl.constexpr) -> Any:
+    """fp8 codes of float32 ``x`` by the GPU's conversion, saturating by an explicit clamp."""
+    # Comparisons with NaN are false, so NaN passes both selects unchanged.
+    clamped = tl.where(x > MAX_VALUE, MAX_VALUE, tl.where(x < -MAX_VALUE, -MAX_VALUE, x))
+    if HW == 2:
+        code = clamped.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
+        # fnuz has no negative zero: 0x80 is its NaN, never a rounded -0.
+        code = tl.where(code == 0x80, 0, code)
+    else:
+        code = clamped.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    return tl.where(x != x, NAN_CODE, code).to(tl.uint8)
+
+
+@triton.jit
+def _fp8(x: Any, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+         NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
+         SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr) -> Any:
+    if HW == 0:
+        code = _fp8_software(x, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE)
+    else:
+        code = _fp8_hardware(x, HW, MAX_VALUE, NAN_CODE)
+    return code
+
+
+@triton.jit
+def _ue8m0_ceil(s: Any) -> Any:
+    """ue8m0 byte (int32) of the smallest power of two >= ``s`` (s > 0 or NaN), as encode_ue8m0 'ceil'.
+
+    Subnormal s are scaled by 2**24 first (exact), so one normal-number formula covers them; results
+    below 2**-127 clamp to byte 0, above 2**127 or NaN/inf give 0xFF.
+    """
+    subnormal = s < 1.1754943508222875e-38
+    bits = tl.where(subnormal, s * 16777216.0, s).to(tl.int32, bitcast=True)
+    exp_field = (bits >> 23) & 0xFF
+    k = exp_field - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32) - tl.where(subnormal, 24, 0)
+    byte = tl.maximum(k + 127, 0)
+    return tl.where((byte > 254) | (exp_field == 0xFF), 0xFF, byte)
+
+
+@triton.jit
+def _store16(cache: Any, base: Any, cols: Any, value: Any, mask: Any, SPLIT: tl.constexpr) -> None:
+    """Store int16 ``value`` [BT, N] at byte ``base[:, None] + 2 * cols`` (byte by byte if SPLIT)."""
+    if SPLIT:
+        v = value.to(tl.int32) & 0xFFFF
+        ptr = cache + base[:, None] + 2 * cols[None, :]
+        tl.store(ptr, (v & 0xFF).to(tl.uint8), mask=mask)
+        tl.store(ptr + 1, (v >> 8).to(tl.uint8), mask=mask)
+    else:
+        ptr = (cache + base[:, None]).to(tl.pointer_type(tl.int16)) + cols[None, :]
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
+def _store32(cache: Any, base: Any, cols: Any, value: Any, mask: Any, SPLIT: tl.constexpr) -> None:
+    """Store float32 ``value`` [BT, N] at byte ``base[:, None] + 4 * cols`` (byte by byte if SPLIT)."""
+    if SPLIT:
+        v = value.to(tl.int32, bitcast=True)
+        ptr = cache + base[:, None] + 4 * cols[None, :]
+        for k in tl.static_range(4):
+            tl.store(ptr + k, ((v >> (8 * k)) & 0xFF).to(tl.uint8), mask=mask)
+    else:
+        ptr = (cache + base[:, None]).to(tl.pointer_type(tl.float32)) + cols[None, :]
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
+def _mla_cache_write(
+    kv_c, k_pe, cache, slots, scale_ptr,
+    num_tokens, kv_c_row, k_pe_row, block_size, block_bytes, divisor, floor,
+    R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
+    NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr, ROPE_OFF: tl.constexpr,
+    DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr,
+    TILE: tl.constexpr, N_TILES: tl.constexpr, NT_PAD: tl.constexpr, POW2: tl.constexpr,
+    SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, SPLIT: tl.constexpr,
+    HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+    NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
+    SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
+):  # type: ignore[no-untyped-def]
+    """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
+
+    ``cache`` is the cache's bytes; ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit
+    copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales (nope only).
+    """
+    t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    slot = tl.load(slots + t, mask=t < num_tokens, other=-1)
+    valid = slot >= 0
+    slot = tl.where(valid, slot, 0)
+    block = slot // block_size
+    offset = slot - block * block_size
+    row = block * block_bytes + offset * DATA_BYTES
+
+    # ---- nope (kv_c) ----
+    cols = tl.arange(0, R_PAD)
+    nmask = valid[:, None] & (cols < R)[None, :]
+    nsrc = t[:, None] * kv_c_row + cols[None, :]
+    if NOPE_MODE == 0:
+        bits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nmask)
+        _store16(cache, row + NOPE_OFF, cols, bits, nmask, SPLIT)
+    else:
+        x = tl.load(kv_c + nsrc, mask=nmask, other=0.0).to(tl.float32)
+        if NOPE_MODE == 1:
+            q = tl.math.div_rn(x, tl.load(scale_ptr))
+        else:
+            # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
+            x3 = tl.reshape(x, (BLOCK_T, NT_PAD, TILE))
+            amax = tl.max(tl.abs(x3), axis=2)
+            # A NaN anywhere in a tile makes its amax NaN (torch's amax); tl.max alone may drop NaN.
+            has_nan = tl.max((x3 != x3).to(tl.int32), axis=2) > 0
+            amax = tl.where(has_nan, tl.full(amax.shape, _F32_NAN_BITS, tl.int32).to(tl.float32, bitcast=True),
+                            amax)
+            raw = tl.math.div_rn(amax, divisor)
+            s = tl.where(raw < floor, floor, raw)  # max(raw, floor) that keeps a NaN raw
+            byte = _ue8m0_ceil(s)
+            if POW2:
+                sbits = tl.where(byte == 0, _F32_2POW_M127_BITS,
+                                 tl.where(byte == 0xFF, _F32_NAN_BITS, byte << 23))
+                s = sbits.to(tl.float32, bitcast=True)
+            q = tl.reshape(tl.math.div_rn(x3, s[:, :, None]), (BLOCK_T, R_PAD))
+            tiles = tl.arange(0, NT_PAD)
+            smask = valid[:, None] & (tiles < N_TILES)[None, :]
+            if SCALE_TRAILING:
+                sbase = block * block_bytes + block_size * DATA_BYTES + offset * TRAIL_BYTES + SCALE_OFF
+            else:
+                sbase = row + SCALE_OFF
+            if SCALE_UE8M0:
+                tl.store(cache + sbase[:, None] + tiles[None, :], byte.to(tl.uint8), mask=smask)
+            else:
+                _store32(cache, sbase, tiles, s, smask, SPLIT)
+        code = _fp8(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE)
+        tl.store(cache + row[:, None] + NOPE_OFF + cols[None, :], code, mask=nmask)
+
+    # ---- rope (k_pe) ----
+    pcols = tl.arange(0, P_PAD)
+    pmask = valid[:, None] & (pcols < P)[None, :]
+    psrc = t[:, None] * k_pe_row + pcols[None, :]
+    if ROPE_MODE == 0:
+        pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pmask)
+        _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
+    else:
+        y = tl.load(k_pe + psrc, mask=pmask, other=0.0).to(tl.float32)
+        pq = tl.math.div_rn(y, tl.load(scale_ptr))
+        pcode = _fp8(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
+                     MAX_VALUE)
+        tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
+
+
+def interpreted() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` at import time)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_mla_cache_write, InterpretedFunction)
+
+
+def _hardware_selector(contract: WriteContract) -> int:
+    """Which hardware fp8 type the active GPU converts the contract's format with (``_SW``: none)."""
+    if interpreted() or contract.conversion_mode is not ConversionMode.SATFINITE:
+        return _SW
+    target = triton.runtime.driver.active.get_current_target()
+    if target.backend == "cuda":
+        ocp = isinstance(target.arch, int) and target.arch >= 89
+        fnuz = False
+    elif target.backend == "hip":
+        arch = str(target.arch)
+        ocp = arch == "gfx950" or arch.startswith("gfx12")
+        fnuz = arch == "gfx942"
+    else:
+        return _SW
+    if contract.element_format == E4M3FN and ocp:
+        return _HW_E4M3FN
+    if contract.element_format == E4M3FNUZ and fnuz:
+        return _HW_E4M3FNUZ
+    return _SW
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int) -> dict[str, Any]:
+    """The kernel's constexpr arguments for a plan (also what ``amdgcn_for`` compiles)."""
+    r, p, f = plan.kv_lora_rank, plan.rope_dim, plan.traits
+    tile = plan.tile if plan.nope_mode is ValueMode.TILED else 1
+    r_pad = max(_pow2_at_least(r), tile)
+    return {
+        "R": r, "P": p, "R_PAD": r_pad, "P_PAD": _pow2_at_least(p), "BLOCK_T": block_t,
+        "NOPE_MODE": int(plan.nope_mode), "ROPE_MODE": int(plan.rope_mode),
+        "NOPE_OFF": plan.nope_offset, "ROPE_OFF": plan.rope_offset,
+        "DATA_BYTES": plan.data_bytes, "TRAIL_BYTES": plan.trailing_bytes,
+        "TILE": tile, "N_TILES": plan.n_tiles, "NT_PAD": r_pad // tile, "POW2": plan.pow2_scale,
+        "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
+        "SPLIT": split, "HW": hw, **_format_constexprs(f),
+    }
+
+
+def _format_constexprs(f: FormatTraits) -> dict[str, Any]:
+    return {
+        "MAN_BITS": f.man_bits, "EMIN": f.emin, "MAX_CODE": f.max_code, "NAN_CODE": f.nan_code,
+        "NEG_ZERO": f.negative_zero, "HAS_INF": f.has_inf, "INF_CODE": f.inf_code,
+        "SATFINITE": f.satfinite, "MAX_VALUE": f.max_value,
+    }
+
+
+#: tokens per program; 8 rows of 512 values keep 4 warps busy with 16-byte accesses
+BLOCK_T = 8
+NUM_WARPS = 4
+
+
+class TritonMlaKernel:
+    """``concat_and_cache_mla`` for every layout in one Triton kernel family (module doc).
+
+    Unbound, it follows the platform table of the tensors' device (``default_contract``); ``bind``
+    returns a copy following another contract. ``conversion`` ``"software"`` forces the integer
+    conversion path even where the hardware one exists (to test it on a GPU).
+    """
+
+    name = "triton"
+    kv_cache_dtypes: tuple[str, ...] = MLA_LAYOUT_NAMES
+
+    def __init__(self, contract: WriteContract | None = None,
+                 conversion: Literal["auto", "software"] = "auto") -> None:
+        self.contract = contract
+        self.conversion = conversion
+        # The interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch).
+        self.devices: tuple[str, ...] = ("cpu",) if interpreted() else ("cuda",)
+
+    def bind(self, contract: WriteContract, *,
+             conversion: Literal["auto", "software"] | None = None) -> TritonMlaKernel:
+        """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
+        return TritonMlaKernel(contract, conversion or self.conversion)
+
+    def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
+        """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""
+        if self.conversion == "software" or _hardware_selector(contract) == _SW:
+            return "software"
+        return "hardware"
+
+    @property
+    def conversion_path(self) -> ConversionPath:
+        """The conversion path of this kernel's contract (of its device's platform when unbound)."""
+        device = torch.device("cpu" if interpreted() else "cuda")
+        return self.conversion_path_for(self.contract or default_contract(device))
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        tokens = slot_mapping.shape[0]
+        if tokens == 0:
+            return
+        hw = _SW if self.conversion_path_for(contract) == "software" else _hardware_selector(contract)
+        constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), BLOCK_T)
+        cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
+        on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
+        with on_gpu:
+            _mla_cache_write[(triton.cdiv(tokens, BLOCK_T),)](
+                kv_c, k_pe, cache_bytes, slot_mapping, scale,
+                tokens, kv_c.stride(0), k_pe.stride(0), kv_cache.shape[1],
+                kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
+                num_warps=NUM_WARPS, **constexprs,
+            )
+
+
+@functools.cache
+def _hip_backend_ready() -> bool:
+    from triton.backends import backends
+
+    return "amd" in backends
+
+
+def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
+    """AMDGCN assembly of the kernel for ``plan`` compiled ahead of time for ``arch`` (e.g. ``gfx942``).
+
+    Needs no AMD GPU: ``triton.compile`` with a HIP ``GPUTarget``. With ``hardware`` the fp8 values
+    use the Triton type of the plan's format (fnuz -> ``tl.float8e4b8``, OCP -> ``tl.float8e4nv``),
+    else the software conversion. Raises RuntimeError when this Triton has no AMD backend.
+    """
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if not _hip_backend_ready():
+        raise RuntimeError("this Triton build has no AMD backend; amdgcn_for needs triton's 'amd' backend")
+    fmt_is_fnuz = not plan.traits.negative_zero
+    hw = (_HW_E4M3FNUZ if fmt_is_fnuz else _HW_E4M3FN) if hardware else _SW
+    constexprs = _constexprs(plan, hw, split=False, block_t=BLOCK_T)
+    pointer_types = {"kv_c": "*bf16", "k_pe": "*bf16", "cache": "*u8", "slots": "*i64", "scale_ptr": "*fp32"}
+    scalar_types = {"num_tokens": "i32", "kv_c_row": "i32", "k_pe_row": "i32", "block_size": "i32",
+                    "block_bytes": "i64", "divisor": "fp32", "floor": "fp32"}
+    signature = {**pointer_types, **scalar_types, **dict.fromkeys(constexprs, "constexpr")}
+    source = ASTSource(_mla_cache_write, signature, constexprs)
+    compiled = triton.compile(source, target=GPUTarget("hip", arch, 64), options={"num_warps": NUM_WARPS})
+    return str(compiled.asm["amdgcn"])

@@ -1,0 +1,79 @@
+"""KV-cache reference: rtp-llm's spec family, MLA layouts as field tables, layout flags, the reference
+cache writer and reader, and golden vectors. docs/layouts.md shows every layout's byte map.
+
+Typical use (what a kernel test or the conformance suite does)::
+
+    layout = layout_for_platform(platform, "fp8_ds_mla", overrides={"lora_alignment": "round_up"})
+    validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)  # before touching memory
+    reference_write(layout, kv_c, k_pe, expected_cache, slot_mapping, scale)
+    kv_c_read, k_pe_read = read_slots(layout, kv_cache, slots, scale, kv_c.dtype)
+"""
+
+from rtp_ref.kv.cache import (
+    concat_and_cache_mla,
+    gather_entries,
+    read_slots,
+    reference_write,
+    scatter_entries,
+)
+from rtp_ref.kv.dtypes import KvDtype, kv_dtype
+from rtp_ref.kv.entries import decode_entries, encode_entries, tile_scales
+from rtp_ref.kv.fields import Field, Placement, Source, TileScale
+from rtp_ref.kv.flags import FLAG_SPECS, FlagSpec, LayoutFlags, LoraAlignment, check_flag_table, resolve_flags
+from rtp_ref.kv.golden import GoldenCase, make_golden, safetensors_bytes, write_golden
+from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, build_layout, default_dims, layout_for_platform
+from rtp_ref.kv.specs import (
+    KvPartition,
+    MhaSpec,
+    MlaSpec,
+    effective_seq_size_per_block,
+    mla_spec,
+    resolve_mla_spec_layout,
+    resolve_sparse_fp8_layout,
+    split_kv_partition_bytes,
+)
+from rtp_ref.kv.validate import cache_capacity, validate_cache, validate_read_args, validate_write_args
+
+__all__ = [
+    "FLAG_SPECS",
+    "LAYOUT_BUILDERS",
+    "Field",
+    "FlagSpec",
+    "GoldenCase",
+    "KvDtype",
+    "KvPartition",
+    "LayoutFlags",
+    "LoraAlignment",
+    "MhaSpec",
+    "MlaLayout",
+    "MlaSpec",
+    "Placement",
+    "Source",
+    "TileScale",
+    "build_layout",
+    "cache_capacity",
+    "check_flag_table",
+    "concat_and_cache_mla",
+    "decode_entries",
+    "default_dims",
+    "effective_seq_size_per_block",
+    "encode_entries",
+    "gather_entries",
+    "kv_dtype",
+    "layout_for_platform",
+    "make_golden",
+    "mla_spec",
+    "read_slots",
+    "reference_write",
+    "resolve_flags",
+    "resolve_mla_spec_layout",
+    "resolve_sparse_fp8_layout",
+    "safetensors_bytes",
+    "scatter_entries",
+    "split_kv_partition_bytes",
+    "tile_scales",
+    "validate_cache",
+    "validate_read_args",
+    "validate_write_args",
+    "write_golden",
+]

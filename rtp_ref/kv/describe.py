@@ -1,0 +1,86 @@
+"""Readable views of a layout: a JSON-ready dict and a text table (``rtp-ref layouts``, reports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rtp_ref.kv.fields import Field
+from rtp_ref.kv.layouts import MlaLayout
+
+
+def field_as_dict(f: Field) -> dict[str, Any]:
+    """One field as plain data."""
+    tile = f.tile_scale
+    return {
+        "name": f.name,
+        "source": f.source.value,
+        "placement": f.placement.value,
+        "offset": f.offset,
+        "size": f.size,
+        "element": f.element,
+        "count": f.count,
+        "scale_field": f.scale_field,
+        "tile_scale": None
+        if tile is None
+        else {
+            "tile": tile.tile,
+            "rule": tile.rule.value,
+            "divisor": tile.divisor,
+            "floor": tile.floor,
+            "formula": tile.formula(),
+        },
+        "note": f.note,
+    }
+
+
+def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
+    """A layout's sizes, statements and fields as plain data (JSON-ready: finite numbers only)."""
+    return {
+        "name": layout.name,
+        "kv_lora_rank": layout.kv_lora_rank,
+        "rope_dim": layout.rope_dim,
+        "bytes_per_token": layout.bytes_per_token,
+        "bytes_per_block": layout.bytes_per_block(block_size),
+        "block_size": block_size,
+        "data_bytes_per_token": layout.data_bytes_per_token,
+        "trailing_bytes_per_token": layout.trailing_bytes_per_token,
+        "k_bytes_per_token": layout.k_bytes_per_token,
+        "v_bytes_per_token": layout.v_bytes_per_token,
+        "scale_bytes_per_token": layout.scale_bytes_per_token,
+        "pad_bytes_per_token": layout.pad_bytes_per_token,
+        "k_plus_v_equals_block": layout.k_plus_v_equals_block,
+        "cache_dtype": "input" if layout.stores_input_dtype else "uint8",
+        "cache_entry": layout.cache_entry,
+        "summary": layout.summary,
+        "kv_split": layout.kv_split,
+        "sources": layout.sources,
+        "fields": [field_as_dict(f) for f in layout.fields],
+    }
+
+
+def _field_note(f: Field) -> str:
+    if f.tile_scale is not None:
+        return f"{f.count} x {f.tile_scale.formula()}, one per {f.tile_scale.tile} values; {f.note}"
+    if f.scale_field is not None:
+        return f"divided by {f.scale_field}"
+    return f.note
+
+
+def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
+    """The layout as text lines: a heading, its statements, and one row per field."""
+    lines = [
+        f"{layout.name}  R={layout.kv_lora_rank} P={layout.rope_dim}: {layout.bytes_per_token} B/token, "
+        f"{layout.bytes_per_block(block_size)} B/block of {block_size} tokens",
+        f"  {layout.summary}",
+        f"  k {layout.k_bytes_per_token} + v {layout.v_bytes_per_token} "
+        f"+ scale {layout.scale_bytes_per_token} "
+        f"+ pad {layout.pad_bytes_per_token} B/token; {layout.kv_split}",
+        f"  sources: {layout.sources}",
+        f"  {'offset':>6} {'size':>5}  {'element':<9}  {'placement':<14}  {'field':<10}  notes",
+    ]
+    for f in layout.fields:
+        lines.append(
+            f"  {f.offset:>6} {f.size:>5}  {f.element:<9}  {f.placement.value:<14}  {f.name:<10}  "
+            f"{_field_note(f)}".rstrip()
+        )
+    return lines

@@ -1,0 +1,147 @@
+"""Token entries: the bytes a layout stores for each token, encoded and decoded from the field table.
+
+An entry is ``layout.bytes_per_token`` uint8 in entry order (per-token fields, then the token's
+block-trailing fields; ``MlaLayout.entry_offset``). Where the bytes go in a cache is ``rtp_ref.kv.cache``'s
+business; this module is pure (tensor in, tensor out) and works for any layout from its fields alone.
+
+Numerics (the contract the writer kernels are graded against):
+
+* a 16-bit field copies the input's bits verbatim (bf16 or fp16; vLLM's ds_mla kernel stores an fp16
+  input's rope bits as they are, so only bf16 inputs give the bf16 rope FlashMLA reads);
+* an fp8 field with the external scale stores ``encode(float32(x) / scale)``;
+* an fp8 field with a tile scale stores ``encode(float32(x) / s_i)`` with ``s_i`` from the tile's amax
+  (``TileScale``); fp32 scales are stored as their bits, ue8m0 scales as their exponent byte;
+* ``encode`` is ``rtp_ref.fp8.encode`` with the layout's element format and conversion mode, and
+  every division is one correctly rounded float32 division;
+* pad bytes are 0 in an entry and are never written to a cache.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from rtp_ref.fp8 import (
+    Pow2Rule,
+    decode,
+    decode_ue8m0,
+    encode,
+    encode_ue8m0,
+    quantize_tiles,
+    scale_from_amax,
+    tile_amax,
+)
+from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, TileScale
+from rtp_ref.kv.layouts import MlaLayout
+
+
+def _padded_tiles(x: torch.Tensor, tile: int) -> torch.Tensor:
+    """``x`` [T, n] float32 zero-padded to a whole number of tiles (zeros never raise an amax)."""
+    n = x.shape[-1]
+    return F.pad(x, (0, math.ceil(n / tile) * tile - n))
+
+
+def tile_scales(x: torch.Tensor, spec: TileScale) -> torch.Tensor:
+    """float32 scale per tile of ``x`` [T, n] under ``spec``: ``[T, ceil(n / tile)]``."""
+    amax = tile_amax(_padded_tiles(x.to(torch.float32), spec.tile), spec.tile)
+    return scale_from_amax(amax, spec.rule, spec.divisor, spec.floor)
+
+
+def _scale_bytes(f: Field, scales: torch.Tensor) -> torch.Tensor:
+    if f.element == ELEMENT_FP32:
+        return scales.contiguous().view(torch.uint8)
+    # ue8m0: the scale is already a power of two, so "ceil" is exact.
+    return encode_ue8m0(scales, Pow2Rule.CEIL)
+
+
+def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
+    if f.element == ELEMENT_FP32:
+        return raw.contiguous().view(torch.float32)
+    return decode_ue8m0(raw)
+
+
+def _check_inputs(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor) -> None:
+    if kv_c.shape[:1] != k_pe.shape[:1]:
+        raise ValueError(f"kv_c has {kv_c.shape[0]} rows but k_pe has {k_pe.shape[0]}; pass the same tokens")
+    for name, x, n in (("kv_c", kv_c, layout.kv_lora_rank), ("k_pe", k_pe, layout.rope_dim)):
+        if x.dim() != 2 or x.shape[1] != n or x.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"{name}: expected bf16/fp16 [T, {n}], got {x.dtype} {list(x.shape)}")
+
+
+def encode_entries(
+    layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
+    """Entries of tokens ``kv_c`` [T, R] and ``k_pe`` [T, P] (bf16/fp16): uint8 ``[T, bytes_per_token]``.
+
+    ``scale`` is the float32 per-tensor scale (one element), used only by layouts with an external
+    scale field. Validation of kernel arguments is ``rtp_ref.kv.cache.validate_write_args``; this
+    function only checks shapes.
+    """
+    _check_inputs(layout, kv_c, k_pe)
+    values = {Source.KV_C: kv_c, Source.K_PE: k_pe}
+    scales: dict[str, torch.Tensor] = {}
+    for f in layout.fields:
+        if f.tile_scale is not None:
+            covered = next(v for v in layout.fields if v.scale_field == f.name)
+            scales[f.name] = tile_scales(values[covered.source], f.tile_scale)
+        elif f.placement is Placement.EXTERNAL:
+            scales[f.name] = scale.to(torch.float32).reshape(1, 1)
+    out = torch.zeros(kv_c.shape[0], layout.bytes_per_token, dtype=torch.uint8, device=kv_c.device)
+    for f in layout.entry_fields:
+        start = layout.entry_offset(f)
+        if f.source is Source.SCALE:
+            out[:, start : start + f.size] = _scale_bytes(f, scales[f.name])
+        elif f.source is not Source.PAD:
+            out[:, start : start + f.size] = _value_bytes(layout, f, values[f.source], scales)
+    return out
+
+
+def _value_bytes(
+    layout: MlaLayout, f: Field, x: torch.Tensor, scales: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    if f.element == ELEMENT_INPUT16:
+        return x.contiguous().view(torch.uint8)
+    fmt, mode = layout.element_format, layout.conversion_mode
+    scale_field = layout.field(f.scale_field or "")
+    s = scales[scale_field.name]
+    if scale_field.tile_scale is None:
+        return encode(x.to(torch.float32) / s, fmt, mode)
+    tile = scale_field.tile_scale.tile
+    return quantize_tiles(_padded_tiles(x.to(torch.float32), tile), s, tile, fmt, mode)[:, : f.count]
+
+
+def decode_entries(
+    layout: MlaLayout, entries: torch.Tensor, scale: torch.Tensor, input_dtype: torch.dtype = torch.bfloat16
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode entries (uint8 ``[T, bytes_per_token]``) to float32 ``(kv_c [T, R], k_pe [T, P])``.
+
+    16-bit fields are read as ``input_dtype`` (what the writer was given); fp8 fields are decoded and
+    multiplied by their scale (per tile, or the per-tensor ``scale``), in float32.
+    """
+    if entries.dim() != 2 or entries.shape[1] != layout.bytes_per_token or entries.dtype != torch.uint8:
+        raise ValueError(
+            f"entries: expected uint8 [T, {layout.bytes_per_token}], got {entries.dtype} "
+            f"{list(entries.shape)}"
+        )
+    raw = {
+        f.name: entries[:, layout.entry_offset(f) : layout.entry_offset(f) + f.size]
+        for f in layout.entry_fields
+    }
+    out = []
+    for source in (Source.KV_C, Source.K_PE):
+        f = layout.value_field(source)
+        if f.element == ELEMENT_INPUT16:
+            out.append(raw[f.name].contiguous().view(input_dtype).to(torch.float32))
+            continue
+        values = decode(raw[f.name], layout.element_format)
+        scale_field = layout.field(f.scale_field or "")
+        if scale_field.tile_scale is None:
+            out.append(values * scale.to(torch.float32).reshape(1, 1))
+            continue
+        tile = scale_field.tile_scale.tile
+        s = _scale_values(scale_field, raw[scale_field.name])
+        tiled = _padded_tiles(values, tile).reshape(values.shape[0], -1, tile)
+        out.append((tiled * s.unsqueeze(-1)).reshape(values.shape[0], -1)[:, : f.count])
+    return out[0], out[1]

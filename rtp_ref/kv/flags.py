@@ -1,0 +1,237 @@
+"""Layout flags: the parameters rtp-llm decides at compile time, as typed, injectable values.
+
+Every flag is declared once, on a field of ``LayoutFlags`` (its metadata holds the ``FlagSpec``:
+kind, valid values, meaning). Defaults come from the platform file's ``[layout_flags]`` table, which
+must state every flag; ``--layout-flag KEY=VALUE`` (CLI and pytest) overrides them. An unknown key
+or a bad value raises RtpRefError listing what is valid. Nothing here depends on the machine, so any
+layout can be built on any platform, CPU included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.scales import ScaleRule
+
+if TYPE_CHECKING:
+    from rtp_ref.platform import Platform
+
+
+class LoraAlignment(str, Enum):
+    """What fp8_ds_mla does when ``kv_lora_rank`` is not a multiple of its 128-value scale tile."""
+
+    #: refuse, with a message saying what to change (rtp-llm PR behaviour)
+    STRICT = "strict"
+    #: allocate ceil(R / 128) scales: the last tile is partial, never under-allocated
+    ROUND_UP = "round_up"
+
+
+class FlagKind(str, Enum):
+    """How a flag's value is written in a platform file and on the command line."""
+
+    BOOL = "bool"
+    NUMBER = "number"
+    CHOICE = "choice"
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One flag's type, valid values and meaning (``choices`` only for CHOICE flags)."""
+
+    kind: FlagKind
+    doc: str
+    choices: tuple[str, ...] = ()
+    convert: Callable[[str], Any] = str
+
+    def valid_text(self) -> str:
+        """The valid values, as an error message lists them."""
+        if self.kind is FlagKind.BOOL:
+            return "true or false"
+        if self.kind is FlagKind.NUMBER:
+            return "a finite number > 0"
+        return ", ".join(self.choices)
+
+    def from_toml(self, where: str, name: str, value: Any) -> Any:
+        """Check a value read from a platform file and return it typed."""
+        if self.kind is FlagKind.BOOL:
+            ok = isinstance(value, bool)
+        elif self.kind is FlagKind.NUMBER:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and _positive_finite(value)
+        else:
+            ok = isinstance(value, str) and value in self.choices
+        if not ok:
+            raise RtpRefError(f"{where}: flag {name!r} has {value!r}; valid values: {self.valid_text()}")
+        return self._typed(value)
+
+    def from_text(self, where: str, name: str, text: str) -> Any:
+        """Parse a ``KEY=VALUE`` override's value and return it typed."""
+        if self.kind is FlagKind.BOOL and text.lower() in (*_TRUE, *_FALSE):
+            return text.lower() in _TRUE
+        if self.kind is FlagKind.NUMBER:
+            try:
+                number = float(text)
+            except ValueError:
+                number = math.nan
+            if _positive_finite(number):
+                return number
+        if self.kind is FlagKind.CHOICE and text in self.choices:
+            return self._typed(text)
+        raise RtpRefError(f"{where}: flag {name!r} has {text!r}; valid values: {self.valid_text()}")
+
+    def _typed(self, value: Any) -> Any:
+        if self.kind is FlagKind.NUMBER:
+            return float(value)
+        if self.kind is FlagKind.CHOICE:
+            return self.convert(value)
+        return value
+
+
+def _positive_finite(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _flag(spec: FlagSpec) -> dict[str, FlagSpec]:
+    """Field metadata declaring a flag (read back into ``FLAG_SPECS``)."""
+    return {"flag": spec}
+
+
+@dataclass(frozen=True)
+class LayoutFlags:
+    """The typed layout flags; build with ``resolve_flags``. ``FLAG_SPECS`` describes each one."""
+
+    compact_fp8_for_sparse: bool = field(
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.BOOL,
+                "rtp-llm's *sparse* fp8 MLA spec uses fp8_rocm_compact (true) or fp8_ds_mla (false); "
+                "rtp-llm decides this with #if USING_ROCM, the reference takes it as a parameter",
+            )
+        )
+    )
+    lora_alignment: LoraAlignment = field(
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "fp8_ds_mla with kv_lora_rank % 128 != 0: strict refuses with an actionable message, "
+                "round_up "
+                "allocates ceil(R/128) scales",
+                tuple(a.value for a in LoraAlignment),
+                LoraAlignment,
+            )
+        )
+    )
+    ds_mla_scale_rule: ScaleRule = field(
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "fp8_ds_mla tile scale: amax_div = max(amax/divisor, floor); pow2_ceil = the next power "
+                "of two of that",
+                tuple(r.value for r in ScaleRule),
+                ScaleRule,
+            )
+        )
+    )
+    ds_mla_scale_floor: float = field(
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.NUMBER, "smallest fp8_ds_mla tile scale (FLT_MIN in rtp-llm/vLLM, 1e-4 in FlashMLA)"
+            )
+        )
+    )
+    model1_scale_floor: float = field(
+        metadata=_flag(
+            FlagSpec(FlagKind.NUMBER, "smallest fp8_model1_mla tile scale before the power-of-two ceil")
+        )
+    )
+    fp8_max_divisor: float = field(
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.NUMBER, "the fp8 maximum a tile's amax is divided by (448; 224 in vLLM on gfx942)"
+            )
+        )
+    )
+
+    def as_dict(self) -> dict[str, bool | float | str]:
+        """Flag name -> plain value (enums as their strings), in declaration order."""
+        out: dict[str, bool | float | str] = {}
+        for name in FLAG_SPECS:
+            value = getattr(self, name)
+            out[name] = value.value if isinstance(value, Enum) else value
+        return out
+
+    def as_text(self) -> str:
+        """``name=value, ...`` with values as a platform file writes them (true/false, numbers, names)."""
+        shown = []
+        for name, value in self.as_dict().items():
+            text = (
+                ("true" if value else "false")
+                if isinstance(value, bool)
+                else (f"{value:g}" if isinstance(value, float) else value)
+            )
+            shown.append(f"{name}={text}")
+        return ", ".join(shown)
+
+
+#: Flag name -> its spec, in declaration order.
+FLAG_SPECS: dict[str, FlagSpec] = {f.name: f.metadata["flag"] for f in fields(LayoutFlags)}
+
+
+def _unknown(where: str, name: str) -> RtpRefError:
+    return RtpRefError(f"{where}: unknown layout flag {name!r}; valid flags: {', '.join(FLAG_SPECS)}")
+
+
+def check_flag_table(where: str, table: Any) -> LayoutFlags:
+    """Validate a platform file's ``[layout_flags]`` table: every flag present, no unknown key.
+
+    ``where`` names the file and table in every error (e.g. ``platforms/cpu.toml [layout_flags]``).
+    """
+    if not isinstance(table, Mapping):
+        raise RtpRefError(f"{where}: expected a table of layout flags ({', '.join(FLAG_SPECS)})")
+    for name in table:
+        if name not in FLAG_SPECS:
+            raise _unknown(where, name)
+    missing = [name for name in FLAG_SPECS if name not in table]
+    if missing:
+        raise RtpRefError(f"{where}: missing layout flag(s) {', '.join(missing)}; every flag must be stated")
+    return LayoutFlags(
+        **{name: spec.from_toml(where, name, table[name]) for name, spec in FLAG_SPECS.items()}
+    )
+
+
+def parse_overrides(assignments: Sequence[str]) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` (``--layout-flag``, repeatable) -> {key: raw value}; later ones win.
+
+    Only the syntax is checked here; ``apply_overrides`` checks names and values.
+    """
+    overrides: dict[str, str] = {}
+    for text in assignments:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise RtpRefError(f"--layout-flag {text!r}: expected KEY=VALUE, e.g. lora_alignment=round_up")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def resolve_flags(platform: Platform, overrides: Mapping[str, str] | None = None) -> LayoutFlags:
+    """The platform's layout flags with ``overrides`` (raw ``KEY=VALUE`` strings) applied on top."""
+    flags = check_flag_table(f"{platform.source} [layout_flags]", platform.layout_flags)
+    return apply_overrides(flags, overrides or {})
+
+
+def apply_overrides(flags: LayoutFlags, overrides: Mapping[str, str]) -> LayoutFlags:
+    """``flags`` with each ``--layout-flag KEY=VALUE`` applied (values as typed on the command line)."""
+    values = {name: getattr(flags, name) for name in FLAG_SPECS}
+    for name, text in overrides.items():
+        if name not in FLAG_SPECS:
+            raise _unknown("--layout-flag", name)
+        values[name] = FLAG_SPECS[name].from_text("--layout-flag", name, text)
+    return LayoutFlags(**values)

@@ -1,0 +1,481 @@
+"""Every MLA KV-cache layout as data: a field table from which every byte count is derived.
+
+Sources for each table: shared/reference/mla-kv-layouts.md (vLLM ``concat_and_cache_mla`` /
+``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm ``mla_quant_kernel.cu`` and
+``MLAKVCacheSpec.h``, AITER ``mla_decode_fwd``). A layout is built for one ``kv_lora_rank`` R and
+rope dim P with the platform's fp8 element format and the layout flags; nothing depends on the
+machine, so every layout can be built and exercised anywhere.
+
+Cache tensor contract (all layouts): ``kv_cache`` is ``[num_blocks, block_size, entry]`` with
+``stride(2) == 1`` and ``stride(1) == entry``; ``stride(0)`` may exceed ``block_size * entry`` (padded
+blocks). ``entry`` is ``R + P`` elements of the input dtype for ``auto`` and ``bytes_per_token`` uint8
+for the fp8 layouts. For ``fp8_model1_mla`` the ``[block_size, entry]`` rows are a view of the block's
+bytes, not one token each: token t's data sits at ``t * 576`` and its 8 scale bytes at
+``block_size * 576 + t * 8`` (rtp-llm's kernel takes exactly this tensor; FlashMLA views the same bytes
+as ``[num_blocks, block_size, 1, 584]``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+from rtp_ref.fp8.scales import ScaleRule
+from rtp_ref.kv.fields import (
+    ELEMENT_FP32,
+    ELEMENT_INPUT16,
+    ELEMENT_PAD,
+    ELEMENT_UE8M0,
+    Field,
+    Placement,
+    Source,
+    TileScale,
+    element_size,
+    is_fp8_element,
+)
+from rtp_ref.kv.flags import LayoutFlags, LoraAlignment, resolve_flags
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from rtp_ref.platform import Platform
+
+#: fp8_ds_mla: one fp32 scale per this many latent values (vLLM, FlashMLA, rtp-llm).
+DS_MLA_TILE = 128
+#: fp8_model1_mla: one ue8m0 scale per this many latent values, R and P fixed by its kernels.
+MODEL1_TILE = 64
+MODEL1_DIMS = (448, 64)
+DEFAULT_DIMS = (512, 64)
+
+
+@dataclass(frozen=True)
+class MlaLayout:
+    """One MLA layout built for ``kv_lora_rank`` R and ``rope_dim`` P; every size is derived from ``fields``.
+
+    Invariants checked on construction (a table breaking one raises RtpRefError): field names are
+    unique; per-token fields and block-trailing fields each tile their area from byte 0 without gap
+    or overlap, sizes whole elements; exactly one kv_c field of R values and one k_pe field of P
+    values; every fp8 value field names a declared scale field (inline, block-trailing or external);
+    every computed scale field covers exactly one value field with ceil(count / tile) scales.
+    """
+
+    name: str
+    kv_lora_rank: int
+    rope_dim: int
+    fields: tuple[Field, ...]
+    element_format: Fp8Format
+    conversion_mode: ConversionMode
+    flags: LayoutFlags
+    summary: str
+    #: whether ``k + v == block`` holds for this layout, and why (a sentence stating it)
+    kv_split: str
+    sources: str
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+
+    # ---- field access --------------------------------------------------------------------------------
+    def field(self, name: str) -> Field:
+        """The field called ``name``."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(
+            f"layout {self.name} has no field {name!r}; fields: {', '.join(f.name for f in self.fields)}"
+        )
+
+    def value_field(self, source: Source) -> Field:
+        """The field holding the kv_c (``Source.KV_C``) or k_pe (``Source.K_PE``) values."""
+        return next(f for f in self.fields if f.source is source)
+
+    def placed(self, placement: Placement) -> tuple[Field, ...]:
+        """Fields with this placement, by offset."""
+        return tuple(sorted((f for f in self.fields if f.placement is placement), key=lambda f: f.offset))
+
+    @property
+    def entry_fields(self) -> tuple[Field, ...]:
+        """The fields stored in the cache, in entry order: per-token fields, then block-trailing ones."""
+        return self.placed(Placement.PER_TOKEN) + self.placed(Placement.BLOCK_TRAILING)
+
+    def entry_offset(self, f: Field) -> int:
+        """Byte of field ``f`` within a token's entry (per-token bytes first, then its trailing bytes)."""
+        if f.placement is Placement.EXTERNAL:
+            raise ValueError(f"field {f.name!r} is external: it has no bytes in the cache")
+        return f.offset if f.placement is Placement.PER_TOKEN else self.data_bytes_per_token + f.offset
+
+    @property
+    def external_scale(self) -> Field | None:
+        """The external per-tensor scale field, when the layout uses the ``scale`` argument."""
+        return next((f for f in self.fields if f.placement is Placement.EXTERNAL), None)
+
+    # ---- derived sizes -------------------------------------------------------------------------------
+    def _bytes(self, placements: tuple[Placement, ...], sources: tuple[Source, ...]) -> int:
+        return sum(f.size for f in self.fields if f.placement in placements and f.source in sources)
+
+    @property
+    def data_bytes_per_token(self) -> int:
+        """Bytes of a token's per-token area (its entry stride inside the block)."""
+        return self._bytes((Placement.PER_TOKEN,), tuple(Source))
+
+    @property
+    def trailing_bytes_per_token(self) -> int:
+        """Bytes a token owns in the block-trailing area (0 unless the layout has one)."""
+        return self._bytes((Placement.BLOCK_TRAILING,), tuple(Source))
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Cache bytes per token: per-token plus block-trailing bytes."""
+        return self.data_bytes_per_token + self.trailing_bytes_per_token
+
+    def bytes_per_block(self, block_size: int) -> int:
+        """Cache bytes of a block of ``block_size`` tokens, unpadded."""
+        return block_size * self.bytes_per_token
+
+    @property
+    def k_bytes_per_token(self) -> int:
+        """Cache bytes of the latent (kv_c) values: the k partition."""
+        return self._bytes(_IN_CACHE, (Source.KV_C,))
+
+    @property
+    def v_bytes_per_token(self) -> int:
+        """Cache bytes of the rope (k_pe) values: the v partition."""
+        return self._bytes(_IN_CACHE, (Source.K_PE,))
+
+    @property
+    def scale_bytes_per_token(self) -> int:
+        """Cache bytes of inline and block-trailing scales (an external scale takes none)."""
+        return self._bytes(_IN_CACHE, (Source.SCALE,))
+
+    @property
+    def pad_bytes_per_token(self) -> int:
+        """Cache bytes that are padding: never written, never read."""
+        return self._bytes(_IN_CACHE, (Source.PAD,))
+
+    @property
+    def k_plus_v_equals_block(self) -> bool:
+        """Whether the k and v partitions cover the whole block (no scale or pad bytes inside it)."""
+        return self.k_bytes_per_token + self.v_bytes_per_token == self.bytes_per_token
+
+    # ---- the cache tensor ----------------------------------------------------------------------------
+    @property
+    def stores_input_dtype(self) -> bool:
+        """True when the cache holds the inputs' 16-bit type itself (``auto``) rather than bytes."""
+        return all(f.element == ELEMENT_INPUT16 for f in self.entry_fields)
+
+    def cache_dtype(self, input_dtype: torch.dtype) -> torch.dtype:
+        """dtype of the cache tensor: the input dtype for ``auto``, uint8 for the fp8 layouts."""
+        return input_dtype if self.stores_input_dtype else torch.uint8
+
+    @property
+    def cache_entry(self) -> int:
+        """Size of the cache tensor's last dimension, in its own elements."""
+        return self.bytes_per_token // (2 if self.stores_input_dtype else 1)
+
+    def cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, int, int]:
+        """Shape of the cache tensor: ``(num_blocks, block_size, cache_entry)``."""
+        return (num_blocks, block_size, self.cache_entry)
+
+    def block_byte_positions(
+        self, token_in_block: torch.Tensor, entry_bytes: torch.Tensor, block_size: int
+    ) -> torch.Tensor:
+        """Byte offset within its block of entry byte ``entry_bytes[j]`` of token ``token_in_block[i]``.
+
+        Returns int64 ``[len(token_in_block), len(entry_bytes)]``. Per-token bytes of token t sit at
+        ``t * data_bytes_per_token + j``; block-trailing ones after all tokens' data (see Placement).
+        """
+        t = token_in_block.to(torch.int64).unsqueeze(1)
+        j = entry_bytes.to(torch.int64).unsqueeze(0)
+        data, trailing = self.data_bytes_per_token, self.trailing_bytes_per_token
+        return torch.where(j < data, t * data + j, block_size * data + t * trailing + (j - data))
+
+
+_IN_CACHE = (Placement.PER_TOKEN, Placement.BLOCK_TRAILING)
+
+
+def _check_fields(layout: MlaLayout) -> None:
+    where = f"layout {layout.name}"
+    names = [f.name for f in layout.fields]
+    if len(set(names)) != len(names):
+        raise RtpRefError(f"{where}: field names repeat: {names}")
+    for f in layout.fields:
+        if f.size <= 0 or f.size % element_size(f.element) != 0:
+            raise RtpRefError(
+                f"{where}: field {f.name!r} has {f.size} bytes, not a whole number of {f.element}"
+            )
+    for placement in (Placement.PER_TOKEN, Placement.BLOCK_TRAILING):
+        end = 0
+        for f in layout.placed(placement):
+            if f.offset != end:
+                raise RtpRefError(
+                    f"{where}: {placement.value} field {f.name!r} starts at byte {f.offset}, "
+                    f"expected {end} (fields must tile the area without gap or overlap)"
+                )
+            end = f.end
+    for source, count in ((Source.KV_C, layout.kv_lora_rank), (Source.K_PE, layout.rope_dim)):
+        held = [f for f in layout.fields if f.source is source]
+        if len(held) != 1 or held[0].count != count:
+            raise RtpRefError(f"{where}: needs exactly one {source.value} field of {count} values")
+    by_name = {f.name: f for f in layout.fields}
+    for f in layout.fields:
+        if is_fp8_element(f.element) and f.source in (Source.KV_C, Source.K_PE):
+            scale = by_name.get(f.scale_field or "")
+            if scale is None or scale.source is not Source.SCALE:
+                raise RtpRefError(
+                    f"{where}: fp8 field {f.name!r} declares no scale field, so nothing says where its scale "
+                    "lives; declare one (per token, block-trailing, or external per-tensor)"
+                )
+        if f.tile_scale is not None:
+            covered = [v for v in layout.fields if v.scale_field == f.name]
+            if len(covered) != 1 or f.count != math.ceil(covered[0].count / f.tile_scale.tile):
+                raise RtpRefError(
+                    f"{where}: scale field {f.name!r} must cover one value field with "
+                    "ceil(count / tile) scales"
+                )
+
+
+def _place(*fields: Field) -> tuple[Field, ...]:
+    """Assign each field the next free offset of its placement, in the order given."""
+    next_offset = dict.fromkeys(Placement, 0)
+    placed = []
+    for f in fields:
+        placed.append(replace(f, offset=next_offset[f.placement]))
+        next_offset[f.placement] += f.size
+    return tuple(placed)
+
+
+def _value(
+    name: str,
+    source: Source,
+    count: int,
+    element: str,
+    scale_field: str | None = None,
+    placement: Placement = Placement.PER_TOKEN,
+) -> Field:
+    return Field(name, source, placement, 0, count * element_size(element), element, scale_field=scale_field)
+
+
+def _per_tensor_scale() -> Field:
+    return Field(
+        "scale",
+        Source.SCALE,
+        Placement.EXTERNAL,
+        0,
+        4,
+        ELEMENT_FP32,
+        note="the `scale` argument: one float32 for the whole cache, shared by nope and rope",
+    )
+
+
+# ---- one builder per layout ------------------------------------------------------------------------
+
+_Texts = tuple[str, str, str]  # summary, kv_split, sources
+_Built = tuple[tuple[Field, ...], _Texts]
+
+
+def _auto(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
+    fields = _place(
+        _value("nope", Source.KV_C, r, ELEMENT_INPUT16), _value("rope", Source.K_PE, p, ELEMENT_INPUT16)
+    )
+    return fields, (
+        "kv_c then k_pe in the inputs' own 16-bit type; no scale",
+        "k + v == block: the entry is exactly the nope then the rope values, nothing else",
+        "vLLM and rtp-llm concat_and_cache_mla with kv_cache_dtype 'auto'",
+    )
+
+
+def _fp8(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
+    return _per_tensor_fp8_fields(r, p, fmt), (
+        "nope and rope both quantized to fp8 with one external per-tensor scale",
+        "k + v == block: the scale is the external per-tensor `scale` argument, so the block holds only "
+        "k and v",
+        "vLLM concat_and_cache_mla kv_cache_dtype 'fp8'/'fp8_e4m3' (scaled_convert: x / scale)",
+    )
+
+
+def _rocm_compact(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
+    return _per_tensor_fp8_fields(r, p, fmt), (
+        "rtp-llm's sparse fp8 MLA on ROCm: R + P fp8 bytes per token; the scale is external per-tensor",
+        "k + v == block: the compact layout has no scale area; its scale lives outside the cache as the "
+        "per-tensor `scale` (AITER mla_decode_fwd's kv_scale), which this table declares",
+        "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); AITER mla_decode_fwd (576 fp8 values, kv_scale)",
+    )
+
+
+def _per_tensor_fp8_fields(r: int, p: int, fmt: Fp8Format) -> tuple[Field, ...]:
+    return _place(
+        _value("nope", Source.KV_C, r, fmt.name, scale_field="scale"),
+        _value("rope", Source.K_PE, p, fmt.name, scale_field="scale"),
+        _per_tensor_scale(),
+    )
+
+
+def _ds_mla_tiles(r: int, flags: LayoutFlags) -> int:
+    if r % DS_MLA_TILE == 0:
+        return r // DS_MLA_TILE
+    tiles = math.ceil(r / DS_MLA_TILE)
+    if flags.lora_alignment is LoraAlignment.ROUND_UP:
+        return tiles
+    raise RtpRefError(
+        f"kv_lora_rank={r} is not a multiple of {DS_MLA_TILE}, so fp8_ds_mla cannot give each "
+        f"{DS_MLA_TILE}-value tile its own scale (layout flag lora_alignment=strict). To run this model, "
+        "either: use a bf16/fp16 KV "
+        f"cache (layout 'auto'); or set --layout-flag lora_alignment=round_up, which allocates ceil({r}/"
+        f"{DS_MLA_TILE}) = {tiles} scale(s), {r + 4 * tiles} + 2*rope bytes per token; or use the 'fp8' or "
+        "'fp8_rocm_compact' layout (any rank, one per-tensor scale)"
+    )
+
+
+def _ds_mla(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
+    tiles = _ds_mla_tiles(r, flags)
+    scale = TileScale(DS_MLA_TILE, flags.ds_mla_scale_rule, flags.fp8_max_divisor, flags.ds_mla_scale_floor)
+    fields = _place(
+        _value("nope", Source.KV_C, r, fmt.name, scale_field="nope_scale"),
+        Field(
+            "nope_scale",
+            Source.SCALE,
+            Placement.PER_TOKEN,
+            0,
+            4 * tiles,
+            ELEMENT_FP32,
+            tile_scale=scale,
+            note=f"scale i covers nope values [{DS_MLA_TILE}i, {DS_MLA_TILE}(i+1))",
+        ),
+        _value("rope", Source.K_PE, p, ELEMENT_INPUT16),
+    )
+    return fields, (
+        f"nope fp8 in tiles of {DS_MLA_TILE}, one fp32 scale per tile inline, rope 16-bit copied bit-exact",
+        "k + v != block: the inline fp32 tile scales are part of the block but of neither k nor v "
+        "(rtp-llm's spec reports k = R and v = P elements, 576 for 656-byte blocks)",
+        "vLLM concat_and_cache_ds_mla_kernel; FlashMLA tests/quant.py (V32_FP8Sparse); "
+        "rtp-llm MLAKVCacheSpec.h",
+    )
+
+
+def _model1(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
+    tiles = r // MODEL1_TILE
+    scale = TileScale(MODEL1_TILE, ScaleRule.POW2_CEIL, flags.fp8_max_divisor, flags.model1_scale_floor)
+    fields = _place(
+        _value("nope", Source.KV_C, r, fmt.name, scale_field="nope_scale"),
+        _value("rope", Source.K_PE, p, ELEMENT_INPUT16),
+        Field(
+            "nope_scale",
+            Source.SCALE,
+            Placement.BLOCK_TRAILING,
+            0,
+            tiles,
+            ELEMENT_UE8M0,
+            tile_scale=scale,
+            note=f"scale i covers nope values [{MODEL1_TILE}i, {MODEL1_TILE}(i+1))",
+        ),
+        Field(
+            "pad",
+            Source.PAD,
+            Placement.BLOCK_TRAILING,
+            0,
+            1,
+            ELEMENT_PAD,
+            note="rounds the token's trailing group to 8 bytes; never written",
+        ),
+    )
+    return fields, (
+        f"per block: each token's nope fp8 (tiles of {MODEL1_TILE}) and 16-bit rope, then every token's "
+        f"{tiles} ue8m0 scales + 1 pad byte after the block's data",
+        "k + v != block: the block-trailing ue8m0 scales and pad bytes belong to the block but to "
+        "neither k nor v",
+        "FlashMLA tests/quant.py (MODEL1_FP8Sparse); rtp-llm concat_and_cache_ds_model1_kernel",
+    )
+
+
+_Builder = Callable[[int, int, LayoutFlags, Fp8Format], _Built]
+
+#: Layout name -> field-table builder; the keys are ``rtp_ref.platform.MLA_LAYOUT_NAMES``.
+LAYOUT_BUILDERS: dict[str, _Builder] = {
+    "auto": _auto,
+    "fp8": _fp8,
+    "fp8_ds_mla": _ds_mla,
+    "fp8_model1_mla": _model1,
+    "fp8_rocm_compact": _rocm_compact,
+}
+
+
+def default_dims(name: str) -> tuple[int, int]:
+    """Default (kv_lora_rank, rope_dim) of a layout: 448/64 for fp8_model1_mla, else 512/64."""
+    return MODEL1_DIMS if name == "fp8_model1_mla" else DEFAULT_DIMS
+
+
+def _check_dims(name: str, kv_lora_rank: int, rope_dim: int) -> None:
+    for arg, value in (("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RtpRefError(f"{arg}={value!r} is not valid for layout {name}; valid: an integer >= 1")
+    if name == "fp8_model1_mla" and (kv_lora_rank, rope_dim) != MODEL1_DIMS:
+        raise RtpRefError(
+            f"layout fp8_model1_mla supports only kv_lora_rank={MODEL1_DIMS[0]} and "
+            f"rope_dim={MODEL1_DIMS[1]} (7 tiles of {MODEL1_TILE} + 1 pad byte per token, FlashMLA/rtp-llm), "
+            f"got kv_lora_rank={kv_lora_rank}, "
+            f"rope_dim={rope_dim}"
+        )
+
+
+def build_layout(
+    name: str,
+    *,
+    kv_lora_rank: int,
+    rope_dim: int,
+    flags: LayoutFlags,
+    element_format: Fp8Format,
+    conversion_mode: ConversionMode,
+) -> MlaLayout:
+    """Build layout ``name`` for rank R = ``kv_lora_rank`` and rope dim P = ``rope_dim``.
+
+    ``element_format`` / ``conversion_mode`` are the platform's fp8 encoding (the writer's numerics),
+    ``flags`` the resolved layout flags. Raises RtpRefError for an unknown name or an R/P the layout
+    does not support (fp8_model1_mla: only 448/64; fp8_ds_mla: R % 128 == 0 unless lora_alignment=round_up).
+    """
+    if name not in LAYOUT_BUILDERS:
+        raise RtpRefError(f"unknown MLA layout {name!r}; valid layouts: {', '.join(LAYOUT_BUILDERS)}")
+    _check_dims(name, kv_lora_rank, rope_dim)
+    fields, (summary, kv_split, sources) = LAYOUT_BUILDERS[name](
+        kv_lora_rank, rope_dim, flags, element_format
+    )
+    return MlaLayout(
+        name,
+        kv_lora_rank,
+        rope_dim,
+        fields,
+        element_format,
+        conversion_mode,
+        flags,
+        summary,
+        kv_split,
+        sources,
+    )
+
+
+def layout_for_platform(
+    platform: Platform,
+    name: str,
+    *,
+    kv_lora_rank: int | None = None,
+    rope_dim: int | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> MlaLayout:
+    """``build_layout`` with the platform's fp8 format, conversion mode and flags (plus ``overrides``).
+
+    R and P default to ``default_dims(name)``. Works for every layout on every platform: whether a
+    platform's kernels *support* the layout is ``platform.supported_layouts``, a separate question.
+    """
+    default_r, default_p = default_dims(name)
+    return build_layout(
+        name,
+        kv_lora_rank=default_r if kv_lora_rank is None else kv_lora_rank,
+        rope_dim=default_p if rope_dim is None else rope_dim,
+        flags=resolve_flags(platform, overrides),
+        element_format=platform.element_format,
+        conversion_mode=platform.conversion_mode,
+    )

@@ -1,0 +1,159 @@
+"""The tests' own statement of every layout, independent of rtp_ref.kv and rtp_ref.fp8.
+
+Byte maps are written by hand from the sources (shared/reference/mla-kv-layouts.md: vLLM
+``concat_and_cache_mla`` / ``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm
+``concat_and_cache_ds_model1_kernel``); expected bytes are computed with numpy float32 arithmetic,
+``math`` and ml_dtypes' fp8 casts. Nothing here imports the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+import torch
+
+FLT_MIN = float(np.finfo(np.float32).tiny)
+ML_FP8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
+FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
+LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+PER_TENSOR = ("fp8", "fp8_rocm_compact")
+
+Bytes = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a test knows of a platform's numerics, copied by hand from its platform file."""
+
+    fp8: str
+    ds_mla_rule: str
+    ds_mla_floor: float
+    divisor: float
+    model1_floor: float
+
+
+# The platform files' [fp8] element_format and [layout_flags], written here by hand.
+CONTRACTS = {
+    "cpu": Contract("e4m3fn", "pow2_ceil", 1e-4, 448.0, 1e-4),
+    "cuda-sm90": Contract("e4m3fn", "pow2_ceil", 1e-4, 448.0, 1e-4),
+    "rocm-gfx942": Contract("e4m3fnuz", "amax_div", FLT_MIN, 224.0, 1e-4),
+}
+
+
+def byte_map(layout: str, r: int, p: int) -> dict[str, tuple[int, int]]:
+    """Field -> (offset within the token's entry, size) from the sources; model1's trailing group
+    (7 ue8m0 + 1 pad) is listed after its 576 data bytes."""
+    if layout == "auto":
+        return {"nope": (0, 2 * r), "rope": (2 * r, 2 * p)}
+    if layout in PER_TENSOR:
+        return {"nope": (0, r), "rope": (r, p)}
+    if layout == "fp8_ds_mla":
+        tiles = -(-r // 128)
+        return {"nope": (0, r), "nope_scale": (r, 4 * tiles), "rope": (r + 4 * tiles, 2 * p)}
+    assert (r, p) == (448, 64)
+    return {"nope": (0, 448), "rope": (448, 128), "nope_scale": (576, 7), "pad": (583, 1)}
+
+
+def bytes_per_token(layout: str, r: int, p: int) -> int:
+    return sum(size for _, size in byte_map(layout, r, p).values())
+
+
+def written_entry_bytes(layout: str, r: int, p: int) -> list[int]:
+    """Entry bytes a write sets: all but model1's pad byte."""
+    return [
+        offset + i
+        for name, (offset, size) in byte_map(layout, r, p).items()
+        if name != "pad"
+        for i in range(size)
+    ]
+
+
+def block_position(layout: str, r: int, p: int, block_size: int, t: int, entry_byte: int) -> int:
+    """Where entry byte ``entry_byte`` of token ``t`` sits inside its block."""
+    if layout == "fp8_model1_mla":
+        # token data at t * 576; the token's 8 scale bytes after all block_size tokens' data
+        return t * 576 + entry_byte if entry_byte < 576 else block_size * 576 + t * 8 + (entry_byte - 576)
+    return t * bytes_per_token(layout, r, p) + entry_byte
+
+
+def _bits16(x: torch.Tensor) -> Bytes:
+    """Little-endian bytes of a bf16/fp16 row, from its float32 value (both upcasts are exact)."""
+    f = x.to(torch.float32).numpy()
+    if x.dtype == torch.bfloat16:
+        halves = (f.view(np.uint32) >> 16).astype("<u2")
+    else:
+        halves = f.astype(np.float16).view("<u2")
+    return halves.view(np.uint8)
+
+
+def _fp8(q: npt.NDArray[np.float32], fmt: str) -> Bytes:
+    """fp8 codes of float32 values: round to nearest even, saturating (inputs here are finite)."""
+    clipped = np.clip(q, -FP8_MAX[fmt], FP8_MAX[fmt]).astype(np.float32)
+    return clipped.astype(ML_FP8[fmt]).view(np.uint8)
+
+
+def pow2_ceil(value: float) -> float:
+    """Smallest power of two >= value > 0."""
+    mantissa, exponent = math.frexp(value)
+    return 2.0 ** (exponent - 1) if mantissa == 0.5 else 2.0**exponent
+
+
+def tile_scale(tile: npt.NDArray[np.float32], rule: str, divisor: float, floor: float) -> np.float32:
+    amax = np.float32(np.abs(tile).max())
+    s = max(np.float32(amax / np.float32(divisor)), np.float32(floor))
+    return np.float32(pow2_ceil(float(s))) if rule == "pow2_ceil" else np.float32(s)
+
+
+def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: float) -> Bytes:
+    """The entry bytes of one token (``kv_c`` [R], ``k_pe`` [P] bf16/fp16), in byte-map order."""
+    x = kv_c.to(torch.float32).numpy()
+    if layout == "auto":
+        return np.concatenate([_bits16(kv_c), _bits16(k_pe)])
+    if layout in PER_TENSOR:
+        s = np.float32(scale)
+        return np.concatenate([_fp8(x / s, c.fp8), _fp8(k_pe.to(torch.float32).numpy() / s, c.fp8)])
+    tile_size = 128 if layout == "fp8_ds_mla" else 64
+    nope, scales = [], []
+    for start in range(0, x.shape[0], tile_size):
+        tile = x[start : start + tile_size]
+        if layout == "fp8_ds_mla":
+            s = tile_scale(tile, c.ds_mla_rule, c.divisor, c.ds_mla_floor)
+            scales.append(np.array([s], "<f4").view(np.uint8))
+        else:
+            s = tile_scale(tile, "pow2_ceil", c.divisor, c.model1_floor)
+            scales.append(np.array([math.frexp(float(s))[1] - 1 + 127], np.uint8))
+        nope.append(_fp8(tile / s, c.fp8))
+    if layout == "fp8_ds_mla":
+        return np.concatenate([*nope, *scales, _bits16(k_pe)])
+    return np.concatenate([*nope, _bits16(k_pe), *scales, np.zeros(1, np.uint8)])
+
+
+def decode_entry(layout: str, c: Contract, entry: Bytes, r: int, p: int, scale: float,
+                 input_dtype: torch.dtype) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """(kv_c, k_pe) float32 from an entry's bytes, walking the hand-written byte map."""
+    fields = {name: entry[o : o + n] for name, (o, n) in byte_map(layout, r, p).items()}
+    half = np.float16 if input_dtype == torch.float16 else None
+
+    def bits16(raw: Bytes) -> npt.NDArray[np.float32]:
+        codes = raw.view("<u2")
+        if half is not None:
+            return codes.view(np.float16).astype(np.float32)
+        return (codes.astype(np.uint32) << 16).view(np.float32)
+
+    if layout == "auto":
+        return bits16(fields["nope"]), bits16(fields["rope"])
+    values = fields["nope"].view(ML_FP8[c.fp8]).astype(np.float32)
+    if layout in PER_TENSOR:
+        s = np.float32(scale)
+        return values * s, fields["rope"].view(ML_FP8[c.fp8]).astype(np.float32) * s
+    tile_size = 128 if layout == "fp8_ds_mla" else 64
+    if layout == "fp8_ds_mla":
+        scales = fields["nope_scale"].view("<f4").astype(np.float32)
+    else:
+        scales = np.array([2.0 ** (int(b) - 127) for b in fields["nope_scale"]], np.float32)
+    per_value = np.repeat(scales, tile_size)[: values.shape[0]]
+    return values * per_value, bits16(fields["rope"])
