@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from pathlib import Path
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from rtp_ref.certify.cases import CaseSpec
+from rtp_ref.certify.collector import write_case_index
+from rtp_ref.certify.faults import FaultLog
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 from .matrix import KernelUnderTest, case_specs, matching_deviation, suite
+from .runner import DEVICE_FAULT
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,78 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("claimed_pair", _pairs(metafunc.config, claimed=True))
     if "unclaimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("unclaimed_pair", _pairs(metafunc.config, claimed=False))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--rtp-report``, index the collected cases so a crashed case keeps its identity."""
+    out = config.getoption("rtp_report")
+    if not out:
+        return
+    index = {}
+    for item in items:
+        params = getattr(item, "callspec", None)
+        case = params.params.get("write_case") if params else None
+        pair = (params.params.get("claimed_pair") or params.params.get("unclaimed_pair")) if params else None
+        if isinstance(case, WriteCase):
+            index[item.nodeid] = {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
+                                  "case": case.spec.case_id, "execution": case.kut.execution}
+        elif isinstance(pair, tuple):
+            kind = "unclaimed" if "unclaimed_pair" in params.params else item.originalname
+            index[item.nodeid] = {"kernel": pair[0].name, "layout": pair[1], "kind": kind}
+    write_case_index(Path(out), index)
+
+
+_FAULT_LOG = pytest.StashKey[FaultLog]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    out = config.getoption("rtp_report")
+    if out:
+        config.stash[_FAULT_LOG] = FaultLog(Path(out))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    log = item.config.stash.get(_FAULT_LOG, None)
+    if log is not None:
+        log.case(item.nodeid)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's hook: our timer records TIMEOUT in the fault log before ending the worker."""
+    log = item.config.stash.get(_FAULT_LOG, None)
+    if log is None or not settings.timeout or settings.timeout <= 0:
+        return None
+    log.start_timer(settings.timeout, lambda: os._exit(1))
+    return True
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
+    log = item.config.stash.get(_FAULT_LOG, None)
+    if log is None:
+        return None
+    log.cancel_timer()
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _replace_worker_after_device_fault(pytestconfig: pytest.Config) -> Iterator[None]:
+    """After a case that killed the CUDA context, no later case in this process can be trusted.
+
+    Under xdist (how ``rtp-ref certify`` runs) the worker exits once the case's report is out
+    and xdist starts a fresh one; in a plain pytest run the session stops, marked incomplete.
+    """
+    yield
+    if DEVICE_FAULT:
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            log = pytestconfig.stash.get(_FAULT_LOG, None)
+            if log is not None:
+                log.fatal("DEVICE_FAULT", f"{DEVICE_FAULT[0]} left the CUDA context unusable")
+            os._exit(70)
+        pytest.exit(f"device fault: {DEVICE_FAULT[0]} left the CUDA context unusable; stopping the run",
+                    returncode=pytest.ExitCode.INTERRUPTED)
 
 
 @pytest.fixture

@@ -28,6 +28,21 @@ class CallResult:
         return self.launches_after > self.launches_before
 
 
+#: Set when a kernel left the device unusable (a sticky CUDA error): the case that did it.
+DEVICE_FAULT: list[str] = []
+
+
+def _device_is_dead(device: str) -> bool:
+    if device != "cuda":
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+    except Exception:  # any error here means the context is gone: the worker must be replaced
+        return True
+    return False
+
+
 def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: str) -> CallResult:
     """Call ``kernel`` once on the case, wait for the device, and report what happened.
 
@@ -44,6 +59,8 @@ def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: 
             torch.cuda.synchronize()
     except Exception as exc:  # the kernel's failure is the finding, reported by the caller
         error = exc
+        if _device_is_dead(device):
+            DEVICE_FAULT.append(f"{getattr(kernel, 'name', kernel)} on {layout}")
     return CallResult(error, calls, before, getattr(kernel, "launch_count", None))
 
 

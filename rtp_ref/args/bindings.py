@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from rtp_ref.args.sources import PRECEDENCE, ArgSource
 from rtp_ref.errors import RtpRefError
 
 #: What ``bind_to=`` accepts.
-BindSpec = Union[str, tuple[object, str], Sequence[Union[str, tuple[object, str]]]]
+BindSpec = str | tuple[object, str] | Sequence[str | tuple[object, str]]
 
 
 class BindingError(RtpRefError):
@@ -75,7 +74,8 @@ def _dotted_target(spec: str, argument: str) -> BindTarget:
     parts = tuple(spec.split("."))
     if not all(part.isidentifier() for part in parts):
         raise BindingError(
-            f"argument {argument}: bind_to {spec!r} is not a dotted attribute path such as 'model_args.max_seq_len'"
+            f"argument {argument}: bind_to {spec!r} is not a dotted attribute path "
+            "such as 'model_args.max_seq_len'"
         )
     return BindTarget(attr=parts[-1], path=parts[:-1])
 
@@ -148,9 +148,10 @@ def apply_bindings(
                 key = (id(owner), target.attr)
                 earlier = written.get(key)
                 if source is not ArgSource.DEFAULT and earlier is not None and earlier[0] != value:
+                    first = _describe_source(earlier[1], source)
                     raise BindingConflictError(
-                        f"{target.describe()} gets {earlier[0]!r} from {_describe_source(earlier[1], source)} "
-                        f"and {value!r} from {_describe_source(binding, source)}; set only one of them"
+                        f"{target.describe()} gets {earlier[0]!r} from {first} and {value!r} from "
+                        f"{_describe_source(binding, source)}; set only one of them"
                     )
                 written[key] = (value, binding)
                 _assign(target, owner, value, binding)

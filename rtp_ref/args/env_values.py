@@ -66,7 +66,7 @@ class CommandLineForm:
 
     @property
     def tokens(self) -> tuple[str, ...]:
-        """The command-line tokens: ``()``, ``('--flag',)``, ``('--flag=v',)`` or ``('--flag', 'v1', 'v2')``."""
+        """Command-line tokens: ``()``, ``('--flag',)``, ``('--flag=v',)`` or ``('--flag', 'v1', 'v2')``."""
         if self.arg_strings is None:
             return ()
         if self.attached:
@@ -107,10 +107,14 @@ def command_line_form(
     try:
         items = shlex.split(raw)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"cannot split it into values the way a shell would: {exc}") from None
+        raise argparse.ArgumentTypeError(
+            f"cannot split it into values the way a shell would: {exc}"
+        ) from None
     problem = _count_problem(action.nargs, len(items))
     if problem is not None:
-        raise argparse.ArgumentTypeError(f"{problem} (values are separated by blanks; quote a value with blanks)")
+        raise argparse.ArgumentTypeError(
+            f"{problem} (values are separated by blanks; quote a value with blanks)"
+        )
     for item in items:
         if reads_as_option(item):
             raise argparse.ArgumentTypeError(

@@ -9,6 +9,7 @@ leaves the cases it finished, and its crash appears as a failed case.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,9 +17,35 @@ from typing import Any
 
 import pytest
 
+from rtp_ref.certify.faults import read_fault_reasons
 from rtp_ref.certify.report import build_report, render_markdown
 
 CASE_PROPERTY = "rtp_ref_case"
+#: Written at collection by each process that collects (``case_index_file``): nodeid -> the case's
+#: kernel, layout and kind, so a case whose worker died before reporting still has them.
+CASE_INDEX_GLOB = ".cases-*.json"
+
+
+def case_index_file(out_dir: Path) -> Path:
+    """Where this process writes its collection index (one file per xdist worker)."""
+    return out_dir / f".cases-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+
+
+def write_case_index(out_dir: Path, index: Mapping[str, Mapping[str, Any]]) -> None:
+    """Record the collected cases' identities (see CASE_INDEX_GLOB)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    case_index_file(out_dir).write_text(json.dumps(index))
+
+
+def _read_case_indexes(out_dir: Path) -> dict[str, dict[str, Any]]:
+    merged: dict[str, dict[str, Any]] = {}
+    for path in sorted(out_dir.glob(CASE_INDEX_GLOB)):
+        try:
+            merged.update(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # a worker killed mid-write: the other workers' copies hold the same index
+        path.unlink(missing_ok=True)
+    return merged
 
 
 def _outcome(report: pytest.TestReport) -> str:
@@ -64,8 +91,11 @@ class ReportCollector:
             outcome = _outcome(report)
             if report.when in ("setup", "teardown") and outcome == "failed":
                 outcome = "error"
-            if case.get("outcome") in (None, "passed") or outcome == "error":
+            previous = case.get("outcome")
+            if previous in (None, "passed"):
                 case.update(outcome=outcome, reason=_reason(report), duration_s=round(report.duration, 6))
+            elif outcome in ("failed", "error"):  # e.g. the worker died after the case failed
+                case["reason"] = f"{case.get('reason', '')} / then: {_reason(report)}"
 
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
@@ -76,7 +106,13 @@ class ReportCollector:
             return
         from rtp_ref.certify.session import describe_run
 
-        for case in self.cases.values():
+        index = _read_case_indexes(self.out_dir)
+        faults = read_fault_reasons(self.out_dir)
+        for nodeid, case in self.cases.items():
+            if nodeid in faults:
+                case["reason"] = f"{faults[nodeid]} ({case['reason']})" if case.get("reason") else faults[nodeid]
+            for key, value in index.get(nodeid, {}).items():
+                case.setdefault(key, value)
             case.setdefault("outcome", "error")
             case.setdefault("reason", "no result was reported for this case")
         cases = list(self.cases.values())
@@ -86,10 +122,21 @@ class ReportCollector:
         write_report(report, self.out_dir)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as the strings "nan", "inf", "-inf" (strict JSON has none)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def write_report(report: Mapping[str, Any], out_dir: Path) -> None:
     """Write report.json and report.md into ``out_dir`` (created if needed), atomically each."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (("report.json", json.dumps(report, indent=1, allow_nan=False) + "\n"),
+    for name, text in (("report.json", json.dumps(json_safe(report), indent=1, allow_nan=False) + "\n"),
                        ("report.md", render_markdown(report))):
         tmp = out_dir / f".{name}.tmp"
         tmp.write_text(text)

@@ -27,8 +27,10 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
         argv += ["--layout", name]
     for flag in args.layout_flag:
         argv += ["--layout-flag", flag]
-    if args.workers:
-        argv += ["-n", str(args.workers)]
+    # Every case runs in an xdist worker: a kernel that kills its process (segfault, lost CUDA
+    # context) or hangs past the timeout fails that case; xdist starts a fresh worker and goes on.
+    argv += ["-n", str(args.workers), "--max-worker-restart", "100000",
+             "--timeout", str(args.case_timeout), "--timeout-method", "thread"]
     extra = list(args.pytest_args)
     return argv + (extra[1:] if extra[:1] == ["--"] else extra)
 
@@ -59,6 +61,16 @@ def _certify(args: argparse.Namespace) -> int:
     return 1 if problem else 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
 def register(sub: Any) -> None:
     """Add ``certify``."""
     parser = sub.add_parser(
@@ -75,8 +87,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--layout-flag", action="append", default=[], metavar="KEY=VALUE",
                         help="override a layout flag of the platform table (repeatable)")
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
-    parser.add_argument("-n", "--workers", type=int, default=0, metavar="N",
-                        help="pytest-xdist workers; on a GPU host each worker gets its own GPU")
+    parser.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="N",
+                        help="worker processes (default 1); on a GPU host each worker gets its own GPU")
+    parser.add_argument("--case-timeout", type=_positive_int, default=600, metavar="SECONDS",
+                        help="a case running longer fails and its worker is replaced (default 600; the first "
+                        "case of a kernel may include its build)")
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

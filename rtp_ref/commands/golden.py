@@ -64,13 +64,9 @@ def register(sub: Any) -> None:
     )
     add_layout_arguments(parser)
     parser.add_argument("--tokens", type=int, default=32, metavar="N", help="tokens written (default: 32)")
-    parser.add_argument(
-        "--block-size", type=int, default=16, metavar="B", help="tokens per block (default: 16)"
-    )
+    parser.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per block (default: 16)")
     parser.add_argument("--num-blocks", type=int, default=4, metavar="M", help="cache blocks (default: 4)")
-    parser.add_argument(
-        "--seed", type=int, default=0, metavar="S", help="random seed of the inputs (default: 0)"
-    )
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed of the inputs (default: 0)")
     parser.add_argument(
         "--input-dtype",
         choices=list(GOLDEN_INPUT_DTYPES),

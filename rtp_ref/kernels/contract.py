@@ -12,7 +12,7 @@ writer cannot silently disagree on where a byte goes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -48,11 +48,14 @@ class WriteContract:
     element_format: Fp8Format
     conversion_mode: ConversionMode
     flags: LayoutFlags
+    #: name of the platform table the contract came from, for messages (``custom`` when built by hand)
+    platform: str = "custom"
 
     @classmethod
     def for_platform(cls, platform: Platform, overrides: Mapping[str, str] | None = None) -> WriteContract:
         """The contract of a platform table, with ``--layout-flag`` style ``overrides`` applied."""
-        return cls(platform.element_format, platform.conversion_mode, resolve_flags(platform, overrides))
+        return cls(platform.element_format, platform.conversion_mode, resolve_flags(platform, overrides),
+                   platform.name)
 
     def layout(self, kv_cache_dtype: str, kv_lora_rank: int, rope_dim: int) -> MlaLayout:
         """The reference layout for a kernel call (``fp8_e4m3`` is vLLM's spelling of ``fp8``).
@@ -81,7 +84,7 @@ def default_contract(device: torch.device) -> WriteContract:
     return WriteContract.for_platform(platform)
 
 
-def check_call(kernel_name: str, layouts: tuple[str, ...], devices: tuple[str, ...], kv_cache_dtype: object,
+def check_call(kernel_name: str, layouts: Collection[str], devices: Collection[str], kv_cache_dtype: object,
                kv_cache: object) -> str:
     """Refuse a layout or device the kernel does not claim, before anything else; returns the layout name.
 

@@ -8,6 +8,8 @@ kernel would report a pass for nothing.
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
@@ -16,6 +18,9 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.protocol import KernelEntry, KVCacheKernel, check_kernel
 
 ENTRY_POINT_GROUP = "rtp_ref.kernels"
+#: Comma-separated ``module:attribute`` specs of extra kernels, for kernels that are not installed
+#: as a distribution (a vendor's work tree, rtp-ref's own test mutants). Loaded like entry points.
+KERNELS_ENV = "RTP_REF_KERNELS"
 
 
 def _expand(loaded: Any, origin: str) -> list[KVCacheKernel]:
@@ -43,6 +48,23 @@ def entry_point_kernels(entry_points: Iterable[metadata.EntryPoint] | None = Non
     return found
 
 
+def env_kernels(spec: str | None = None) -> list[KernelEntry]:
+    """Kernels named by ``$RTP_REF_KERNELS`` (or ``spec``): ``pkg.module:attr,other:attr``."""
+    text = os.environ.get(KERNELS_ENV, "") if spec is None else spec
+    found = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        module, sep, attr = item.partition(":")
+        origin = f"{KERNELS_ENV} item {item!r}"
+        if not sep or not module or not attr:
+            raise RtpRefError(f"{origin}: expected module:attribute, e.g. my_pkg.kernels:all_kernels")
+        try:
+            loaded = getattr(importlib.import_module(module), attr)
+        except Exception as exc:
+            raise RtpRefError(f"{origin} failed to load: {type(exc).__name__}: {exc}") from exc
+        found += [KernelEntry(k, origin) for k in _expand(loaded, origin)]
+    return found
+
+
 def builtin_kernels() -> list[KernelEntry]:
     """rtp-ref's own kernels: the reference and torch-eager always; triton and cuda when their
     toolchains are present."""
@@ -53,12 +75,13 @@ def builtin_kernels() -> list[KernelEntry]:
 
 
 def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntry]:
-    """All kernels by name (built-ins first). ``names`` selects some; an unknown name is an error.
+    """All kernels by name: built-ins, entry points, ``$RTP_REF_KERNELS``. ``names`` selects some; an
+    unknown name is an error.
 
     Two kernels with one name is an error naming both origins.
     """
     table: dict[str, KernelEntry] = {}
-    for entry in [*builtin_kernels(), *entry_point_kernels()]:
+    for entry in [*builtin_kernels(), *entry_point_kernels(), *env_kernels()]:
         other = table.get(entry.kernel.name)
         if other is not None:
             raise RtpRefError(

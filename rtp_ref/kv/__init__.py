@@ -16,10 +16,20 @@ from rtp_ref.kv.cache import (
     reference_write,
     scatter_entries,
 )
+from rtp_ref.kv.describe import layout_as_dict, layout_table
 from rtp_ref.kv.dtypes import KvDtype, kv_dtype
 from rtp_ref.kv.entries import decode_entries, encode_entries, tile_scales
 from rtp_ref.kv.fields import Field, Placement, Source, TileScale
-from rtp_ref.kv.flags import FLAG_SPECS, FlagSpec, LayoutFlags, LoraAlignment, check_flag_table, resolve_flags
+from rtp_ref.kv.flags import (
+    FLAG_SPECS,
+    FlagSpec,
+    LayoutFlags,
+    LoraAlignment,
+    apply_overrides,
+    check_flag_table,
+    parse_overrides,
+    resolve_flags,
+)
 from rtp_ref.kv.golden import GoldenCase, make_golden, safetensors_bytes, write_golden
 from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, build_layout, default_dims, layout_for_platform
 from rtp_ref.kv.specs import (
@@ -50,6 +60,7 @@ __all__ = [
     "Placement",
     "Source",
     "TileScale",
+    "apply_overrides",
     "build_layout",
     "cache_capacity",
     "check_flag_table",
@@ -60,9 +71,12 @@ __all__ = [
     "encode_entries",
     "gather_entries",
     "kv_dtype",
+    "layout_as_dict",
     "layout_for_platform",
+    "layout_table",
     "make_golden",
     "mla_spec",
+    "parse_overrides",
     "read_slots",
     "reference_write",
     "resolve_flags",

@@ -62,9 +62,7 @@ def _locations(
     return blocks, positions // width, positions % width
 
 
-def scatter_entries(
-    layout: MlaLayout, entries: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor
-) -> None:
+def scatter_entries(layout: MlaLayout, entries: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor) -> None:
     """Write entry ``i`` (uint8 ``[n, bytes_per_token]``) to slot ``slots[i]`` (all >= 0) of the cache.
 
     Pad bytes are skipped. No validation: callers check first (``validate_write_args``).

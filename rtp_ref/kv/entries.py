@@ -23,6 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import (
     Pow2Rule,
     decode,
@@ -64,15 +65,13 @@ def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
 
 def _check_inputs(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor) -> None:
     if kv_c.shape[:1] != k_pe.shape[:1]:
-        raise ValueError(f"kv_c has {kv_c.shape[0]} rows but k_pe has {k_pe.shape[0]}; pass the same tokens")
+        raise RtpRefError(f"kv_c has {kv_c.shape[0]} rows but k_pe has {k_pe.shape[0]}; pass the same tokens")
     for name, x, n in (("kv_c", kv_c, layout.kv_lora_rank), ("k_pe", k_pe, layout.rope_dim)):
         if x.dim() != 2 or x.shape[1] != n or x.dtype not in (torch.bfloat16, torch.float16):
-            raise ValueError(f"{name}: expected bf16/fp16 [T, {n}], got {x.dtype} {list(x.shape)}")
+            raise RtpRefError(f"{name}: expected bf16/fp16 [T, {n}], got {x.dtype} {list(x.shape)}")
 
 
-def encode_entries(
-    layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
+def encode_entries(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Entries of tokens ``kv_c`` [T, R] and ``k_pe`` [T, P] (bf16/fp16): uint8 ``[T, bytes_per_token]``.
 
     ``scale`` is the float32 per-tensor scale (one element), used only by layouts with an external
@@ -98,9 +97,7 @@ def encode_entries(
     return out
 
 
-def _value_bytes(
-    layout: MlaLayout, f: Field, x: torch.Tensor, scales: dict[str, torch.Tensor]
-) -> torch.Tensor:
+def _value_bytes(layout: MlaLayout, f: Field, x: torch.Tensor, scales: dict[str, torch.Tensor]) -> torch.Tensor:
     if f.element == ELEMENT_INPUT16:
         return x.contiguous().view(torch.uint8)
     fmt, mode = layout.element_format, layout.conversion_mode
@@ -121,14 +118,10 @@ def decode_entries(
     multiplied by their scale (per tile, or the per-tensor ``scale``), in float32.
     """
     if entries.dim() != 2 or entries.shape[1] != layout.bytes_per_token or entries.dtype != torch.uint8:
-        raise ValueError(
-            f"entries: expected uint8 [T, {layout.bytes_per_token}], got {entries.dtype} "
-            f"{list(entries.shape)}"
+        raise RtpRefError(
+            f"entries: expected uint8 [T, {layout.bytes_per_token}], got {entries.dtype} {list(entries.shape)}"
         )
-    raw = {
-        f.name: entries[:, layout.entry_offset(f) : layout.entry_offset(f) + f.size]
-        for f in layout.entry_fields
-    }
+    raw = {f.name: entries[:, layout.entry_offset(f) : layout.entry_offset(f) + f.size] for f in layout.entry_fields}
     out = []
     for source in (Source.KV_C, Source.K_PE):
         f = layout.value_field(source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS
 from rtp_ref.fp8.scales import ScaleRule
 
@@ -28,7 +29,7 @@ def element_size(element: str) -> int:
     try:
         return _ELEMENT_SIZES[element]
     except KeyError:
-        raise ValueError(f"unknown field element {element!r}; valid: {', '.join(_ELEMENT_SIZES)}") from None
+        raise RtpRefError(f"unknown field element {element!r}; valid: {', '.join(_ELEMENT_SIZES)}") from None
 
 
 def is_fp8_element(element: str) -> bool:

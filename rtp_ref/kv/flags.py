@@ -39,10 +39,6 @@ class FlagKind(str, Enum):
     CHOICE = "choice"
 
 
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
-
-
 @dataclass(frozen=True)
 class FlagSpec:
     """One flag's type, valid values and meaning (``choices`` only for CHOICE flags)."""
@@ -74,8 +70,8 @@ class FlagSpec:
 
     def from_text(self, where: str, name: str, text: str) -> Any:
         """Parse a ``KEY=VALUE`` override's value and return it typed."""
-        if self.kind is FlagKind.BOOL and text.lower() in (*_TRUE, *_FALSE):
-            return text.lower() in _TRUE
+        if self.kind is FlagKind.BOOL and text.lower() in ("true", "false"):
+            return text.lower() == "true"
         if self.kind is FlagKind.NUMBER:
             try:
                 number = float(text)
@@ -122,8 +118,7 @@ class LayoutFlags:
             FlagSpec(
                 FlagKind.CHOICE,
                 "fp8_ds_mla with kv_lora_rank % 128 != 0: strict refuses with an actionable message, "
-                "round_up "
-                "allocates ceil(R/128) scales",
+                "round_up allocates ceil(R/128) scales",
                 tuple(a.value for a in LoraAlignment),
                 LoraAlignment,
             )
@@ -133,8 +128,7 @@ class LayoutFlags:
         metadata=_flag(
             FlagSpec(
                 FlagKind.CHOICE,
-                "fp8_ds_mla tile scale: amax_div = max(amax/divisor, floor); pow2_ceil = the next power "
-                "of two of that",
+                "fp8_ds_mla tile scale: amax_div = max(amax/divisor, floor); pow2_ceil = the next power of two of that",
                 tuple(r.value for r in ScaleRule),
                 ScaleRule,
             )
@@ -142,21 +136,15 @@ class LayoutFlags:
     )
     ds_mla_scale_floor: float = field(
         metadata=_flag(
-            FlagSpec(
-                FlagKind.NUMBER, "smallest fp8_ds_mla tile scale (FLT_MIN in rtp-llm/vLLM, 1e-4 in FlashMLA)"
-            )
+            FlagSpec(FlagKind.NUMBER, "smallest fp8_ds_mla tile scale (FLT_MIN in rtp-llm/vLLM, 1e-4 in FlashMLA)")
         )
     )
     model1_scale_floor: float = field(
-        metadata=_flag(
-            FlagSpec(FlagKind.NUMBER, "smallest fp8_model1_mla tile scale before the power-of-two ceil")
-        )
+        metadata=_flag(FlagSpec(FlagKind.NUMBER, "smallest fp8_model1_mla tile scale before the power-of-two ceil"))
     )
     fp8_max_divisor: float = field(
         metadata=_flag(
-            FlagSpec(
-                FlagKind.NUMBER, "the fp8 maximum a tile's amax is divided by (448; 224 in vLLM on gfx942)"
-            )
+            FlagSpec(FlagKind.NUMBER, "the fp8 maximum a tile's amax is divided by (448; 224 in vLLM on gfx942)")
         )
     )
 
@@ -202,9 +190,7 @@ def check_flag_table(where: str, table: Any) -> LayoutFlags:
     missing = [name for name in FLAG_SPECS if name not in table]
     if missing:
         raise RtpRefError(f"{where}: missing layout flag(s) {', '.join(missing)}; every flag must be stated")
-    return LayoutFlags(
-        **{name: spec.from_toml(where, name, table[name]) for name, spec in FLAG_SPECS.items()}
-    )
+    return LayoutFlags(**{name: spec.from_toml(where, name, table[name]) for name, spec in FLAG_SPECS.items()})
 
 
 def parse_overrides(assignments: Sequence[str]) -> dict[str, str]:

@@ -52,16 +52,12 @@ class GoldenCase:
     metadata: dict[str, str]
 
 
-def _inputs(
-    generator: torch.Generator, tokens: int, width: int, tile: int, dtype: torch.dtype
-) -> torch.Tensor:
+def _inputs(generator: torch.Generator, tokens: int, width: int, tile: int, dtype: torch.dtype) -> torch.Tensor:
     """Normal values with a random power-of-two magnitude per group of ``tile`` values (2^-6 .. 2^6),
     so tiles get different scales; returned in ``dtype``."""
     groups = math.ceil(width / tile)
     exponents = torch.randint(-6, 7, (tokens, groups), generator=generator).repeat_interleave(tile, dim=1)
-    values = torch.randn(tokens, width, generator=generator) * torch.exp2(
-        exponents[:, :width].to(torch.float32)
-    )
+    values = torch.randn(tokens, width, generator=generator) * torch.exp2(exponents[:, :width].to(torch.float32))
     return values.to(dtype)
 
 
@@ -97,9 +93,7 @@ def make_golden(
         if value < low:
             raise RtpRefError(f"{name}={value} is not valid; valid: >= {low}")
     if tokens > capacity:
-        raise RtpRefError(
-            f"tokens={tokens} do not fit the cache; valid: <= num_blocks x block_size = {capacity}"
-        )
+        raise RtpRefError(f"tokens={tokens} do not fit the cache; valid: <= num_blocks x block_size = {capacity}")
     generator = torch.Generator().manual_seed(seed)
     kv_c = _inputs(generator, tokens, layout.kv_lora_rank, 64, dtype)
     kv_c[0] = 0

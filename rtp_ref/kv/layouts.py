@@ -86,9 +86,7 @@ class MlaLayout:
         for f in self.fields:
             if f.name == name:
                 return f
-        raise KeyError(
-            f"layout {self.name} has no field {name!r}; fields: {', '.join(f.name for f in self.fields)}"
-        )
+        raise KeyError(f"layout {self.name} has no field {name!r}; fields: {', '.join(f.name for f in self.fields)}")
 
     def value_field(self, source: Source) -> Field:
         """The field holding the kv_c (``Source.KV_C``) or k_pe (``Source.K_PE``) values."""
@@ -205,9 +203,7 @@ def _check_fields(layout: MlaLayout) -> None:
         raise RtpRefError(f"{where}: field names repeat: {names}")
     for f in layout.fields:
         if f.size <= 0 or f.size % element_size(f.element) != 0:
-            raise RtpRefError(
-                f"{where}: field {f.name!r} has {f.size} bytes, not a whole number of {f.element}"
-            )
+            raise RtpRefError(f"{where}: field {f.name!r} has {f.size} bytes, not a whole number of {f.element}")
     for placement in (Placement.PER_TOKEN, Placement.BLOCK_TRAILING):
         end = 0
         for f in layout.placed(placement):
@@ -234,8 +230,7 @@ def _check_fields(layout: MlaLayout) -> None:
             covered = [v for v in layout.fields if v.scale_field == f.name]
             if len(covered) != 1 or f.count != math.ceil(covered[0].count / f.tile_scale.tile):
                 raise RtpRefError(
-                    f"{where}: scale field {f.name!r} must cover one value field with "
-                    "ceil(count / tile) scales"
+                    f"{where}: scale field {f.name!r} must cover one value field with ceil(count / tile) scales"
                 )
 
 
@@ -249,15 +244,9 @@ def _place(*fields: Field) -> tuple[Field, ...]:
     return tuple(placed)
 
 
-def _value(
-    name: str,
-    source: Source,
-    count: int,
-    element: str,
-    scale_field: str | None = None,
-    placement: Placement = Placement.PER_TOKEN,
-) -> Field:
-    return Field(name, source, placement, 0, count * element_size(element), element, scale_field=scale_field)
+def _value(name: str, source: Source, count: int, element: str, scale_field: str | None = None) -> Field:
+    """A per-token field of ``count`` values (its offset is set by ``_place``)."""
+    return Field(name, source, Placement.PER_TOKEN, 0, count * element_size(element), element, scale_field=scale_field)
 
 
 def _per_tensor_scale() -> Field:
@@ -279,9 +268,7 @@ _Built = tuple[tuple[Field, ...], _Texts]
 
 
 def _auto(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
-    fields = _place(
-        _value("nope", Source.KV_C, r, ELEMENT_INPUT16), _value("rope", Source.K_PE, p, ELEMENT_INPUT16)
-    )
+    fields = _place(_value("nope", Source.KV_C, r, ELEMENT_INPUT16), _value("rope", Source.K_PE, p, ELEMENT_INPUT16))
     return fields, (
         "kv_c then k_pe in the inputs' own 16-bit type; no scale",
         "k + v == block: the entry is exactly the nope then the rope values, nothing else",
@@ -292,8 +279,7 @@ def _auto(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
 def _fp8(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
     return _per_tensor_fp8_fields(r, p, fmt), (
         "nope and rope both quantized to fp8 with one external per-tensor scale",
-        "k + v == block: the scale is the external per-tensor `scale` argument, so the block holds only "
-        "k and v",
+        "k + v == block: the scale is the external per-tensor `scale` argument, so the block holds only k and v",
         "vLLM concat_and_cache_mla kv_cache_dtype 'fp8'/'fp8_e4m3' (scaled_convert: x / scale)",
     )
 
@@ -322,12 +308,11 @@ def _ds_mla_tiles(r: int, flags: LayoutFlags) -> int:
     if flags.lora_alignment is LoraAlignment.ROUND_UP:
         return tiles
     raise RtpRefError(
-        f"kv_lora_rank={r} is not a multiple of {DS_MLA_TILE}, so fp8_ds_mla cannot give each "
-        f"{DS_MLA_TILE}-value tile its own scale (layout flag lora_alignment=strict). To run this model, "
-        "either: use a bf16/fp16 KV "
-        f"cache (layout 'auto'); or set --layout-flag lora_alignment=round_up, which allocates ceil({r}/"
-        f"{DS_MLA_TILE}) = {tiles} scale(s), {r + 4 * tiles} + 2*rope bytes per token; or use the 'fp8' or "
-        "'fp8_rocm_compact' layout (any rank, one per-tensor scale)"
+        f"kv_lora_rank={r} is not a multiple of {DS_MLA_TILE}, so fp8_ds_mla cannot give each {DS_MLA_TILE}-value "
+        "tile its own scale (layout flag lora_alignment=strict). To run this model, either: use a bf16/fp16 KV "
+        f"cache (layout 'auto'); or set --layout-flag lora_alignment=round_up, which allocates "
+        f"ceil({r}/{DS_MLA_TILE}) = {tiles} scale(s), {r + 4 * tiles} + 2*rope bytes per token; or use the "
+        "'fp8' or 'fp8_rocm_compact' layout (any rank, one per-tensor scale)"
     )
 
 
@@ -352,8 +337,7 @@ def _ds_mla(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
         f"nope fp8 in tiles of {DS_MLA_TILE}, one fp32 scale per tile inline, rope 16-bit copied bit-exact",
         "k + v != block: the inline fp32 tile scales are part of the block but of neither k nor v "
         "(rtp-llm's spec reports k = R and v = P elements, 576 for 656-byte blocks)",
-        "vLLM concat_and_cache_ds_mla_kernel; FlashMLA tests/quant.py (V32_FP8Sparse); "
-        "rtp-llm MLAKVCacheSpec.h",
+        "vLLM concat_and_cache_ds_mla_kernel; FlashMLA tests/quant.py (V32_FP8Sparse); rtp-llm MLAKVCacheSpec.h",
     )
 
 
@@ -386,8 +370,7 @@ def _model1(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
     return fields, (
         f"per block: each token's nope fp8 (tiles of {MODEL1_TILE}) and 16-bit rope, then every token's "
         f"{tiles} ue8m0 scales + 1 pad byte after the block's data",
-        "k + v != block: the block-trailing ue8m0 scales and pad bytes belong to the block but to "
-        "neither k nor v",
+        "k + v != block: the block-trailing ue8m0 scales and pad bytes belong to the block but to neither k nor v",
         "FlashMLA tests/quant.py (MODEL1_FP8Sparse); rtp-llm concat_and_cache_ds_model1_kernel",
     )
 
@@ -440,9 +423,7 @@ def build_layout(
     if name not in LAYOUT_BUILDERS:
         raise RtpRefError(f"unknown MLA layout {name!r}; valid layouts: {', '.join(LAYOUT_BUILDERS)}")
     _check_dims(name, kv_lora_rank, rope_dim)
-    fields, (summary, kv_split, sources) = LAYOUT_BUILDERS[name](
-        kv_lora_rank, rope_dim, flags, element_format
-    )
+    fields, (summary, kv_split, sources) = LAYOUT_BUILDERS[name](kv_lora_rank, rope_dim, flags, element_format)
     return MlaLayout(
         name,
         kv_lora_rank,

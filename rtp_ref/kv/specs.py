@@ -26,14 +26,8 @@ def _positive(name: str, value: int) -> None:
 
 def effective_seq_size_per_block(seq_size_per_block: int) -> int:
     """Tokens per block as the specs use it: 0 means 1 (rtp-llm's fallback); negative is an error."""
-    if (
-        isinstance(seq_size_per_block, bool)
-        or not isinstance(seq_size_per_block, int)
-        or seq_size_per_block < 0
-    ):
-        raise RtpRefError(
-            f"seq_size_per_block={seq_size_per_block!r} is not valid; valid: an integer >= 0 (0 means 1)"
-        )
+    if isinstance(seq_size_per_block, bool) or not isinstance(seq_size_per_block, int) or seq_size_per_block < 0:
+        raise RtpRefError(f"seq_size_per_block={seq_size_per_block!r} is not valid; valid: an integer >= 0 (0 means 1)")
     return max(seq_size_per_block, 1)
 
 
@@ -178,8 +172,7 @@ def resolve_mla_spec_layout(dtype: KvDtype, is_sparse: bool, flags: LayoutFlags)
     ``fp8_ds_mla``, or for sparse attention whatever ``resolve_sparse_fp8_layout`` says."""
     if dtype not in _MLA_DTYPES:
         raise RtpRefError(
-            f"MLA KV-cache dtype {dtype.value!r} is not valid; valid: "
-            f"{', '.join(d.value for d in _MLA_DTYPES)}"
+            f"MLA KV-cache dtype {dtype.value!r} is not valid; valid: {', '.join(d.value for d in _MLA_DTYPES)}"
         )
     if not dtype.is_mla_fp8:
         return "auto"

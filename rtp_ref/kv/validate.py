@@ -61,8 +61,7 @@ def validate_cache(layout: MlaLayout, kv_cache: object, input_dtype: torch.dtype
         why = "the inputs' dtype" if layout.stores_input_dtype else "fp8 layouts store bytes"
         _fail(
             "kv_cache",
-            f"dtype {_name(cache.dtype)} is not valid for layout {layout.name}; valid: "
-            f"{_name(expected)} ({why})",
+            f"dtype {_name(cache.dtype)} is not valid for layout {layout.name}; valid: {_name(expected)} ({why})",
         )
     if cache.shape[2] != entry:
         size = "too small" if cache.shape[2] < entry else "not the entry size"
@@ -73,9 +72,7 @@ def validate_cache(layout: MlaLayout, kv_cache: object, input_dtype: torch.dtype
         )
     num_blocks, block_size = cache.shape[0], cache.shape[1]
     if num_blocks < 1 or block_size < 1:
-        _fail(
-            "kv_cache", f"shape {list(cache.shape)} holds no slot; valid: num_blocks >= 1 and block_size >= 1"
-        )
+        _fail("kv_cache", f"shape {list(cache.shape)} holds no slot; valid: num_blocks >= 1 and block_size >= 1")
     if cache.stride(2) != 1 or cache.stride(1) != entry:
         _fail(
             "kv_cache",
@@ -115,9 +112,7 @@ def validate_scale(layout: MlaLayout, scale: object, device: torch.device) -> No
     if layout.external_scale is not None:
         value = float(s.reshape(()).item())
         if not (value > 0 and value != float("inf")):
-            _fail(
-                "scale", f"{value} cannot divide values for layout {layout.name}; valid: a finite number > 0"
-            )
+            _fail("scale", f"{value} cannot divide values for layout {layout.name}; valid: a finite number > 0")
 
 
 def validate_write_args(

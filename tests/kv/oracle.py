@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -64,12 +65,7 @@ def bytes_per_token(layout: str, r: int, p: int) -> int:
 
 def written_entry_bytes(layout: str, r: int, p: int) -> list[int]:
     """Entry bytes a write sets: all but model1's pad byte."""
-    return [
-        offset + i
-        for name, (offset, size) in byte_map(layout, r, p).items()
-        if name != "pad"
-        for i in range(size)
-    ]
+    return [offset + i for name, (offset, size) in byte_map(layout, r, p).items() if name != "pad" for i in range(size)]
 
 
 def block_position(layout: str, r: int, p: int, block_size: int, t: int, entry_byte: int) -> int:
@@ -83,17 +79,16 @@ def block_position(layout: str, r: int, p: int, block_size: int, t: int, entry_b
 def _bits16(x: torch.Tensor) -> Bytes:
     """Little-endian bytes of a bf16/fp16 row, from its float32 value (both upcasts are exact)."""
     f = x.to(torch.float32).numpy()
-    if x.dtype == torch.bfloat16:
-        halves = (f.view(np.uint32) >> 16).astype("<u2")
-    else:
-        halves = f.astype(np.float16).view("<u2")
-    return halves.view(np.uint8)
+    halves = (f.view(np.uint32) >> 16).astype("<u2") if x.dtype == torch.bfloat16 else f.astype(np.float16).view("<u2")
+    out: Bytes = halves.view(np.uint8)
+    return out
 
 
-def _fp8(q: npt.NDArray[np.float32], fmt: str) -> Bytes:
+def _fp8(q: npt.NDArray[np.floating[Any]], fmt: str) -> Bytes:
     """fp8 codes of float32 values: round to nearest even, saturating (inputs here are finite)."""
     clipped = np.clip(q, -FP8_MAX[fmt], FP8_MAX[fmt]).astype(np.float32)
-    return clipped.astype(ML_FP8[fmt]).view(np.uint8)
+    codes: Bytes = clipped.astype(ML_FP8[fmt]).view(np.uint8)
+    return codes
 
 
 def pow2_ceil(value: float) -> float:
@@ -132,8 +127,9 @@ def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Ten
     return np.concatenate([*nope, _bits16(k_pe), *scales, np.zeros(1, np.uint8)])
 
 
-def decode_entry(layout: str, c: Contract, entry: Bytes, r: int, p: int, scale: float,
-                 input_dtype: torch.dtype) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+def decode_entry(
+    layout: str, c: Contract, entry: Bytes, r: int, p: int, scale: float, input_dtype: torch.dtype
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """(kv_c, k_pe) float32 from an entry's bytes, walking the hand-written byte map."""
     fields = {name: entry[o : o + n] for name, (o, n) in byte_map(layout, r, p).items()}
     half = np.float16 if input_dtype == torch.float16 else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 import torch
@@ -22,11 +23,11 @@ class Call:
     """The arguments of one write: valid by default; each case breaks one."""
 
     layout: MlaLayout
-    kv_c: object
-    k_pe: object
+    kv_c: Any  # Any: the broken calls pass what a tensor argument should never be
+    k_pe: Any
     kv_cache: torch.Tensor
-    slot_mapping: object
-    scale: object
+    slot_mapping: Any
+    scale: Any
 
 
 def good_call(layout_name: str = "fp8_ds_mla") -> Call:
@@ -51,52 +52,107 @@ def _bf16(*shape: int) -> torch.Tensor:
 # (id, how the call is broken, pattern the message must match: argument, value, what is valid)
 BAD_CALLS: list[tuple[str, Callable[[Call], Call], str]] = [
     ("kv_c not a tensor", lambda c: replace(c, kv_c=[[0.0] * 512] * 3), r"kv_c: list is not a torch.Tensor"),
-    ("kv_c float32", lambda c: replace(c, kv_c=torch.zeros(3, 512)),
-     r"kv_c: dtype torch.float32 is not supported; valid: bfloat16, float16"),
-    ("k_pe other dtype", lambda c: replace(c, k_pe=torch.zeros(3, 64, dtype=torch.float16)),
-     r"k_pe: dtype float16 differs from kv_c's bfloat16; valid: the same dtype"),
-    ("rank the layout was not built for", lambda c: replace(c, kv_c=_bf16(3, 256)),
-     r"kv_c: shape \[3, 256\] gives kv_lora_rank=256, but layout fp8_ds_mla was built for kv_lora_rank=512; "
-     r"valid: \[num_tokens, 512\]"),
+    (
+        "kv_c float32",
+        lambda c: replace(c, kv_c=torch.zeros(3, 512)),
+        r"kv_c: dtype torch.float32 is not supported; valid: bfloat16, float16",
+    ),
+    (
+        "k_pe other dtype",
+        lambda c: replace(c, k_pe=torch.zeros(3, 64, dtype=torch.float16)),
+        r"k_pe: dtype float16 differs from kv_c's bfloat16; valid: the same dtype",
+    ),
+    (
+        "rank the layout was not built for",
+        lambda c: replace(c, kv_c=_bf16(3, 256)),
+        r"kv_c: shape \[3, 256\] gives kv_lora_rank=256, but layout fp8_ds_mla was built for kv_lora_rank=512; "
+        r"valid: \[num_tokens, 512\]",
+    ),
     ("rope dim", lambda c: replace(c, k_pe=_bf16(3, 32)), r"k_pe: .*rope_dim=32.*valid: \[num_tokens, 64\]"),
     ("kv_c 3 dims", lambda c: replace(c, kv_c=_bf16(3, 1, 512)), r"kv_c: shape \[3, 1, 512\] has 3 dims"),
-    ("kv_c columns strided", lambda c: replace(c, kv_c=_bf16(512, 3).t()),
-     r"kv_c: strides \(1, 3\): the last dimension must be contiguous"),
-    ("too few rows", lambda c: replace(c, k_pe=_bf16(2, 64)),
-     r"k_pe: has 2 rows but slot_mapping has 3 tokens; valid: >= 3 rows"),
-    ("slot_mapping int32", lambda c: replace(c, slot_mapping=torch.tensor([5, -1, 2], dtype=torch.int32)),
-     r"slot_mapping: int32 \[3\]; valid: int64 \[num_tokens\]"),
-    ("slot_mapping 2 dims", lambda c: replace(c, slot_mapping=torch.tensor([[5, -1, 2]])),
-     r"slot_mapping: int64 \[1, 3\]; valid: int64"),
-    ("slot beyond capacity", lambda c: replace(c, slot_mapping=torch.tensor([5, 8, 2])),
-     r"slot_mapping\[1\]=8 is outside the cache; valid: a negative value \(skip the token\) or 0\.\.7 "
-     r"\(num_blocks 2 x block_size 4\)"),
-    ("slot twice", lambda c: replace(c, slot_mapping=torch.tensor([5, 2, 5])),
-     r"slot_mapping\[2\]=5 repeats slot_mapping\[0\]"),
-    ("cache dtype", lambda c: replace(c, kv_cache=torch.zeros(2, 4, 656, dtype=torch.bfloat16)),
-     r"kv_cache: dtype bfloat16 is not valid for layout fp8_ds_mla; valid: uint8"),
-    ("cache too small", lambda c: replace(c, kv_cache=torch.zeros(2, 4, 576, dtype=torch.uint8)),
-     r"kv_cache: entry size shape\[2\]=576 is too small for layout fp8_ds_mla; valid: 656"),
-    ("cache 2 dims", lambda c: replace(c, kv_cache=torch.zeros(8, 656, dtype=torch.uint8)),
-     r"kv_cache: shape \[8, 656\] has 2 dims; valid: \[num_blocks, block_size, 656\]"),
-    ("cache token stride", lambda c: replace(c, kv_cache=torch.zeros(2, 4, 700, dtype=torch.uint8)[:, :, :656]),
-     r"kv_cache: strides \(2800, 700, 1\): the per-token stride must equal the entry size"),
-    ("cache blocks overlap",
-     lambda c: replace(c, kv_cache=torch.zeros(4000, dtype=torch.uint8).as_strided((2, 4, 656), (1000, 656, 1))),
-     r"kv_cache: block stride 1000 is smaller than a block \(block_size 4 x entry 656\), so blocks overlap; "
-     r"valid: stride\(0\) >= 2624"),
-    ("cache without slots", lambda c: replace(c, kv_cache=torch.zeros(0, 4, 656, dtype=torch.uint8)),
-     r"kv_cache: shape \[0, 4, 656\] holds no slot"),
-    ("scale float64", lambda c: replace(c, scale=torch.tensor([0.05], dtype=torch.float64)),
-     r"scale: float64 with 1 elements; valid: float32 with 1 element"),
-    ("scale two values", lambda c: replace(c, scale=torch.tensor([0.05, 0.1])),
-     r"scale: float32 with 2 elements; valid: float32 with 1 element"),
-    ("kv_c on another device", lambda c: replace(c, kv_c=torch.empty(3, 512, dtype=torch.bfloat16, device="meta")),
-     r"kv_c: is on device meta; valid: the cache's device cpu"),
-    ("slots on another device", lambda c: replace(c, slot_mapping=torch.empty(3, dtype=torch.int64, device="meta")),
-     r"slot_mapping: is on device meta"),
-    ("scale on another device", lambda c: replace(c, scale=torch.empty(1, device="meta")),
-     r"scale: is on device meta"),
+    (
+        "kv_c columns strided",
+        lambda c: replace(c, kv_c=_bf16(512, 3).t()),
+        r"kv_c: strides \(1, 3\): the last dimension must be contiguous",
+    ),
+    (
+        "too few rows",
+        lambda c: replace(c, k_pe=_bf16(2, 64)),
+        r"k_pe: has 2 rows but slot_mapping has 3 tokens; valid: >= 3 rows",
+    ),
+    (
+        "slot_mapping int32",
+        lambda c: replace(c, slot_mapping=torch.tensor([5, -1, 2], dtype=torch.int32)),
+        r"slot_mapping: int32 \[3\]; valid: int64 \[num_tokens\]",
+    ),
+    (
+        "slot_mapping 2 dims",
+        lambda c: replace(c, slot_mapping=torch.tensor([[5, -1, 2]])),
+        r"slot_mapping: int64 \[1, 3\]; valid: int64",
+    ),
+    (
+        "slot beyond capacity",
+        lambda c: replace(c, slot_mapping=torch.tensor([5, 8, 2])),
+        r"slot_mapping\[1\]=8 is outside the cache; valid: a negative value \(skip the token\) or 0\.\.7 "
+        r"\(num_blocks 2 x block_size 4\)",
+    ),
+    (
+        "slot twice",
+        lambda c: replace(c, slot_mapping=torch.tensor([5, 2, 5])),
+        r"slot_mapping\[2\]=5 repeats slot_mapping\[0\]",
+    ),
+    (
+        "cache dtype",
+        lambda c: replace(c, kv_cache=torch.zeros(2, 4, 656, dtype=torch.bfloat16)),
+        r"kv_cache: dtype bfloat16 is not valid for layout fp8_ds_mla; valid: uint8",
+    ),
+    (
+        "cache too small",
+        lambda c: replace(c, kv_cache=torch.zeros(2, 4, 576, dtype=torch.uint8)),
+        r"kv_cache: entry size shape\[2\]=576 is too small for layout fp8_ds_mla; valid: 656",
+    ),
+    (
+        "cache 2 dims",
+        lambda c: replace(c, kv_cache=torch.zeros(8, 656, dtype=torch.uint8)),
+        r"kv_cache: shape \[8, 656\] has 2 dims; valid: \[num_blocks, block_size, 656\]",
+    ),
+    (
+        "cache token stride",
+        lambda c: replace(c, kv_cache=torch.zeros(2, 4, 700, dtype=torch.uint8)[:, :, :656]),
+        r"kv_cache: strides \(2800, 700, 1\): the per-token stride must equal the entry size",
+    ),
+    (
+        "cache blocks overlap",
+        lambda c: replace(c, kv_cache=torch.zeros(4000, dtype=torch.uint8).as_strided((2, 4, 656), (1000, 656, 1))),
+        r"kv_cache: block stride 1000 is smaller than a block \(block_size 4 x entry 656\), so blocks overlap; "
+        r"valid: stride\(0\) >= 2624",
+    ),
+    (
+        "cache without slots",
+        lambda c: replace(c, kv_cache=torch.zeros(0, 4, 656, dtype=torch.uint8)),
+        r"kv_cache: shape \[0, 4, 656\] holds no slot",
+    ),
+    (
+        "scale float64",
+        lambda c: replace(c, scale=torch.tensor([0.05], dtype=torch.float64)),
+        r"scale: float64 with 1 elements; valid: float32 with 1 element",
+    ),
+    (
+        "scale two values",
+        lambda c: replace(c, scale=torch.tensor([0.05, 0.1])),
+        r"scale: float32 with 2 elements; valid: float32 with 1 element",
+    ),
+    (
+        "kv_c on another device",
+        lambda c: replace(c, kv_c=torch.empty(3, 512, dtype=torch.bfloat16, device="meta")),
+        r"kv_c: is on device meta; valid: the cache's device cpu",
+    ),
+    (
+        "slots on another device",
+        lambda c: replace(c, slot_mapping=torch.empty(3, dtype=torch.int64, device="meta")),
+        r"slot_mapping: is on device meta",
+    ),
+    ("scale on another device", lambda c: replace(c, scale=torch.empty(1, device="meta")), r"scale: is on device meta"),
 ]
 
 
@@ -105,8 +161,7 @@ def test_bad_write_names_the_argument_and_writes_nothing(broken: Callable[[Call]
     call = broken(good_call())
     before = call.kv_cache.clone()
     with pytest.raises(ValueError, match=message) as info:
-        reference_write(call.layout, call.kv_c, call.k_pe, call.kv_cache, call.slot_mapping,  # type: ignore[arg-type]
-                        call.scale)  # type: ignore[arg-type]
+        reference_write(call.layout, call.kv_c, call.k_pe, call.kv_cache, call.slot_mapping, call.scale)
     assert isinstance(info.value, RtpRefError)
     assert torch.equal(call.kv_cache.view(torch.uint8), before.view(torch.uint8))
 
@@ -116,24 +171,30 @@ def test_bad_write_names_the_argument_and_writes_nothing(broken: Callable[[Call]
 def test_per_tensor_layouts_need_a_positive_finite_scale(layout_name: str, scale: float) -> None:
     call = replace(good_call(layout_name), scale=torch.tensor([scale]))
     before = call.kv_cache.clone()
-    with pytest.raises(RtpRefError, match=rf"scale: {scale} cannot divide values for layout {layout_name}; "
-                                          r"valid: a finite number > 0"):
-        reference_write(call.layout, call.kv_c, call.k_pe, call.kv_cache, call.slot_mapping, call.scale)  # type: ignore[arg-type]
+    with pytest.raises(
+        RtpRefError,
+        match=rf"scale: {scale} cannot divide values for layout {layout_name}; "
+        r"valid: a finite number > 0",
+    ):
+        reference_write(call.layout, call.kv_c, call.k_pe, call.kv_cache, call.slot_mapping, call.scale)
     assert torch.equal(call.kv_cache, before)
 
 
 def test_tiled_layouts_ignore_the_scale_value() -> None:
     """ds_mla and model1 compute their own scales: a zero per-tensor scale is accepted, as in vLLM."""
     call = replace(good_call("fp8_ds_mla"), scale=torch.tensor([0.0]))
-    reference_write(call.layout, call.kv_c, call.k_pe, call.kv_cache, call.slot_mapping, call.scale)  # type: ignore[arg-type]
+    reference_write(call.layout, call.kv_c, call.k_pe, call.kv_cache, call.slot_mapping, call.scale)
 
 
 def test_auto_cache_must_have_the_inputs_dtype() -> None:
     call = good_call("auto")
     cache = call.kv_cache.view(torch.float16)
-    with pytest.raises(RtpRefError, match=r"kv_cache: dtype float16 is not valid for layout auto; "
-                                          r"valid: bfloat16 \(the inputs' dtype\)"):
-        reference_write(call.layout, call.kv_c, call.k_pe, cache, call.slot_mapping, call.scale)  # type: ignore[arg-type]
+    with pytest.raises(
+        RtpRefError,
+        match=r"kv_cache: dtype float16 is not valid for layout auto; "
+        r"valid: bfloat16 \(the inputs' dtype\)",
+    ):
+        reference_write(call.layout, call.kv_c, call.k_pe, cache, call.slot_mapping, call.scale)
 
 
 @pytest.mark.parametrize(
@@ -145,13 +206,21 @@ def test_auto_cache_must_have_the_inputs_dtype() -> None:
         ("fp8_e5m2", 512, 64, r"unknown MLA layout 'fp8_e5m2'; valid layouts: auto, fp8, fp8_ds_mla"),
     ],
 )
-def test_rank_or_rope_a_layout_does_not_take_is_refused_before_writing(kv_cache_dtype: str, rank: int, rope: int,
-                                                                        message: str) -> None:
+def test_rank_or_rope_a_layout_does_not_take_is_refused_before_writing(
+    kv_cache_dtype: str, rank: int, rope: int, message: str
+) -> None:
     cache = torch.randint(0, 256, (2, 4, 656), dtype=torch.uint8)
     before = cache.clone()
     with pytest.raises(RtpRefError, match=message):
-        concat_and_cache_mla(_bf16(3, rank), _bf16(3, rope), cache, torch.tensor([0, 1, 2]), kv_cache_dtype,
-                             torch.tensor([1.0]), platform=PLATFORM)
+        concat_and_cache_mla(
+            _bf16(3, rank),
+            _bf16(3, rope),
+            cache,
+            torch.tensor([0, 1, 2]),
+            kv_cache_dtype,
+            torch.tensor([1.0]),
+            platform=PLATFORM,
+        )
     assert torch.equal(cache, before)
 
 

@@ -30,8 +30,12 @@ SETTINGS = [
     ("rocm-gfx942", {}, oracle.CONTRACTS["rocm-gfx942"]),
     (
         "cpu",
-        {"ds_mla_scale_rule": "amax_div", "ds_mla_scale_floor": "1e-30", "fp8_max_divisor": "400",
-         "model1_scale_floor": "1e-30"},
+        {
+            "ds_mla_scale_rule": "amax_div",
+            "ds_mla_scale_floor": "1e-30",
+            "fp8_max_divisor": "400",
+            "model1_scale_floor": "1e-30",
+        },
         oracle.Contract("e4m3fn", "amax_div", 1e-30, 400.0, 1e-30),
     ),
 ]
@@ -53,8 +57,16 @@ class Canary:
     block_stride_bytes: int
 
 
-def make_cache(layout: str, r: int, p: int, dtype: torch.dtype, num_blocks: int, block_size: int, padding: str,
-               rng: np.random.Generator) -> Canary:
+def make_cache(
+    layout: str,
+    r: int,
+    p: int,
+    dtype: torch.dtype,
+    num_blocks: int,
+    block_size: int,
+    padding: str,
+    rng: np.random.Generator,
+) -> Canary:
     """A ``[num_blocks, block_size, entry]`` cache over random bytes; ``padding`` picks the block stride:
     none, one extra row (FlashMLA's block_size + 1), a multiple of 576 (FlashMLA/sglang model1) or odd."""
     bpt = oracle.bytes_per_token(layout, r, p)
@@ -68,8 +80,9 @@ def make_cache(layout: str, r: int, p: int, dtype: torch.dtype, num_blocks: int,
     return Canary(buffer, cache, stride)
 
 
-def make_inputs(r: int, p: int, tokens: int, dtype: torch.dtype, rng: np.random.Generator,
-                zero_row: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def make_inputs(
+    r: int, p: int, tokens: int, dtype: torch.dtype, rng: np.random.Generator, zero_row: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """kv_c [>= tokens, r] and k_pe as strided column slices of one wider tensor, 2 extra NaN rows after the
     tokens; values normal with a random power-of-two magnitude per 32 values."""
     gap = 5
@@ -81,9 +94,19 @@ def make_inputs(r: int, p: int, tokens: int, dtype: torch.dtype, rng: np.random.
     return wide[:, :r], wide[:, r + gap : r + gap + p]
 
 
-def expected_buffer(canary_before: npt.NDArray[np.uint8], layout: str, contract: oracle.Contract, r: int, p: int,
-                    block_size: int, stride: int, kv_c: torch.Tensor, k_pe: torch.Tensor, slots: list[int],
-                    scale: float) -> npt.NDArray[np.uint8]:
+def expected_buffer(
+    canary_before: npt.NDArray[np.uint8],
+    layout: str,
+    contract: oracle.Contract,
+    r: int,
+    p: int,
+    block_size: int,
+    stride: int,
+    kv_c: torch.Tensor,
+    k_pe: torch.Tensor,
+    slots: list[int],
+    scale: float,
+) -> npt.NDArray[np.uint8]:
     expected = canary_before.copy()
     written = oracle.written_entry_bytes(layout, r, p)
     for i, slot in enumerate(slots):
@@ -98,7 +121,8 @@ def expected_buffer(canary_before: npt.NDArray[np.uint8], layout: str, contract:
 
 def assert_bytes_equal(actual: npt.NDArray[np.uint8], expected: npt.NDArray[np.uint8]) -> None:
     bad = np.flatnonzero(actual != expected)
-    assert bad.size == 0, f"{bad.size} bytes differ, first at buffer byte {bad[0]}: {actual[bad[0]]} != {expected[bad[0]]}"
+    first = int(bad[0]) if bad.size else -1
+    assert bad.size == 0, f"{bad.size} bytes differ, first at buffer byte {first}: {actual[first]} != {expected[first]}"
 
 
 @dataclass(frozen=True)
@@ -133,7 +157,12 @@ def write_cases(draw: st.DrawFn, layout: str) -> WriteCase:
     skipped = draw(st.lists(st.booleans(), min_size=tokens, max_size=tokens))
     paddings = ["none", "extra_row", "odd"] + (["to_576"] if layout == "fp8_model1_mla" else [])
     return WriteCase(
-        layout, r, p, platform, overrides, contract,
+        layout,
+        r,
+        p,
+        platform,
+        overrides,
+        contract,
         dtype=draw(st.sampled_from([torch.bfloat16, torch.float16])),
         block_size=block_size,
         num_blocks=num_blocks,
@@ -155,21 +184,42 @@ def test_write_matches_byte_walk_and_touches_nothing_else(layout: str, data: st.
     tokens = len(case.slots)
     amax = float(torch.cat([kv_c[:tokens].flatten(), k_pe[:tokens].flatten()]).float().abs().max())
     scale = float(np.float32(max(amax, 1e-3) / oracle.FP8_MAX[case.contract.fp8] * case.scale_factor))
-    layout_obj = layout_for_platform(load_platform(case.platform), layout, kv_lora_rank=case.r, rope_dim=case.p,
-                                     overrides=case.overrides)
+    layout_obj = layout_for_platform(
+        load_platform(case.platform), layout, kv_lora_rank=case.r, rope_dim=case.p, overrides=case.overrides
+    )
     before = canary.buffer.numpy().copy()
 
     reference_write(layout_obj, kv_c, k_pe, canary.cache, torch.tensor(case.slots), torch.tensor([scale]))
 
-    expected = expected_buffer(before, layout, case.contract, case.r, case.p, case.block_size,
-                               canary.block_stride_bytes, kv_c, k_pe, case.slots, scale)
+    expected = expected_buffer(
+        before,
+        layout,
+        case.contract,
+        case.r,
+        case.p,
+        case.block_size,
+        canary.block_stride_bytes,
+        kv_c,
+        k_pe,
+        case.slots,
+        scale,
+    )
     assert_bytes_equal(canary.buffer.numpy(), expected)
     if any(s >= 0 for s in case.slots):
         check_reader(layout_obj, layout, case.contract, canary.cache, kv_c, k_pe, case.slots, scale, case.dtype)
 
 
-def check_reader(layout_obj: MlaLayout, layout: str, contract: oracle.Contract, cache: torch.Tensor,
-                 kv_c: torch.Tensor, k_pe: torch.Tensor, slots: list[int], scale: float, dtype: torch.dtype) -> None:
+def check_reader(
+    layout_obj: MlaLayout,
+    layout: str,
+    contract: oracle.Contract,
+    cache: torch.Tensor,
+    kv_c: torch.Tensor,
+    k_pe: torch.Tensor,
+    slots: list[int],
+    scale: float,
+    dtype: torch.dtype,
+) -> None:
     """read_slots gives what the oracle decodes from the oracle's own entry bytes, exactly."""
     r, p = layout_obj.kv_lora_rank, layout_obj.rope_dim
     rows = [i for i, s in enumerate(slots) if s >= 0]

@@ -1,0 +1,302 @@
+// concat_and_cache_mla for every rtp-ref MLA layout: the `cuda` built-in kernel (rtp_ref/kernels/cuda_mla.py).
+//
+// The layout arrives as numbers taken from the reference field table (WritePlan): offsets, value
+// modes, the tile-scale rule and the fp8 format's traits. One warp writes one token: each lane owns
+// chunks of 8 consecutive values (one 16-byte load of bf16/fp16, one 8-byte fp8 store) and the lanes
+// of a scale tile reduce its amax with warp shuffles. Inputs are read once and entries written once;
+// there are no atomics.
+//
+// Numerics (the contract of rtp_ref.fp8 / rtp_ref.kv.entries):
+//  * every quotient x / scale is __fdiv_rn, a correctly rounded float32 division;
+//  * hardware path: __nv_cvt_float2_to_fp8x2(..., __NV_SATFINITE, __NV_E4M3), round to nearest even,
+//    finite overflow and inf clamp to +-448, NaN written as the canonical code;
+//  * software path (fnuz, e5m2, nonsat emulated on NVIDIA): round-half-even on the float32 bits, the
+//    algorithm of rtp_ref.fp8.codec.encode.
+//
+// The host side is plain C (extern "C", called through ctypes) so the build needs no torch headers.
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// Mirrors the ctypes Structure in cuda_mla.py field by field: all 8-byte fields, no padding. Outside the
+// anonymous namespace: the exported entry point takes it, so it needs external linkage.
+struct RtpRefMlaParams {
+  int64_t kv_c, k_pe, cache, slots, scale;  // device addresses
+  int64_t num_tokens, kv_c_row, k_pe_row, block_size, block_bytes;
+  int64_t R, P, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
+  int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
+  int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
+  int64_t input_fp16, aligned, hardware;
+  double divisor, floor_;
+};
+
+namespace {
+
+constexpr int kCopy16 = 0, kPerTensor = 1, kTiled = 2;
+constexpr int kChunk = 8;  // values per lane per step: 16 bytes of bf16/fp16
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 8;
+
+// Per-launch constants in registers (float copies of the doubles, int32 format traits).
+struct Fmt {
+  int man_bits, emin, max_code, nan_code, inf_code;
+  bool neg_zero, has_inf, satfinite;
+};
+
+__device__ __forceinline__ float load_value(const void* base, int64_t index, bool fp16) {
+  const uint16_t bits = static_cast<const uint16_t*>(base)[index];
+  if (fp16) return __half2float(__ushort_as_half(bits));
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);  // bf16 -> fp32 is exact
+}
+
+// Round-half-even fp8 encoding in integer arithmetic (rtp_ref.fp8.codec.encode).
+__device__ __forceinline__ uint8_t fp8_software(float x, const Fmt& f) {
+  const uint32_t bits = __float_as_uint(x);
+  const int sign = bits >> 31;
+  const int exp_field = (bits >> 23) & 0xFF;
+  const int man = bits & 0x7FFFFF;
+  const bool is_nan = exp_field == 0xFF && man != 0;
+  const bool is_inf = exp_field == 0xFF && man == 0;
+  const bool normal = exp_field != 0;
+  const int sig = normal ? (man | 0x800000) : man;
+  const int e = normal ? exp_field - 127 : -126;
+  const int target = e > f.emin ? e : f.emin;
+  int shift = 23 - f.man_bits + target - e;
+  shift = shift < 25 ? shift : 25;  // 25 already rounds any 24-bit significand to 0
+  const int q = sig >> shift;
+  const int rem = sig - (q << shift);
+  const int half = (1 << shift) >> 1;
+  const bool up = rem > half || (rem == half && shift > 0 && (q & 1));
+  int mag = ((target - f.emin) << f.man_bits) + q + (up ? 1 : 0);
+  const bool overflow = mag > f.max_code || is_inf;
+  bool nan_out = is_nan;
+  if (overflow) {
+    if (f.satfinite) mag = f.max_code;
+    else if (f.has_inf) mag = f.inf_code;
+    else nan_out = true;
+  }
+  int sign_bit = sign << 7;
+  if (!f.neg_zero && mag == 0) sign_bit = 0;
+  return static_cast<uint8_t>(nan_out ? f.nan_code : (sign_bit | mag));
+}
+
+// Two values through the hardware's saturating e4m3 conversion; NaN forced to the canonical code.
+__device__ __forceinline__ uint16_t fp8x2_hardware(float a, float b, const Fmt& f) {
+  const __nv_fp8x2_storage_t packed = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  uint16_t lo = packed & 0xFF, hi = packed >> 8;
+  if (isnan(a)) lo = f.nan_code;
+  if (isnan(b)) hi = f.nan_code;
+  return static_cast<uint16_t>(lo | (hi << 8));
+}
+
+// fp8 codes of 8 values, packed little-endian (value k in byte k).
+template <bool HW>
+__device__ __forceinline__ uint64_t fp8x8(const float (&v)[kChunk], const Fmt& f) {
+  uint64_t out = 0;
+#pragma unroll
+  for (int k = 0; k < kChunk; k += 2) {
+    uint64_t pair;
+    if constexpr (HW) {
+      pair = fp8x2_hardware(v[k], v[k + 1], f);
+    } else {
+      pair = fp8_software(v[k], f) | (static_cast<uint64_t>(fp8_software(v[k + 1], f)) << 8);
+    }
+    out |= pair << (8 * k);
+  }
+  return out;
+}
+
+// Smallest power of two >= s as a ue8m0 byte (rtp_ref.fp8.ue8m0 'ceil'); s > 0 or NaN/inf.
+__device__ __forceinline__ int ue8m0_ceil(float s) {
+  const bool subnormal = s < 1.1754943508222875e-38f;
+  const uint32_t bits = __float_as_uint(subnormal ? s * 16777216.0f : s);  // exact rescale
+  const int exp_field = (bits >> 23) & 0xFF;
+  if (exp_field == 0xFF) return 0xFF;
+  int byte = exp_field + ((bits & 0x7FFFFF) != 0 ? 1 : 0) - (subnormal ? 24 : 0);
+  byte = byte < 0 ? 0 : byte;
+  return byte > 254 ? 0xFF : byte;
+}
+
+__device__ __forceinline__ float ue8m0_value(int byte) {
+  if (byte == 0) return __uint_as_float(0x00400000u);  // 2**-127, a float32 subnormal
+  if (byte == 0xFF) return __uint_as_float(0x7FC00000u);
+  return __uint_as_float(static_cast<uint32_t>(byte) << 23);
+}
+
+// Loads chunk `c` (values c..c+7) of a row; positions past `n` read as 0 (they never raise an amax).
+template <bool ALIGNED>
+__device__ __forceinline__ void load_chunk(const void* row, int64_t c, int64_t n, bool fp16, float (&v)[kChunk],
+                                           uint4& raw) {
+  if constexpr (ALIGNED) {
+    raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(row) + c);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const uint16_t bits = (w[k / 2] >> (16 * (k % 2))) & 0xFFFF;
+      v[k] = fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    }
+  } else {
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const bool in = c + k < n;
+      const uint16_t bits = in ? static_cast<const uint16_t*>(row)[c + k] : 0;
+      w[k / 2] |= static_cast<uint32_t>(bits) << (16 * (k % 2));
+      v[k] = in ? load_value(row, c + k, fp16) : 0.0f;
+    }
+    raw = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+template <bool ALIGNED>
+__device__ __forceinline__ void store_bytes(uint8_t* dst, int64_t c, int64_t n, uint64_t bytes) {
+  if constexpr (ALIGNED) {
+    *reinterpret_cast<uint64_t*>(dst + c) = bytes;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k)
+      if (c + k < n) dst[c + k] = static_cast<uint8_t>(bytes >> (8 * k));
+  }
+}
+
+template <bool ALIGNED>
+__device__ __forceinline__ void store_copy16(uint8_t* dst, int64_t c, int64_t n, const uint4& raw) {
+  if constexpr (ALIGNED) {
+    *reinterpret_cast<uint4*>(dst + 2 * c) = raw;
+  } else {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      if (c + k < n) {
+        const uint32_t bits = w[k / 2] >> (16 * (k % 2));
+        dst[2 * (c + k)] = bits & 0xFF;
+        dst[2 * (c + k) + 1] = (bits >> 8) & 0xFF;
+      }
+    }
+  }
+}
+
+template <bool ALIGNED>
+__device__ __forceinline__ void store_f32(uint8_t* dst, float value) {
+  if constexpr (ALIGNED) {
+    *reinterpret_cast<float*>(dst) = value;
+  } else {
+    const uint32_t bits = __float_as_uint(value);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dst[k] = (bits >> (8 * k)) & 0xFF;
+  }
+}
+
+// One field of values (nope or rope) of one token; `lanes_per_tile` lanes share a tile's amax.
+template <int MODE, bool ALIGNED, bool HW>
+__device__ __forceinline__ void write_values(const RtpRefMlaParams& p, const Fmt& f, const void* src, int64_t n, uint8_t* dst,
+                                             uint8_t* scale_dst, float tensor_scale, int lane) {
+  const bool fp16 = p.input_fp16 != 0;
+  const int lanes_per_tile = MODE == kTiled ? static_cast<int>(p.tile / kChunk) : 1;
+  for (int64_t base = 0; base < n; base += kWarp * kChunk) {
+    const int64_t c = base + static_cast<int64_t>(lane) * kChunk;
+    const bool active = c < n;
+    float v[kChunk] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (active) load_chunk<ALIGNED>(src, c, n, fp16, v, raw);
+    if constexpr (MODE == kCopy16) {
+      if (active) store_copy16<ALIGNED>(dst, c, n, raw);
+      continue;
+    }
+    float s = tensor_scale;
+    if constexpr (MODE == kTiled) {
+      float amax = 0.0f;
+      bool nan = false;
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        nan |= isnan(v[k]);
+        amax = fmaxf(amax, fabsf(v[k]));
+      }
+      // Every lane takes part in the shuffles; the inactive ones contribute 0 (padding, as in the reference).
+      for (int width = lanes_per_tile / 2; width > 0; width /= 2) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, width));
+        nan |= __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(nan), width) != 0;
+      }
+      if (nan) amax = __uint_as_float(0x7FC00000u);  // a NaN in the tile makes its amax NaN (torch amax)
+      const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
+      const float floor_value = static_cast<float>(p.floor_);
+      s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
+      const int byte = ue8m0_ceil(s);
+      if (p.pow2) s = ue8m0_value(byte);
+      if (active && lane % lanes_per_tile == 0) {
+        const int64_t t = c / p.tile;
+        if (p.scale_ue8m0) scale_dst[t] = static_cast<uint8_t>(byte);
+        else store_f32<ALIGNED>(scale_dst + 4 * t, s);
+      }
+    }
+    if (!active) continue;
+    float q[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) q[k] = __fdiv_rn(v[k], s);
+    uint64_t bytes;
+    if constexpr (HW) bytes = fp8x8<true>(q, f);
+    else bytes = fp8x8<false>(q, f);
+    store_bytes<ALIGNED>(dst, c, n, bytes);
+  }
+}
+
+template <int NOPE, int ROPE, bool ALIGNED, bool HW>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock) mla_cache_write(const RtpRefMlaParams p) {
+  const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
+              static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
+              p.has_inf != 0, p.satfinite != 0};
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
+                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
+  const int elem = 2;
+  for (int64_t token = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+       token < p.num_tokens; token += warps) {
+    const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[token];
+    if (slot < 0) continue;  // padding: write nothing
+    const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+    uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
+    uint8_t* row = block_base + offset * p.data_bytes;
+    uint8_t* scales = p.scale_trailing
+                          ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
+                          : row + p.scale_off;
+    const uint8_t* kv_c = reinterpret_cast<const uint8_t*>(p.kv_c) + token * p.kv_c_row * elem;
+    const uint8_t* k_pe = reinterpret_cast<const uint8_t*>(p.k_pe) + token * p.k_pe_row * elem;
+    write_values<NOPE, ALIGNED, HW>(p, f, kv_c, p.R, row + p.nope_off, scales, tensor_scale, lane);
+    write_values<ROPE, ALIGNED, HW>(p, f, k_pe, p.P, row + p.rope_off, scales, tensor_scale, lane);
+  }
+}
+
+template <int NOPE, int ROPE>
+cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
+  const int64_t blocks_needed = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const unsigned grid = static_cast<unsigned>(blocks_needed < 65535 * 16 ? blocks_needed : 65535 * 16);
+  const dim3 block(kWarp * kWarpsPerBlock);
+  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true><<<grid, block, 0, stream>>>(p);
+  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false><<<grid, block, 0, stream>>>(p);
+  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true><<<grid, block, 0, stream>>>(p);
+  else mla_cache_write<NOPE, ROPE, false, false><<<grid, block, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" {
+
+// Launches the write on `stream`; returns 0, or a CUDA error code (see rtp_ref_mla_error_string).
+// Unknown mode combinations return -1: the Python side only sends the combinations of WritePlan.
+int rtp_ref_mla_cache_write(const RtpRefMlaParams* p, void* stream) {
+  if (p->num_tokens == 0) return 0;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p->nope_mode == kCopy16 && p->rope_mode == kCopy16) return launch_modes<kCopy16, kCopy16>(*p, s);
+  if (p->nope_mode == kPerTensor && p->rope_mode == kPerTensor) return launch_modes<kPerTensor, kPerTensor>(*p, s);
+  if (p->nope_mode == kTiled && p->rope_mode == kCopy16) return launch_modes<kTiled, kCopy16>(*p, s);
+  return -1;
+}
+
+const char* rtp_ref_mla_error_string(int code) {
+  return code == -1 ? "unsupported mode combination" : cudaGetErrorString(static_cast<cudaError_t>(code));
+}
+
+}  // extern "C"

@@ -1,0 +1,209 @@
+"""The ``cuda`` built-in kernel: CUDA C++ (``csrc/mla_cache.cu``) built at first use for the running GPU.
+
+The source is compiled once per process and GPU architecture with
+``torch.utils.cpp_extension.load`` (``-O3``, ``sm_XYa`` of the device: ``sm_90a`` on an H200), into
+``$TORCH_EXTENSIONS_DIR`` (torch's default cache folder when unset), and reused by later processes.
+The library has a plain C entry point called through ctypes, so the build needs no torch headers.
+
+fp8 conversion: ``hardware`` (``__nv_cvt_float2_to_fp8x2`` with ``__NV_SATFINITE``) for OCP e4m3
+with ``satfinite``, the NVIDIA platforms' contract; ``software`` (integer round-half-even) for any
+other contract, e.g. the fnuz format of a ROCm table emulated on an NVIDIA GPU.
+
+Without an NVIDIA GPU, CUDA toolkit (nvcc) or ninja the kernel is unavailable and
+``unavailable_reason()`` says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+from collections.abc import Collection
+from importlib import resources
+from typing import Literal
+
+import torch
+
+from rtp_ref.fp8.formats import E4M3FN, ConversionMode
+from rtp_ref.kernels.contract import (
+    ValueMode,
+    WriteContract,
+    WritePlan,
+    check_call,
+    default_contract,
+    validated_plan,
+)
+from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.platform import MLA_LAYOUT_NAMES
+
+ConversionPath = Literal["hardware", "software"]
+
+#: values per lane per step in the CUDA kernel (one 16-byte load of bf16/fp16)
+_CHUNK = 8
+_WARP_SPAN = 32 * _CHUNK
+
+
+class _Params(ctypes.Structure):
+    """Mirror of ``struct Params`` in mla_cache.cu: 35 int64 then 2 doubles, no padding."""
+
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in (
+            "kv_c", "k_pe", "cache", "slots", "scale",
+            "num_tokens", "kv_c_row", "k_pe_row", "block_size", "block_bytes",
+            "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
+            "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
+            "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
+            "input_fp16", "aligned", "hardware",
+        )
+    ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
+
+
+def _source_path() -> str:
+    return str(resources.files("rtp_ref.kernels").joinpath("csrc", "mla_cache.cu"))
+
+
+def unavailable_reason() -> str | None:
+    """Why the cuda kernel cannot run here (None when it can): no GPU, ROCm, no nvcc, no ninja."""
+    from torch.utils import cpp_extension
+
+    if torch.version.hip is not None:
+        return "torch is a ROCm build (the cuda kernel is CUDA C++; use the triton kernel on AMD GPUs)"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    nvcc = os.path.join(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
+    if not cpp_extension.CUDA_HOME or not os.path.exists(nvcc):
+        return "the CUDA toolkit (nvcc) was not found: set CUDA_HOME to build the kernel at first use"
+    if not cpp_extension.is_ninja_available():
+        return "ninja is not installed (torch.utils.cpp_extension builds with it): pip install ninja"
+    if not os.path.exists(_source_path()):
+        return f"the kernel source {_source_path()} is missing from this installation"
+    return None
+
+
+def _arch(device: torch.device) -> str:
+    """``sm_XY`` of the device, with the ``a`` (architecture-specific) suffix from Hopper on."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{major}{minor}a" if major >= 9 else f"{major}{minor}"
+
+
+@functools.cache
+def _library(arch: str) -> ctypes.CDLL:
+    """Build (or reuse from the extensions cache) the kernel library for ``sm_<arch>``; once per process."""
+    from torch.utils import cpp_extension
+
+    source = _source_path()
+    with open(source, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    name = f"rtp_ref_mla_cache_sm{arch}_{digest}"
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    build_directory = os.path.join(root, name)
+    os.makedirs(build_directory, exist_ok=True)
+    cpp_extension.load(
+        name=name,
+        sources=[source],
+        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
+        build_directory=build_directory,
+        is_python_module=False,
+    )
+    lib = ctypes.CDLL(os.path.join(build_directory, f"{name}.so"))
+    lib.rtp_ref_mla_cache_write.argtypes = [ctypes.POINTER(_Params), ctypes.c_void_p]
+    lib.rtp_ref_mla_cache_write.restype = ctypes.c_int
+    lib.rtp_ref_mla_error_string.argtypes = [ctypes.c_int]
+    lib.rtp_ref_mla_error_string.restype = ctypes.c_char_p
+    return lib
+
+
+def _aligned(plan: WritePlan, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+    """Whether the vector path's 16-byte loads and 8/16-byte stores are all naturally aligned."""
+    if plan.kv_lora_rank % _CHUNK or plan.rope_dim % _CHUNK or not plan.wide_fields_aligned(kv_cache):
+        return False
+    inputs = all(x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0 for x in (kv_c, k_pe))
+    # fp8 stores are 8 bytes, 16-bit copies 16 bytes, at the field's offset in every token.
+    need = {ValueMode.COPY16: 16, ValueMode.PER_TENSOR: 8, ValueMode.TILED: 8}
+    block_bytes = kv_cache.stride(0) * kv_cache.element_size()
+    fields = all(
+        (kv_cache.data_ptr() + offset) % need[mode] == 0 and plan.data_bytes % need[mode] == 0
+        and block_bytes % need[mode] == 0
+        for mode, offset in ((plan.nope_mode, plan.nope_offset), (plan.rope_mode, plan.rope_offset))
+    )
+    return inputs and fields
+
+
+class CudaMlaKernel:
+    """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only."""
+
+    name = "cuda"
+    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
+    devices: Collection[str] = ("cuda",)
+
+    def __init__(self, contract: WriteContract | None = None,
+                 conversion: Literal["auto", "software"] = "auto") -> None:
+        self.contract = contract
+        self.conversion = conversion
+
+    def bind(self, contract: WriteContract, *,
+             conversion: Literal["auto", "software"] | None = None) -> CudaMlaKernel:
+        """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
+        return CudaMlaKernel(contract, conversion or self.conversion)
+
+    def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
+        """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
+        hardware = contract.element_format == E4M3FN and contract.conversion_mode is ConversionMode.SATFINITE
+        return "hardware" if hardware and self.conversion == "auto" else "software"
+
+    @property
+    def conversion_path(self) -> ConversionPath:
+        """The conversion path of this kernel's contract (of the GPU's platform when unbound)."""
+        return self.conversion_path_for(self.contract or default_contract(torch.device("cuda")))
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    def write_unchecked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                        slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """The write without ``validate_write_args`` (which reads every slot on the host).
+
+        For benchmarks that passed the same arguments through ``__call__`` once: invalid arguments
+        here write out of bounds.
+        """
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = WritePlan.of(contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1]))
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+        if plan.nope_mode is ValueMode.TILED and (plan.tile % _CHUNK or _WARP_SPAN % plan.tile):
+            raise UnsupportedLayoutError(
+                f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; it supports "
+                f"tiles that are a multiple of {_CHUNK} and divide {_WARP_SPAN}"
+            )
+        lib = _library(_arch(kv_cache.device))
+        f = plan.traits
+        params = _Params(
+            kv_c=kv_c.data_ptr(), k_pe=k_pe.data_ptr(), cache=kv_cache.data_ptr(),
+            slots=slot_mapping.data_ptr(), scale=scale.data_ptr(),
+            num_tokens=slot_mapping.shape[0], kv_c_row=kv_c.stride(0), k_pe_row=k_pe.stride(0),
+            block_size=kv_cache.shape[1], block_bytes=kv_cache.stride(0) * kv_cache.element_size(),
+            R=plan.kv_lora_rank, P=plan.rope_dim, nope_mode=int(plan.nope_mode), rope_mode=int(plan.rope_mode),
+            nope_off=plan.nope_offset, rope_off=plan.rope_offset, data_bytes=plan.data_bytes,
+            trail_bytes=plan.trailing_bytes, tile=plan.tile, n_tiles=plan.n_tiles, pow2=plan.pow2_scale,
+            scale_ue8m0=plan.scale_ue8m0, scale_trailing=plan.scale_trailing, scale_off=plan.scale_offset,
+            man_bits=f.man_bits, emin=f.emin, max_code=f.max_code, nan_code=f.nan_code,
+            neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
+            input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
+            hardware=self.conversion_path_for(contract) == "hardware",
+            divisor=plan.divisor, floor_=plan.floor,
+        )
+        with torch.cuda.device(kv_cache.device):
+            stream = torch.cuda.current_stream(kv_cache.device).cuda_stream
+            code = lib.rtp_ref_mla_cache_write(ctypes.byref(params), ctypes.c_void_p(stream))
+        if code != 0:
+            raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mla_error_string(code).decode()}")

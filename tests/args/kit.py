@@ -1,0 +1,86 @@
+"""The implementation the args behaviour tests run against: a "kit" of parser factory and generator.
+
+The behaviour tests (test_args_behaviour.py, test_args_properties.py) touch an implementation only
+through a kit. By default it is the reference (``rtp_ref.args``); ``RTP_REF_ARGS_IMPL=module:callable``
+names a callable returning another kit, e.g. ``tests.args.legacy_rtp_llm:legacy_args_kit`` (the
+emulation of rtp-llm that must fail every bug test) or an adapter around rtp-llm's real parser.
+docs/args-and-plugins.md describes the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol, TextIO
+
+from rtp_ref.args import EnvArgumentParser, env_to_cli, resolve_object, str2bool, write_command_line
+
+KIT_ENV = "RTP_REF_ARGS_IMPL"
+
+
+class ArgsKit(Protocol):
+    """What the behaviour tests need from a parser implementation.
+
+    The parser must offer argparse's ``add_argument`` (with the keywords ``env_name``,
+    ``enable_env`` and ``bind_to``), ``add_argument_group``, ``add_mutually_exclusive_group``,
+    ``parse_args``, ``parse_known_args`` and ``get_env_mappings()`` (dest -> variable name).
+    """
+
+    name: str
+
+    def new_parser(
+        self, *, env_prefix: str = "", config_root: object | None = None, version: str | None = None
+    ) -> Any:
+        """A fresh parser named ``prog``; ``version`` adds ``--version``; bindings go to ``config_root``."""
+
+    def str2bool(self, text: str) -> bool:
+        """The implementation's boolean argument type."""
+
+    def env_to_cli(self, parser: Any, environ: Mapping[str, str]) -> list[str]:
+        """Command-line tokens equivalent to ``environ``."""
+
+    def run_env_to_cli(self, parser: Any, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO) -> int:
+        """The generator's command: print the command line, return the exit code."""
+
+    def reset(self) -> None:
+        """Forget state kept between parsers, as the implementation's own tests do before each test."""
+
+
+class ReferenceArgsKit:
+    """The kit of ``rtp_ref.args``."""
+
+    name = "reference"
+
+    def new_parser(
+        self, *, env_prefix: str = "", config_root: object | None = None, version: str | None = None
+    ) -> EnvArgumentParser:
+        parser = EnvArgumentParser(prog="prog", env_prefix=env_prefix, config_root=config_root)
+        if version is not None:
+            parser.add_argument("--version", action="version", version=version)
+        return parser
+
+    def str2bool(self, text: str) -> bool:
+        return str2bool(text)
+
+    def env_to_cli(self, parser: EnvArgumentParser, environ: Mapping[str, str]) -> list[str]:
+        return env_to_cli(parser, environ)
+
+    def run_env_to_cli(
+        self, parser: EnvArgumentParser, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO
+    ) -> int:
+        return write_command_line(parser, environ, stdout, stderr)
+
+    def reset(self) -> None:
+        """Nothing to forget: each parser owns its state."""
+
+
+def load_args_kit() -> ArgsKit:
+    """The kit named by ``$RTP_REF_ARGS_IMPL`` (a ``module:callable`` returning one), else the reference."""
+    spec = os.environ.get(KIT_ENV)
+    if not spec:
+        return ReferenceArgsKit()
+    factory = resolve_object(spec)
+    if not callable(factory):
+        raise TypeError(f"{KIT_ENV}={spec!r} does not name a callable")
+    kit: ArgsKit = factory()
+    return kit

@@ -1,0 +1,493 @@
+"""Behaviour of an env/CLI argument parser: rtp-llm's contract where it is sound, its bugs fixed.
+
+Everything here goes through the kit (``args_kit``, tests/args/kit.py), so the module can be run
+against another implementation (``RTP_REF_ARGS_IMPL``). Tests named after a bug of
+rtp-llm-behaviour.md section 1 or a review finding fail on the emulation of rtp-llm
+(tests/args/legacy_rtp_llm.py); test_legacy_emulation.py checks that, and lists the mapping.
+The other tests state the contract both share.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any
+
+import pytest
+
+from tests.args.helpers import PREFIX, Parse, RootConfig, env_var, optional_int
+from tests.args.kit import ArgsKit
+
+# -- the contract both implementations keep -------------------------------------------------------
+
+
+def test_env_name_comes_from_the_first_long_flag(args_kit: ArgsKit) -> None:
+    parser = args_kit.new_parser()
+    parser.add_argument("-t", "--tp-size", "--tensor-parallel", type=int, dest="tp_size")
+    parser.add_argument("--max_seq_len", type=int)
+    mappings = parser.get_env_mappings()
+    assert mappings["tp_size"] == "TP_SIZE"
+    assert mappings["max_seq_len"] == "MAX_SEQ_LEN"
+
+
+def test_explicit_env_name_is_upper_cased_with_underscores(args_kit: ArgsKit) -> None:
+    parser = args_kit.new_parser()
+    parser.add_argument_group("model").add_argument("--model_type", env_name="model-type-name")
+    assert parser.get_env_mappings()["model_type"] == "MODEL_TYPE_NAME"
+
+
+def test_prefix_applies_to_derived_and_explicit_names(args_kit: ArgsKit) -> None:
+    parser = args_kit.new_parser(env_prefix="rtp_llm")
+    group = parser.add_argument_group("model")
+    group.add_argument("--tp_size", type=int)
+    group.add_argument("--model_type", env_name="my_model")
+    mappings = parser.get_env_mappings()
+    assert (mappings["tp_size"], mappings["model_type"]) == ("RTP_LLM_TP_SIZE", "RTP_LLM_MY_MODEL")
+
+
+def test_short_only_option_is_named_after_its_dest(args_kit: ArgsKit) -> None:
+    parser = args_kit.new_parser()
+    parser.add_argument("-j", type=int, dest="jobs")
+    assert parser.get_env_mappings()["jobs"] == "JOBS"
+
+
+def test_env_value_fills_an_argument_not_on_the_command_line(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    assert parse(parser).tp_size == 4
+
+
+def test_default_applies_when_neither_flag_nor_variable(args_kit: ArgsKit, parse: Parse) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    assert parse(parser).tp_size == 1
+
+
+def test_separate_token_flag_beats_env(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    assert parse(parser, ["--tp_size", "8"]).tp_size == 8
+
+
+@pytest.mark.parametrize(("word", "expected"), [("yes", True), ("TRUE", True), ("0", False), ("off", False)])
+def test_boolean_env_values_use_the_boolean_type(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, word: str, expected: bool
+) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("run").add_argument("--warm_up", type=args_kit.str2bool, default=not expected)
+    monkeypatch.setenv(env_var("warm_up"), word)
+    assert parse(parser).warm_up is expected
+
+
+def test_negative_number_env_value(args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("run").add_argument("--seed", type=int, default=0)
+    monkeypatch.setenv(env_var("seed"), "-3")
+    assert parse(parser).seed == -3
+
+
+def test_bindings_receive_env_and_command_line_values(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = RootConfig()
+    parser = args_kit.new_parser(env_prefix=PREFIX, config_root=root)
+    group = parser.add_argument_group("model")
+    group.add_argument("--tp_size", type=int, default=1, bind_to="model.tp_size")
+    group.add_argument("--model_type", default="", bind_to="model.model_type")
+    monkeypatch.setenv(env_var("model_type"), "qwen")
+    parse(parser, ["--tp_size", "8"])
+    assert (root.model.tp_size, root.model.model_type) == (8, "qwen")
+
+
+def test_alias_with_none_default_leaves_the_canonical_binding(args_kit: ArgsKit, parse: Parse) -> None:
+    root = RootConfig()
+    parser = args_kit.new_parser(env_prefix=PREFIX, config_root=root)
+    group = parser.add_argument_group("model")
+    group.add_argument("--max_seq_len", type=int, default=2048, bind_to="model.max_seq_len")
+    group.add_argument("--max_length", type=int, default=None, bind_to="model.max_seq_len")
+    parse(parser)
+    assert root.model.max_seq_len == 2048
+
+
+def test_cli_only_argument_takes_equals_form_and_abbreviation(args_kit: ArgsKit, parse: Parse) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    assert parse(parser, ["--external_model=a.b"]).external_model_packages == "a.b"
+
+
+def test_last_repeated_cli_only_flag_wins(args_kit: ArgsKit, parse: Parse) -> None:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    args = ["--external_model_packages", "a", "--external_model_packages=b"]
+    assert parse(parser, args).external_model_packages == "b"
+
+
+@pytest.mark.parametrize("args", [[], ["--model_type", "qwen"]], ids=["no-flags", "other-flag"])
+def test_cli_only_argument_ignores_env_while_others_read_it(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """Review P2 (env immunity): the mechanism (no mapping) and the result, with a positive control."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    group = parser.add_argument_group("model")
+    group.add_argument("--model_type", default="")
+    group.add_argument("--tp_size", type=int, default=1)
+    group.add_argument("--external_model_packages", enable_env=False)
+    monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    namespace = parse(parser, args)
+    assert "external_model_packages" not in parser.get_env_mappings()
+    assert namespace.external_model_packages is None
+    assert namespace.tp_size == 4  # the same path does read the environment
+
+
+# -- bugs of rtp-llm-behaviour.md section 1 -------------------------------------------------------
+
+
+def test_equals_form_flag_beats_env(args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 1: ``--tp_size=8`` with TP_SIZE=4 gave 4."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    assert parse(parser, ["--tp_size=8"]).tp_size == 8
+
+
+def test_equals_form_flag_beats_env_alias_in_bindings(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 1: the ``=`` flag landed in the env binding pass, so a deprecated alias set in env beat it."""
+    root = RootConfig()
+    parser = args_kit.new_parser(env_prefix=PREFIX, config_root=root)
+    group = parser.add_argument_group("model")
+    group.add_argument("--max_seq_len", type=int, default=None, bind_to="model.max_seq_len")
+    group.add_argument(
+        "--max_length", type=int, default=None, bind_to="model.max_seq_len"
+    )  # deprecated alias
+    monkeypatch.setenv(env_var("max_length"), "7")
+    parse(parser, ["--max_seq_len=5"])
+    assert root.model.max_seq_len == 5
+
+
+def test_abbreviated_flag_beats_env(args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 2: ``--tp_s 8`` was not seen as given."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    assert parse(parser, ["--tp_s", "8"]).tp_size == 8
+
+
+def _assert_names(stderr: str, *needles: str) -> None:
+    """The error line (argparse prints the usage above it, which names every flag) names each needle."""
+    lines = stderr.strip().splitlines()
+    message = lines[-1] if lines else ""
+    missing = [needle for needle in needles if needle not in message]
+    assert not missing, f"error {message!r} does not name {missing}"
+
+
+@pytest.mark.parametrize("args", [[], ["--model_type", "qwen"]], ids=["no-flags", "other-flag"])
+def test_malformed_int_env_value_fails_fast(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """Bug 3: a bad int exited in env mode but was silently dropped in CLI mode."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    group = parser.add_argument_group("model")
+    group.add_argument("--model_type", default="")
+    group.add_argument("--max_seq_len", type=int, default=4096)
+    monkeypatch.setenv(env_var("max_seq_len"), "abc")
+    code, message = parse.exit(parser, args)
+    assert code == 2
+    _assert_names(message, env_var("max_seq_len"), "--max_seq_len", "'abc'")
+
+
+def test_malformed_boolean_env_value_fails_fast(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 3: a bad str2bool value exited with a message that lacked the variable or the flag."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("run").add_argument("--warm_up", type=args_kit.str2bool, default=False)
+    monkeypatch.setenv(env_var("warm_up"), "maybe")
+    code, message = parse.exit(parser)
+    assert code == 2
+    _assert_names(message, env_var("warm_up"), "warm_up", "'maybe'")
+
+
+def test_env_value_outside_choices_is_rejected(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 4: the CLI-mode env fill skipped ``choices`` (CHOICE=zzz was accepted)."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("model").add_argument("--act_type", choices=["bf16", "fp16"], default="bf16")
+    monkeypatch.setenv(env_var("act_type"), "zzz")
+    code, message = parse.exit(parser)
+    assert code == 2
+    _assert_names(message, env_var("act_type"), "--act_type", "'zzz'")
+
+
+def _exclusive_parser(args_kit: ArgsKit) -> Any:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--local_path")
+    group.add_argument("--remote_url")
+    return parser
+
+
+def test_env_values_obey_mutual_exclusion(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 4: the CLI-mode env fill bypassed mutually exclusive groups."""
+    parser = _exclusive_parser(args_kit)
+    monkeypatch.setenv(env_var("local_path"), "/ckpt")
+    monkeypatch.setenv(env_var("remote_url"), "s3://ckpt")
+    code, message = parse.exit(parser)
+    assert code == 2
+    _assert_names(message, env_var("local_path"), env_var("remote_url"))
+
+
+def test_command_line_member_of_exclusive_group_masks_env(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 4: a member given on the command line plus another member's variable set both."""
+    parser = _exclusive_parser(args_kit)
+    monkeypatch.setenv(env_var("remote_url"), "s3://ckpt")
+    namespace = parse(parser, ["--local_path", "/ckpt"])
+    assert (namespace.local_path, namespace.remote_url) == ("/ckpt", None)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1 2", [1, 2]), ("7", [7])])
+def test_env_list_values_are_split_and_converted(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, text: str, expected: list[int]
+) -> None:
+    """Bug 5: the CLI-mode env fill ignored nargs (``"1"`` -> scalar 1, ``"1 2"`` dropped)."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("run").add_argument("--device_ids", type=int, nargs="+")
+    monkeypatch.setenv(env_var("device_ids"), text)
+    assert parse(parser).device_ids == expected
+
+
+@pytest.mark.parametrize(("word", "expected"), [("1", True), ("0", False)])
+def test_store_true_reads_env_as_a_boolean(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, word: str, expected: bool
+) -> None:
+    """Bug 6: CLI mode stored the string '0' (truthy); env mode failed with unrecognized arguments."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("run").add_argument("--enable_debug", action="store_true")
+    monkeypatch.setenv(env_var("enable_debug"), word)
+    assert parse(parser).enable_debug is expected
+
+
+def test_env_value_starting_with_a_dash_is_a_value(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 7: ``--foo`` as an env value failed in env mode and passed in CLI mode."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("run").add_argument("--extra_flags", default="")
+    monkeypatch.setenv(env_var("extra_flags"), "--foo")
+    assert parse(parser).extra_flags == "--foo"
+
+
+def test_help_variable_is_ignored(args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 8 / review P3: a HELP variable printed help and exited 0 (env mode) or set ns.help."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    monkeypatch.setenv(env_var("help"), "1")
+    assert not hasattr(parse(parser), "help")
+
+
+def test_version_variable_is_ignored(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 8: with ``--version`` added, a VERSION variable printed the version and exited."""
+    parser = args_kit.new_parser(env_prefix=PREFIX, version="1.2.3")
+    monkeypatch.setenv(env_var("version"), "1")
+    assert not hasattr(parse(parser), "version")
+
+
+def test_control_actions_have_no_env_variable(args_kit: ArgsKit) -> None:
+    """Bug 8 / review P3: -h/--help (and --version) were registered as HELP (VERSION) mappings."""
+    parser = args_kit.new_parser(version="1.2.3")
+    assert {"help", "version"}.isdisjoint(parser.get_env_mappings())
+
+
+def test_positional_is_not_filled_from_env(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 9: positionals got a mapping, ignored in env mode and filled in CLI mode."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument("checkpoint", nargs="?")
+    monkeypatch.setenv(env_var("checkpoint"), "/from/env")
+    assert parse(parser).checkpoint is None
+
+
+def test_short_option_beats_env(args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 9: short options were never seen as given."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("-t", "--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    assert parse(parser, ["-t", "8"]).tp_size == 8
+
+
+def test_tokens_after_double_dash_are_not_flags(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 9: tokens after ``--`` were still scanned as flags."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument("files", nargs="*")
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    namespace = parse(parser, ["--", "--tp_size"])
+    assert (namespace.tp_size, namespace.files) == (4, ["--tp_size"])
+
+
+def test_parsers_do_not_share_env_mappings(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 10 / review P2: a class-level mapping of another parser defeated enable_env=False."""
+    args_kit.new_parser(env_prefix=PREFIX).add_argument_group("a").add_argument("--external_model_packages")
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("b").add_argument("--external_model_packages", enable_env=False)
+    monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
+    assert "external_model_packages" not in parser.get_env_mappings()
+    assert parse(parser).external_model_packages is None
+
+
+def test_reused_parser_forgets_the_previous_command_line(
+    args_kit: ArgsKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 10: ``_cli_provided_args`` went stale when a parser was reused."""
+    root = RootConfig()
+    parser = args_kit.new_parser(env_prefix=PREFIX, config_root=root)
+    group = parser.add_argument_group("model")
+    group.add_argument("--max_seq_len", type=int, default=1024, bind_to="model.max_seq_len")
+    group.add_argument("--max_length", type=int, default=None, bind_to="model.max_seq_len")
+    parser.parse_args(["--max_seq_len", "5"])
+    monkeypatch.setenv(env_var("max_length"), "7")
+    monkeypatch.setattr("sys.argv", ["prog"])
+    parser.parse_args()
+    assert root.model.max_seq_len == 7
+
+
+def test_parse_known_args_reads_env(args_kit: ArgsKit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 10: parse_known_args skipped the environment."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("parallel").add_argument("--tp_size", type=int, default=1)
+    monkeypatch.setenv(env_var("tp_size"), "4")
+    namespace, extras = parser.parse_known_args(["--unknown"])
+    assert (namespace.tp_size, extras) == (4, ["--unknown"])
+
+
+def test_explicit_none_value_is_bound(args_kit: ArgsKit, parse: Parse) -> None:
+    """Bug 11: a binding value of None was never applied, also when the user gave it."""
+    root = RootConfig()
+    parser = args_kit.new_parser(env_prefix=PREFIX, config_root=root)
+    parser.add_argument_group("model").add_argument(
+        "--max_seq_len", type=optional_int, default=4096, bind_to="model.max_seq_len"
+    )
+    parse(parser, ["--max_seq_len", "none"])
+    assert root.model.max_seq_len is None
+
+
+def test_parser_level_enable_env_false_is_command_line_only(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 12 / review P2: parser-level enable_env=False was not passed to the group and had no effect."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument("--external_model_packages", enable_env=False)
+    monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
+    assert "external_model_packages" not in parser.get_env_mappings()
+    assert parse(parser).external_model_packages is None
+
+
+@pytest.mark.parametrize("where", ["parser", "group"])
+def test_enable_env_false_with_env_name_is_an_error(args_kit: ArgsKit, where: str) -> None:
+    """Bug 12: enable_env=False silently dropped an explicit env_name."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    container = parser if where == "parser" else parser.add_argument_group("model")
+    with pytest.raises(ValueError, match="enable_env"):
+        container.add_argument("--external_model_packages", enable_env=False, env_name="PLUGINS")
+
+
+# -- review findings about the command-line-only argument ----------------------------------------
+
+
+def test_cli_only_variable_that_is_set_is_logged(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review P2: a set EXTERNAL_MODEL_PACKAGES was dropped without a word."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
+    with caplog.at_level(logging.WARNING):
+        parse(parser)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(
+        env_var("external_model_packages") in m and "--external_model_packages" in m for m in warnings
+    ), warnings
+
+
+def test_cli_only_flag_does_not_make_bad_env_values_silent(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review P2: passing only the CLI-only flag switched every env value to the silent CLI mode."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    group = parser.add_argument_group("model")
+    group.add_argument("--model_type", default="")
+    group.add_argument("--max_seq_len", type=int, default=4096)
+    group.add_argument("--external_model_packages", enable_env=False)
+    monkeypatch.setenv(env_var("model_type"), "qwen")
+    monkeypatch.setenv(env_var("max_seq_len"), "abc")
+    code, message = parse.exit(parser, ["--external_model_packages", "atom.plugin"])
+    assert code == 2
+    _assert_names(message, env_var("max_seq_len"), "'abc'")
+
+
+def test_cli_only_dest_cannot_get_a_variable_later(args_kit: ArgsKit) -> None:
+    """Review P2: CLI-only was the absence of a mapping, which a later registration could fill."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    with pytest.raises(ValueError, match="external_model_packages"):
+        parser.add_argument_group("compat").add_argument("--plugins", dest="external_model_packages")
+    assert "external_model_packages" not in parser.get_env_mappings()
+
+
+# -- the env -> CLI generator (rtp-llm-behaviour.md section 2) ------------------------------------
+
+
+def _generator_parser(args_kit: ArgsKit) -> Any:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    group = parser.add_argument_group("model")
+    group.add_argument("--model_type", default="")
+    group.add_argument("--tp_size", type=int, default=1)
+    group.add_argument("--warm_up", type=args_kit.str2bool, default=False)
+    return parser
+
+
+def test_generator_writes_string_values(args_kit: ArgsKit) -> None:
+    """Section 2: string arguments were never emitted."""
+    parser = _generator_parser(args_kit)
+    tokens = args_kit.env_to_cli(parser, {env_var("model_type"): "qwen"})
+    assert parser.parse_args(tokens).model_type == "qwen"
+
+
+def test_generator_writes_set_booleans(args_kit: ArgsKit) -> None:
+    """Section 2: a str2bool whose variable was set was dropped (WARM_UP=1 -> nothing)."""
+    parser = _generator_parser(args_kit)
+    tokens = args_kit.env_to_cli(parser, {env_var("warm_up"): "1"})
+    assert parser.parse_args(tokens).warm_up is True
+
+
+def test_generator_leaves_unset_variables_out(args_kit: ArgsKit) -> None:
+    """Section 2: unset arguments emitted their defaults (``--warm_up 0``, ``--tp_size 1``)."""
+    assert args_kit.env_to_cli(_generator_parser(args_kit), {}) == []
+
+
+def test_generator_command_fails_on_a_malformed_value(args_kit: ArgsKit) -> None:
+    """Bug 13 / section 2: the generator printed errors and still exited 0."""
+    parser = _generator_parser(args_kit)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = args_kit.run_env_to_cli(parser, {env_var("tp_size"): "abc"}, stdout, stderr)
+    assert code != 0
+    _assert_names(stderr.getvalue(), env_var("tp_size"), "'abc'")

@@ -1,0 +1,200 @@
+"""Properties over random parsers, command lines and environments (hypothesis), through the kit.
+
+* precedence: every value is the command line's if given (in any form argparse accepts: separate
+  token, ``=``, abbreviation), else the variable's if set, else the default, through both entry
+  points;
+* round trip: parsing the env -> CLI generator's output without the variables gives the namespace
+  that parsing with them gives.
+
+Both fail on the emulation of rtp-llm (bugs 1, 2, 5, 6, 7 and section 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import string
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.args.helpers import PREFIX, env_var
+from tests.args.kit import ArgsKit
+
+# The autouse environment fixture runs once per test, not per example; each example sets and
+# restores its own variables and resets the kit itself.
+_SETTINGS = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+TRUE_WORDS = ("1", "true", "yes", "on", "T")
+FALSE_WORDS = ("0", "false", "no", "off", "F")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of argument: how to register it, its values, and how to write a value."""
+
+    name: str
+    values: st.SearchStrategy[Any]
+    register: Callable[[Any, str, Any, ArgsKit], None]
+    flag_only: bool = False  # store_true: a value of False cannot be written on the command line
+
+    def env_text(self, value: Any, draw: Callable[[st.SearchStrategy[Any]], Any]) -> str:
+        if isinstance(value, bool):
+            return str(draw(st.sampled_from(TRUE_WORDS if value else FALSE_WORDS)))
+        if isinstance(value, list):
+            return " ".join(str(v) for v in value)
+        return str(value)
+
+
+def _scalar(type_: Any = None, **extra: Any) -> Callable[[Any, str, Any, ArgsKit], None]:
+    def register(group: Any, flag: str, default: Any, kit: ArgsKit) -> None:
+        group.add_argument(flag, type=kit.str2bool if type_ == "bool" else type_, default=default, **extra)
+
+    return register
+
+
+def _store_true(group: Any, flag: str, default: Any, kit: ArgsKit) -> None:
+    group.add_argument(flag, action="store_true")
+
+
+_TEXT = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=10
+).filter(lambda s: s != "--")  # argparse reads a lone "--" value as the end of options, on any path
+
+KINDS = (
+    Kind("int", st.integers(-(10**6), 10**6), _scalar(int)),
+    Kind("float", st.floats(allow_nan=False, allow_infinity=False, width=32), _scalar(float)),
+    Kind("str", _TEXT, _scalar()),
+    Kind("bool", st.booleans(), _scalar("bool")),
+    Kind("choice", st.sampled_from(["red", "green", "blue"]), _scalar(choices=["red", "green", "blue"])),
+    Kind("ints", st.lists(st.integers(-99, 99), min_size=1, max_size=3), _scalar(int, nargs="+")),
+    Kind("flag", st.booleans(), _store_true, flag_only=True),
+)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: Kind
+    default: Any
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+
+@st.composite
+def specs(draw: Callable[[st.SearchStrategy[Any]], Any]) -> list[Spec]:
+    names = draw(
+        st.lists(
+            st.text(string.ascii_lowercase, min_size=1, max_size=3).map(lambda s: f"a{s}_x"),
+            min_size=1,
+            max_size=5,
+            unique=True,
+        )
+    )
+    out = []
+    for name in names:
+        kind = draw(st.sampled_from(KINDS))
+        default = False if kind.flag_only else draw(st.none() | kind.values)
+        out.append(Spec(name, kind, default))
+    return out
+
+
+def _build(kit: ArgsKit, chosen: Sequence[Spec]) -> Any:
+    parser = kit.new_parser(env_prefix=PREFIX)
+    group = parser.add_argument_group("random")
+    for spec in chosen:
+        spec.kind.register(group, spec.flag, spec.default, kit)
+    return parser
+
+
+def _abbreviation(flag: str, flags: Sequence[str]) -> str | None:
+    for end in range(3, len(flag)):
+        prefix = flag[:end]
+        if prefix not in flags and [f for f in flags if f.startswith(prefix)] == [flag]:
+            return prefix
+    return None
+
+
+def _reads_as_option(text: str) -> bool:
+    """argparse would take ``text`` for an option: a dash word that is not a plain negative number."""
+    return len(text) > 1 and text.startswith("-") and not re.fullmatch(r"-\d+|-\d*\.\d+", text)
+
+
+def _cli_tokens(spec: Spec, value: Any, form: str, flags: Sequence[str]) -> list[str]:
+    """``value`` for ``spec`` written in ``form`` (separate / equals / abbreviated)."""
+    flag = (_abbreviation(spec.flag, flags) or spec.flag) if form == "abbreviated" else spec.flag
+    if spec.kind.flag_only:
+        return [flag] if value else []
+    if isinstance(value, list):
+        return [flag, *map(str, value)]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if form == "equals" or _reads_as_option(text):
+        return [f"{flag}={text}"]
+    return [flag, text]
+
+
+def _parse(parser: Any, argv: list[str], environ: dict[str, str], via_sys_argv: bool) -> argparse.Namespace:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, text in environ.items():
+            patch.setenv(name, text)
+        try:
+            if via_sys_argv:
+                patch.setattr(sys, "argv", ["prog", *argv])
+                return parser.parse_args()
+            return parser.parse_args(argv)
+        except SystemExit as exc:
+            pytest.fail(f"parser exited with {exc.code} for argv={argv} environ={environ}")
+
+
+@_SETTINGS
+@given(data=st.data())
+def test_command_line_beats_env_beats_default(args_kit: ArgsKit, data: st.DataObject) -> None:
+    """Bugs 1, 2, 5, 6, 7 over random parsers, argv forms and both entry points."""
+    args_kit.reset()
+    chosen = data.draw(specs())
+    parser = _build(args_kit, chosen)
+    flags = ["-h", "--help", *(s.flag for s in chosen)]
+    argv: list[str] = []
+    environ: dict[str, str] = {}
+    expected: dict[str, Any] = {}
+    for spec in chosen:
+        expected[spec.name] = spec.default
+        if data.draw(st.booleans(), label=f"{spec.name} in env"):
+            value = data.draw(spec.kind.values, label=f"{spec.name} env value")
+            environ[env_var(spec.name)] = spec.kind.env_text(value, data.draw)
+            expected[spec.name] = value if not spec.kind.flag_only or value else spec.default
+        if data.draw(st.booleans(), label=f"{spec.name} on the command line"):
+            value = data.draw(spec.kind.values, label=f"{spec.name} value")
+            form = data.draw(st.sampled_from(["separate", "equals", "abbreviated"]), label="form")
+            tokens = _cli_tokens(spec, value, form, flags)
+            if tokens:
+                argv += tokens
+                expected[spec.name] = value
+    namespace = _parse(parser, argv, environ, data.draw(st.booleans(), label="via sys.argv"))
+    assert {s.name: getattr(namespace, s.name) for s in chosen} == expected
+
+
+@_SETTINGS
+@given(data=st.data())
+def test_generated_command_line_round_trips(args_kit: ArgsKit, data: st.DataObject) -> None:
+    """Section 2: the generator's output parses to what the environment parses to."""
+    args_kit.reset()
+    chosen = data.draw(specs())
+    parser = _build(args_kit, chosen)
+    environ = {}
+    for spec in chosen:
+        if data.draw(st.booleans(), label=f"{spec.name} in env"):
+            value = data.draw(spec.kind.values, label=f"{spec.name} value")
+            environ[env_var(spec.name)] = spec.kind.env_text(value, data.draw)
+    via_sys_argv = data.draw(st.booleans(), label="via sys.argv")
+    from_env = _parse(parser, [], environ, via_sys_argv)
+    tokens = args_kit.env_to_cli(parser, environ)
+    from_cli = _parse(parser, tokens, {}, via_sys_argv)
+    assert vars(from_cli) == vars(from_env), tokens

@@ -1,0 +1,30 @@
+"""available_builtin_kernels / unavailable_builtin_kernels: never fail, always explain."""
+
+from __future__ import annotations
+
+import torch
+
+from rtp_ref.kernels.builtin import available_builtin_kernels, unavailable_builtin_kernels
+from rtp_ref.kernels.cuda_mla import unavailable_reason
+from rtp_ref.kernels.protocol import check_kernel
+
+
+def test_every_builtin_is_either_available_or_has_a_reason() -> None:
+    available = {k.name for k in available_builtin_kernels()}
+    missing = unavailable_builtin_kernels()
+    assert "torch-eager" in available
+    assert available | set(missing) == {"torch-eager", "triton", "cuda"}
+    assert not available & set(missing)
+    assert all(isinstance(reason, str) and reason for reason in missing.values())
+
+
+def test_available_builtins_satisfy_the_protocol_and_bind() -> None:
+    for kernel in available_builtin_kernels():
+        check_kernel(kernel, "builtin")
+        assert callable(getattr(kernel, "bind", None))
+
+
+def test_cuda_kernel_reason_matches_this_machine() -> None:
+    reason = unavailable_reason()
+    if not torch.cuda.is_available():
+        assert reason == "torch sees no CUDA GPU" or (torch.version.hip is not None and "ROCm" in str(reason))
