@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.certify.report import certification_failed, load_report
+from rtp_ref.certify.report import certification_failed, load_report, merge_reports, render_scoreboard
 from rtp_ref.commands._output import print_json
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.discovery import discover_kernels
+from rtp_ref.kv.flags import parse_overrides, resolve_flags
+from rtp_ref.platform import MLA_LAYOUT_NAMES, platform_names, resolve_platform
+
+#: ``--platform all``: every bundled platform table
+ALL = "all"
 
 
 def conformance_dir() -> Path:
@@ -31,11 +41,28 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
     # context) or hangs past the timeout fails that case; xdist starts a fresh worker and goes on.
     argv += ["-n", str(args.workers), "--max-worker-restart", "100000",
              "--timeout", str(args.case_timeout), "--timeout-method", "thread"]
-    extra = list(args.pytest_args)
-    return argv + (extra[1:] if extra[:1] == ["--"] else extra)
+    return argv + _pytest_extra(args)[1:]
+
+
+def validate_selection(args: argparse.Namespace) -> None:
+    """Check platform, flags, kernels and layouts before any case runs; bad input raises RtpRefError.
+
+    (Inside pytest the same mistakes would surface as collection errors and a partial report.)
+    """
+    platforms = platform_names() if args.platform == ALL else [args.platform]
+    for name in platforms:
+        platform = resolve_platform(name)
+        resolve_flags(platform, parse_overrides(args.layout_flag))
+    unknown = [name for name in args.layout if name not in MLA_LAYOUT_NAMES]
+    if unknown:
+        raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+    discover_kernels(args.kernel or None)
 
 
 def _certify(args: argparse.Namespace) -> int:
+    validate_selection(args)
+    if args.platform == ALL:
+        return _certify_all(args)
     import pytest
 
     argv = pytest_arguments(args)
@@ -71,6 +98,39 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _certify_all(args: argparse.Namespace) -> int:
+    """Certify every bundled platform, each in its own process and report directory, then merge."""
+    out = Path(args.report)
+    codes = {}
+    for name in platform_names():
+        argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", name, "--report", str(out / name),
+                "-n", str(args.workers), "--case-timeout", str(args.case_timeout)]
+        for option, values in (("--kernel", args.kernel), ("--layout", args.layout), ("--layout-flag", args.layout_flag)):
+            for value in values:
+                argv += [option, value]
+        if args.dry_run:
+            print(" ".join(argv))
+            continue
+        print(f"rtp-ref: certifying platform {name} ...", flush=True)
+        codes[name] = subprocess.run([*argv, *_pytest_extra(args)], check=False).returncode
+    if args.dry_run:
+        return 0
+    written = [out / name / "report.json" for name in codes if (out / name / "report.json").exists()]
+    board = merge_reports([load_report(p) for p in written], [str(p) for p in written])
+    (out / "scoreboard.json").write_text(json.dumps(board, indent=1) + "\n")
+    (out / "scoreboard.md").write_text(render_scoreboard(board))
+    print(render_scoreboard(board), end="")
+    failed = [name for name, code in codes.items() if code != 0]
+    print(f"rtp-ref: scoreboard written to {out}/scoreboard.md; "
+          + (f"NOT CERTIFIED on: {', '.join(failed)}" if failed else "every platform certified"))
+    return max(codes.values(), default=1) if failed else 0
+
+
+def _pytest_extra(args: argparse.Namespace) -> list[str]:
+    extra = list(args.pytest_args)
+    return extra if not extra or extra[0] == "--" else ["--", *extra]
+
+
 def register(sub: Any) -> None:
     """Add ``certify``."""
     parser = sub.add_parser(
@@ -79,7 +139,9 @@ def register(sub: Any) -> None:
         description="Certify KV-cache kernels against the reference on a platform. Exits 1 when a claimed "
         "layout fails or nothing ran, 2 on bad input. Extra arguments after -- go to pytest.",
     )
-    parser.add_argument("--platform", default="auto", help="platform name, .toml path, or auto (default)")
+    parser.add_argument("--platform", default="auto",
+                        help="platform name, .toml path, auto (default: the running device), or all (every "
+                        "bundled table, each in its own report directory, merged into scoreboard.md)")
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME",
                         help="certify only this kernel (repeatable; default: all discovered)")
     parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT",

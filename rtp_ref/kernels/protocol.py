@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.platform import MLA_LAYOUT_NAMES
+
+if TYPE_CHECKING:  # contract.py imports this module (UnsupportedLayoutError)
+    from rtp_ref.kernels.contract import WriteContract
 
 
 @runtime_checkable
@@ -46,6 +49,13 @@ class KVCacheKernel(Protocol):
         kv_cache_dtype: str,
         scale: torch.Tensor,
     ) -> None: ...
+
+
+@runtime_checkable
+class BindableKernel(KVCacheKernel, Protocol):
+    """A kernel with the optional ``bind``: the same kernel configured for another platform contract."""
+
+    def bind(self, contract: WriteContract) -> KVCacheKernel: ...
 
 
 class UnsupportedLayoutError(NotImplementedError):

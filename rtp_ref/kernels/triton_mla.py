@@ -9,14 +9,14 @@ to its own specialised kernel.
 
 fp8 conversion has two paths, chosen per call and reported as ``conversion_path``:
 
-* ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950/gfx12) or
-  ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942). The value is clamped to +-max first with a select that
-  lets NaN through, so saturation never depends on the backend's default, and NaN is written as the
-  format's canonical code.
+* ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton
+  3.9) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. The value is
+  clamped to +-max first with a select that lets NaN through, so saturation never depends on the
+  backend's default, and NaN is written as the format's canonical code.
 * ``software``: round-half-even in integer arithmetic inside the kernel (the algorithm of
-  ``rtp_ref.fp8.codec.encode``). Used where the hardware type is missing (fnuz on NVIDIA, OCP on
-  gfx942), for the ``nonsat`` mode, and under ``TRITON_INTERPRET=1``: Triton's interpreter rounds
-  fp8 conversions wrongly (-31.74 -> -16, 126.48 -> 64; triton 3.6 and 3.9).
+  ``rtp_ref.fp8.codec.encode``). Used where no hardware conversion exists (fnuz on NVIDIA, OCP on
+  gfx942), for other formats, for the ``nonsat`` mode, and under ``TRITON_INTERPRET=1``: Triton's
+  interpreter rounds fp8 conversions wrongly (-31.74 -> -16, 126.48 -> 64; triton 3.6 and 3.9).
 
 Every float32 division is ``tl.math.div_rn`` (correctly rounded), as the contract requires; Triton's
 ``/`` may lower to an approximate division. Compiled with ``enable_fp_fusion=False``: no contraction
@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import (
     FormatTraits,
     ValueMode,
@@ -249,25 +249,41 @@ def interpreted() -> bool:
     return isinstance(_mla_cache_write, InterpretedFunction)
 
 
+def hip_hardware_format(arch: str) -> Fp8Format | None:
+    """The fp8 format this Triton converts to with a hardware instruction on AMD ``arch``, if any.
+
+    gfx942: fnuz (``tl.float8e4b8`` -> ``v_cvt_pk_fp8_f32``, triton 3.6 and 3.9). gfx950: OCP from
+    triton 3.9 (``v_cvt_scalef32_pk_fp8_f32``); triton 3.6 lowers it to integer code without the
+    instruction, so the kernel's own software path is used there. gfx12: no instruction in 3.9.
+    Measured with ahead-of-time builds (tests/kernels/test_triton_aot.py checks the claim).
+    """
+    base = arch.split(":", 1)[0]
+    if base == "gfx942":
+        return E4M3FNUZ
+    if base == "gfx950" and _triton_version() >= (3, 9):
+        return E4M3FN
+    return None
+
+
+def _triton_version() -> tuple[int, int]:
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
 def _hardware_selector(contract: WriteContract) -> int:
     """Which hardware fp8 type the active GPU converts the contract's format with (``_SW``: none)."""
     if interpreted() or contract.conversion_mode is not ConversionMode.SATFINITE:
         return _SW
     target = triton.runtime.driver.active.get_current_target()
     if target.backend == "cuda":
-        ocp = isinstance(target.arch, int) and target.arch >= 89
-        fnuz = False
+        native = E4M3FN if isinstance(target.arch, int) and target.arch >= 89 else None
     elif target.backend == "hip":
-        arch = str(target.arch)
-        ocp = arch == "gfx950" or arch.startswith("gfx12")
-        fnuz = arch == "gfx942"
+        native = hip_hardware_format(str(target.arch))
     else:
         return _SW
-    if contract.element_format == E4M3FN and ocp:
-        return _HW_E4M3FN
-    if contract.element_format == E4M3FNUZ and fnuz:
-        return _HW_E4M3FNUZ
-    return _SW
+    if contract.element_format != native:
+        return _SW
+    return _HW_E4M3FNUZ if native == E4M3FNUZ else _HW_E4M3FN
 
 
 def _pow2_at_least(n: int) -> int:
@@ -311,23 +327,30 @@ class TritonMlaKernel:
 
     Unbound, it follows the platform table of the tensors' device (``default_contract``); ``bind``
     returns a copy following another contract. ``conversion`` ``"software"`` forces the integer
-    conversion path even where the hardware one exists (to test it on a GPU).
+    conversion path even where the hardware one exists (to test it on a GPU). ``tokens_per_program``
+    (a power of two) and ``num_warps`` are launch tuning; they never change the bytes written.
     """
 
     name = "triton"
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: Literal["auto", "software"] = "auto") -> None:
+                 conversion: Literal["auto", "software"] = "auto", *,
+                 tokens_per_program: int = BLOCK_T, num_warps: int = NUM_WARPS) -> None:
+        if tokens_per_program < 1 or tokens_per_program & (tokens_per_program - 1):
+            raise ValueError(f"tokens_per_program={tokens_per_program}: must be a power of two (tl.arange)")
         self.contract = contract
         self.conversion = conversion
+        self.tokens_per_program = tokens_per_program
+        self.num_warps = num_warps
         # The interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch).
         self.devices: Collection[str] = ("cpu",) if interpreted() else ("cuda",)
 
     def bind(self, contract: WriteContract, *,
              conversion: Literal["auto", "software"] | None = None) -> TritonMlaKernel:
         """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
-        return TritonMlaKernel(contract, conversion or self.conversion)
+        return TritonMlaKernel(contract, conversion or self.conversion,
+                               tokens_per_program=self.tokens_per_program, num_warps=self.num_warps)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""
@@ -367,15 +390,16 @@ class TritonMlaKernel:
         if tokens == 0:
             return
         hw = _SW if self.conversion_path_for(contract) == "software" else _hardware_selector(contract)
-        constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), BLOCK_T)
+        block_t = self.tokens_per_program
+        constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t)
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
         with on_gpu:
-            _mla_cache_write[(triton.cdiv(tokens, BLOCK_T),)](
+            _mla_cache_write[(triton.cdiv(tokens, block_t),)](
                 kv_c, k_pe, cache_bytes, slot_mapping, scale,
                 tokens, kv_c.stride(0), k_pe.stride(0), kv_cache.shape[1],
                 kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
-                num_warps=NUM_WARPS, enable_fp_fusion=False, **constexprs,
+                num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
             )
 
 

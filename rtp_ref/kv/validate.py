@@ -149,6 +149,15 @@ def validate_write_args(
 
 
 def _check_write_slots(slots: torch.Tensor, capacity: int, num_blocks: int, block_size: int) -> None:
+    """Vectorised (kernels call this on millions of slots): one device sync, loops only on failure."""
+    if slots.numel() == 0:
+        return
+    valid = slots[slots >= 0]
+    ordered = torch.sort(valid).values
+    repeats = ordered[1:] == ordered[:-1]
+    too_big = bool((slots >= capacity).any())
+    if not too_big and not bool(repeats.any()):
+        return
     seen: dict[int, int] = {}
     for i, slot in enumerate(slots.tolist()):
         if slot >= capacity:

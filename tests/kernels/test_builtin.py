@@ -28,3 +28,9 @@ def test_cuda_kernel_reason_matches_this_machine() -> None:
     reason = unavailable_reason()
     if not torch.cuda.is_available():
         assert reason == "torch sees no CUDA GPU" or (torch.version.hip is not None and "ROCm" in str(reason))
+
+
+def test_builtins_are_bindable_kernels() -> None:
+    from rtp_ref.kernels.protocol import BindableKernel
+
+    assert all(isinstance(k, BindableKernel) for k in available_builtin_kernels())

@@ -125,3 +125,16 @@ def test_invalid_arguments_raise_before_any_byte_is_written(problem: str) -> Non
     with pytest.raises(RtpRefError):
         KERNEL.bind(c)(case.kv_c, case.k_pe, cache, slots, "fp8_ds_mla", case.scale)
     assert torch.equal(cache, before)
+
+
+@pytest.mark.parametrize(("tokens_per_program", "num_warps"), [(1, 1), (2, 2), (16, 8)])
+def test_launch_tuning_never_changes_the_bytes(tokens_per_program: int, num_warps: int) -> None:
+    c = contract("rocm-gfx942")
+    kernel = TritonMlaKernel(c, tokens_per_program=tokens_per_program, num_warps=num_warps)
+    case = make_case(c, "fp8_ds_mla", tokens=21, seed=5).to(DEVICE)
+    assert_bit_exact(case, case.run(kernel), f"triton t{tokens_per_program} w{num_warps}")
+
+
+def test_tokens_per_program_must_be_a_power_of_two() -> None:
+    with pytest.raises(ValueError, match="tokens_per_program=3: must be a power of two"):
+        TritonMlaKernel(tokens_per_program=3)

@@ -1,10 +1,13 @@
 """Ahead-of-time builds of the triton kernel for AMD targets, on a machine without an AMD GPU.
 
-The gfx942 build must convert with the hardware fnuz instruction (``v_cvt_pk_fp8_f32`` on
-``tl.float8e4b8``) and the gfx950 build with the OCP one (``v_cvt_pk_fp8_f32``, or
-``v_cvt_scalef32_pk_fp8_f32`` as newer Triton emits it, on ``tl.float8e4nv``); the software
-path must use neither. The builds run in a subprocess without TRITON_INTERPRET: an interpreted
-kernel (this folder's conftest sets the interpreter on CPU-only machines) cannot be compiled.
+``hip_hardware_format`` claims which fp8 format each AMD target converts with a hardware
+instruction under this Triton; the builds check the claim both ways. gfx942 must convert fnuz
+(``tl.float8e4b8``) with ``v_cvt_pk_fp8_f32``. gfx950 converts OCP e4m3 (``tl.float8e4nv``) with
+``v_cvt_scalef32_pk_fp8_f32`` in triton 3.9, while triton 3.6 emits no conversion instruction
+(the kernel then takes its software path). The software path uses no conversion instruction.
+
+The builds run in a subprocess without TRITON_INTERPRET: an interpreted kernel (this folder's
+conftest sets the interpreter on CPU-only machines) cannot be compiled.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,17 +28,17 @@ pytestmark = pytest.mark.triton
 _SCRIPT = r"""
 import json, re
 from rtp_ref.kernels.contract import WritePlan
-from rtp_ref.kernels.triton_mla import amdgcn_for
+from rtp_ref.kernels.triton_mla import amdgcn_for, hip_hardware_format
 from tests.kernels.cases import contract
 
-def fp8_converts(platform, arch, hardware):
+def build(platform, arch, hardware):
     plan = WritePlan.of(contract(platform).layout("fp8_ds_mla", 512, 64))
     return sorted(set(re.findall(r"\bv_cvt\w*fp8\w*", amdgcn_for(plan, arch, hardware))))
 
 try:
-    found = {"gfx942": fp8_converts("rocm-gfx942", "gfx942", True),
-             "gfx950": fp8_converts("rocm-gfx950", "gfx950", True),
-             "gfx942-software": fp8_converts("rocm-gfx942", "gfx942", False)}
+    found = {arch: {"claimed": getattr(hip_hardware_format(arch), "name", None),
+                    "hardware": build(platform, arch, True), "software": build(platform, arch, False)}
+             for platform, arch in (("rocm-gfx942", "gfx942"), ("rocm-gfx950", "gfx950"))}
 except RuntimeError as exc:
     found = {"skip": str(exc)}
 print(json.dumps(found))
@@ -42,25 +46,30 @@ print(json.dumps(found))
 
 
 @pytest.fixture(scope="module")
-def conversions() -> dict[str, list[str]]:
+def builds() -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, cwd=root, capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, f"AOT build failed:\n{proc.stderr[-4000:]}"
-    found: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     if "skip" in found:
         pytest.skip(str(found["skip"]))
     return found
 
 
-def test_gfx942_build_converts_with_the_fnuz_hardware_instruction(conversions: dict[str, list[str]]) -> None:
-    assert "v_cvt_pk_fp8_f32" in conversions["gfx942"], conversions
+def test_gfx942_converts_fnuz_with_the_hardware_instruction(builds: dict[str, Any]) -> None:
+    assert builds["gfx942"]["claimed"] == "e4m3fnuz"
+    assert "v_cvt_pk_fp8_f32" in builds["gfx942"]["hardware"], builds
 
 
-def test_gfx950_build_converts_with_the_ocp_hardware_instruction(conversions: dict[str, list[str]]) -> None:
-    assert {"v_cvt_pk_fp8_f32", "v_cvt_scalef32_pk_fp8_f32"} & set(conversions["gfx950"]), conversions
+def test_gfx950_claim_matches_what_this_triton_emits(builds: dict[str, Any]) -> None:
+    gfx950 = builds["gfx950"]
+    if gfx950["claimed"] == "e4m3fn":
+        assert {"v_cvt_pk_fp8_f32", "v_cvt_scalef32_pk_fp8_f32"} & set(gfx950["hardware"]), builds
+    else:
+        assert gfx950["claimed"] is None and gfx950["hardware"] == [], builds
 
 
-def test_software_path_uses_no_fp8_conversion_instruction(conversions: dict[str, list[str]]) -> None:
-    assert conversions["gfx942-software"] == [], conversions
+def test_software_path_uses_no_fp8_conversion_instruction(builds: dict[str, Any]) -> None:
+    assert builds["gfx942"]["software"] == [] and builds["gfx950"]["software"] == [], builds

@@ -17,6 +17,9 @@ import pytest
 
 from tests.mutants.kernels import EXPECTED
 
+# One worker runs the whole module, so the two certify runs behind `reports` happen once.
+pytestmark = pytest.mark.xdist_group("mutation-score")
+
 REPO = Path(__file__).resolve().parents[2]
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 
@@ -24,7 +27,9 @@ PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 def certify(platform: str, kernels: list[str], out: Path, extra: list[str] | None = None,
             kernels_env: str = "tests.mutants.kernels:mutants", timeout: float = 600) -> dict[str, object]:
     """Run ``rtp-ref certify`` in a fresh process and return its report."""
-    env = {**os.environ, "RTP_REF_KERNELS": kernels_env, "PYTHONPATH": str(REPO)}
+    # A fresh process, not an xdist worker of this run: drop pytest's own variables.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
+    env.update(RTP_REF_KERNELS=kernels_env, PYTHONPATH=str(REPO))
     argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", platform, "--report", str(out)]
     for k in kernels:
         argv += ["--kernel", k]

@@ -30,6 +30,10 @@ class AcmeMlaKernel:
         if kv_cache_dtype not in self.kv_cache_dtypes:
             raise NotImplementedError(f"acme-mla does not support kv_cache_dtype={kv_cache_dtype!r}")
         block_size = kv_cache.shape[1]
+        capacity = kv_cache.shape[0] * block_size
+        # Validate before touching the cache: a bad slot must not leave a half-written cache.
+        if slot_mapping.numel() and int(slot_mapping.max()) >= capacity:
+            raise ValueError(f"slot_mapping has slot {int(slot_mapping.max())}; valid: -1 (skip) or 0..{capacity - 1}")
         keep = slot_mapping >= 0
         slots = slot_mapping[keep]
         entries = torch.cat([kv_c[keep], k_pe[keep]], dim=-1)

@@ -1,0 +1,1 @@
+"""Benchmarks: kernel bandwidth as a fraction of a device copy measured in the same run."""

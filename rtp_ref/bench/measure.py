@@ -1,0 +1,75 @@
+"""Timing a cache write, and the roof it is compared with, measured in the same run.
+
+A KV-cache write is memory-bound, so the honest speed figure is effective bandwidth — the fewest
+bytes the write must move (inputs read once, entries written once, slots read once) over its time —
+as a fraction of a device-to-device copy measured on the same device in the same process.
+GPU times use CUDA events around many repetitions (never host timers around async work); CPU
+times use the host clock. Both report the median.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rtp_ref.kv.layouts import MlaLayout
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median seconds per call over ``reps`` timed calls (after warm-up)."""
+
+    seconds: float
+    reps: int
+
+
+def minimum_bytes(layout: MlaLayout, tokens: int, input_dtype: torch.dtype) -> int:
+    """Bytes a write of ``tokens`` tokens must move at least: inputs read once, entries written once,
+    int64 slots read once (block-trailing scale bytes are part of the entry)."""
+    itemsize = torch.empty((), dtype=input_dtype).element_size()
+    read = tokens * (layout.kv_lora_rank + layout.rope_dim) * itemsize + tokens * 8
+    return read + tokens * (layout.bytes_per_token - layout.pad_bytes_per_token)
+
+
+def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float = 0.2, max_reps: int = 200) -> Timing:
+    """Median time of ``fn()``: warm up twice, then repeat until ``min_seconds`` or ``max_reps``."""
+    for _ in range(2):
+        fn()
+    _sync(device)
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < 3 or (spent < min_seconds and len(samples) < max_reps):
+        seconds = _one(fn, device)
+        samples.append(seconds)
+        spent += seconds
+    return Timing(statistics.median(samples), len(samples))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _one(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1e3
+    begin = time.perf_counter()
+    fn()
+    return time.perf_counter() - begin
+
+
+def copy_roof(device: torch.device, nbytes: int) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read plus bytes written), measured now."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    timing = time_call(lambda: dst.copy_(src), device)
+    return 2 * src.numel() * 4 / timing.seconds

@@ -1,0 +1,73 @@
+"""``rtp-ref bench``: time every kernel x layout at a small and a large size against the copy roof."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rtp_ref.bench.run import run_bench, write_outputs
+from rtp_ref.commands._output import print_json
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels.discovery import discover_kernels
+from rtp_ref.kv.flags import parse_overrides
+from rtp_ref.platform import MLA_LAYOUT_NAMES, resolve_platform
+
+#: tokens per write: a decode-sized batch and a prefill-sized one (GPU), smaller on the CPU
+GPU_SIZES = (16_384, 2_097_152)
+CPU_SIZES = (1_024, 16_384)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    platform = resolve_platform(args.platform)
+    contract = WriteContract.for_platform(platform, parse_overrides(args.layout_flag))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    unknown = [n for n in args.layout if n not in MLA_LAYOUT_NAMES]
+    if unknown:
+        raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+    kernels = []
+    for name, entry in discover_kernels(args.kernel or None).items():
+        if name == "reference" and not args.kernel:
+            continue  # the reference is a specification, not a contender
+        bind = getattr(entry.kernel, "bind", None)
+        kernel = bind(contract) if bind is not None else entry.kernel
+        if device.type not in kernel.devices:
+            continue
+        if device.type == "cpu" and getattr(kernel, "conversion_path", "") == "interpreter":
+            continue
+        kernels.append((name, kernel))
+        if args.compile_baseline and name == "torch-eager":
+            kernels.append(("torch-eager+compile", torch.compile(kernel)))
+    sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
+    layouts = args.layout or list(platform.supported_layouts)
+    doc = run_bench(platform, contract, kernels, layouts, sizes, device,
+                    progress=(lambda _: None) if args.json else print)
+    written = write_outputs(doc, Path(args.report))
+    if args.json:
+        print_json(doc)
+    else:
+        print("rtp-ref: wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``bench``."""
+    parser = sub.add_parser("bench", help="kernel bandwidth as a fraction of the device copy roof",
+                            description="Benchmark KV-cache write kernels: effective bandwidth (minimum bytes / "
+                            "median time) against a device copy measured in the same run.")
+    parser.add_argument("--platform", default="auto", help="platform table whose contract kernels are bound to")
+    parser.add_argument("--kernel", action="append", default=[], metavar="NAME", help="only this kernel (repeatable)")
+    parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT", help="only this layout (repeatable)")
+    parser.add_argument("--layout-flag", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a layout flag (repeatable)")
+    parser.add_argument("--tokens", type=int, nargs="+", metavar="N",
+                        help=f"write sizes in tokens (default: {GPU_SIZES} on a GPU, {CPU_SIZES} on the CPU)")
+    parser.add_argument("--compile-baseline", action="store_true",
+                        help="also time torch-eager under torch.compile (the baseline kernels are compared with)")
+    parser.add_argument("--report", default="reports/bench", metavar="DIR",
+                        help="where bench.json, bench.md and bench.png go (default: reports/bench)")
+    parser.add_argument("--json", action="store_true", help="print the bench document as JSON")
+    parser.set_defaults(func=_bench)
