@@ -7,6 +7,7 @@ statistics and the seed, for report.json.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -30,7 +31,8 @@ def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None],
     base = case_fields(kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
                        kind=spec.kind, seed=spec.seed, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim,
                        device=k.device, execution=k.execution, required_grade=s.platform.required_grade,
-                       deviation=write_case.deviation)
+                       deviation=write_case.deviation, worker=os.environ.get("PYTEST_XDIST_WORKER"),
+                       visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     if result.error is not None:
         record_case(**base, grade="none", failed_checks=["support.kernel_raised"],
                     checks={"support.kernel_raised": describe_error(result.error)})

@@ -38,10 +38,12 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=_SLOW_CHECKS,
 )
-settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=_SLOW_CHECKS)
-settings.register_profile(
-    "thorough", max_examples=2000, deadline=None, print_blob=True, suppress_health_check=_SLOW_CHECKS
-)
+# dev and thorough explore: derandomize=False explicitly, since hypothesis itself derandomizes its
+# defaults when it detects CI.
+settings.register_profile("dev", max_examples=60, deadline=None, derandomize=False,
+                          suppress_health_check=_SLOW_CHECKS)
+settings.register_profile("thorough", max_examples=2000, deadline=None, derandomize=False, print_blob=True,
+                          suppress_health_check=_SLOW_CHECKS)
 
 
 def default_hypothesis_profile(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:

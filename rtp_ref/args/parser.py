@@ -121,11 +121,6 @@ class EnvArgumentParser(argparse.ArgumentParser):
         self._negative_number_options = False
         super().__init__(*args, **kwargs)
 
-    @property
-    def env_prefix(self) -> str:
-        """The normalized prefix of every variable name ('' for none)."""
-        return self._env_prefix
-
     def add_argument(
         self,
         *name_or_flags: str,

@@ -171,7 +171,33 @@ def load_report(path: str | Path) -> dict[str, Any]:
     for key in ("platform", "environment", "summary", "cases", "complete"):
         if key not in data:
             raise RtpRefError(f"{str(path)!r} lacks key {key!r}; the file is damaged or partial")
+    problem = _shape_problem(data)
+    if problem:
+        raise RtpRefError(f"{str(path)!r}: {problem}; the file is damaged or was edited by hand")
     return data
+
+
+def _shape_problem(data: Mapping[str, Any]) -> str | None:
+    """What is wrong with the parts of a report that rtp-ref reads back (merge, certify), or None."""
+    if not isinstance(data["complete"], bool):
+        return f"key 'complete' is {data['complete']!r}; valid: true or false"
+    for key in ("platform", "environment", "summary"):
+        if not isinstance(data[key], dict):
+            return f"key {key!r} is not an object"
+    if not isinstance(data["cases"], list):
+        return "key 'cases' is not a list"
+    for key in ("name", "execution"):
+        if not isinstance(data["platform"].get(key), str):
+            return f"platform.{key} is not a string"
+    rows = data["summary"].get("by_kernel_layout")
+    if not isinstance(rows, list):
+        return "summary.by_kernel_layout is not a list"
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("kernel", "layout", "verdict")):
+            return f"summary.by_kernel_layout[{i}] lacks a string kernel, layout or verdict"
+        if not isinstance(row.get("min_grade"), str | None):
+            return f"summary.by_kernel_layout[{i}].min_grade is not a string or null"
+    return None
 
 
 def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:

@@ -29,8 +29,17 @@ def conformance_dir() -> Path:
 def pytest_arguments(args: argparse.Namespace) -> list[str]:
     """The pytest command line a certify invocation stands for (shown with --dry-run)."""
     report = Path(args.report)
-    argv = [str(conformance_dir()), "-p", "no:cacheprovider", "--platform", args.platform,
-            "--rtp-report", str(report), "--junitxml", str(report / "junit.xml")]
+    argv = [
+        str(conformance_dir()),
+        "-p",
+        "no:cacheprovider",
+        "--platform",
+        args.platform,
+        "--rtp-report",
+        str(report),
+        "--junitxml",
+        str(report / "junit.xml"),
+    ]
     for name in args.kernel:
         argv += ["--kernel", name]
     for name in args.layout:
@@ -39,8 +48,16 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
         argv += ["--layout-flag", flag]
     # Every case runs in an xdist worker: a kernel that kills its process (segfault, lost CUDA
     # context) or hangs past the timeout fails that case; xdist starts a fresh worker and goes on.
-    argv += ["-n", str(args.workers), "--max-worker-restart", "100000",
-             "--timeout", str(args.case_timeout), "--timeout-method", "thread"]
+    argv += [
+        "-n",
+        str(args.workers),
+        "--max-worker-restart",
+        "100000",
+        "--timeout",
+        str(args.case_timeout),
+        "--timeout-method",
+        "thread",
+    ]
     return argv + _pytest_extra(args)[1:]
 
 
@@ -82,8 +99,10 @@ def _certify(args: argparse.Namespace) -> int:
         print(f"\nrtp-ref: reports written to {args.report}/ (report.json, report.md, junit.xml)")
         for row in report["summary"]["by_kernel_layout"]:
             grade = row["min_grade"] or "-"
-            print(f"  {row['kernel']:<16} {row['layout']:<18} {row['verdict']:<26} {grade:<10} "
-                  f"{'/'.join(row['execution'])}")
+            print(
+                f"  {row['kernel']:<16} {row['layout']:<18} {row['verdict']:<26} {grade:<10} "
+                f"{'/'.join(row['execution'])}"
+            )
         print(f"rtp-ref: {'NOT CERTIFIED: ' + problem if problem else 'all claimed layouts certified'}")
     return 1 if problem else 0
 
@@ -103,9 +122,25 @@ def _certify_all(args: argparse.Namespace) -> int:
     out = Path(args.report)
     codes = {}
     for name in platform_names():
-        argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", name, "--report", str(out / name),
-                "-n", str(args.workers), "--case-timeout", str(args.case_timeout)]
-        for option, values in (("--kernel", args.kernel), ("--layout", args.layout), ("--layout-flag", args.layout_flag)):
+        argv = [
+            sys.executable,
+            "-m",
+            "rtp_ref.cli",
+            "certify",
+            "--platform",
+            name,
+            "--report",
+            str(out / name),
+            "-n",
+            str(args.workers),
+            "--case-timeout",
+            str(args.case_timeout),
+        ]
+        for option, values in (
+            ("--kernel", args.kernel),
+            ("--layout", args.layout),
+            ("--layout-flag", args.layout_flag),
+        ):
             for value in values:
                 argv += [option, value]
         if args.dry_run:
@@ -121,8 +156,10 @@ def _certify_all(args: argparse.Namespace) -> int:
     (out / "scoreboard.md").write_text(render_scoreboard(board))
     print(render_scoreboard(board), end="")
     failed = [name for name, code in codes.items() if code != 0]
-    print(f"rtp-ref: scoreboard written to {out}/scoreboard.md; "
-          + (f"NOT CERTIFIED on: {', '.join(failed)}" if failed else "every platform certified"))
+    print(
+        f"rtp-ref: scoreboard written to {out}/scoreboard.md; "
+        + (f"NOT CERTIFIED on: {', '.join(failed)}" if failed else "every platform certified")
+    )
     return max(codes.values(), default=1) if failed else 0
 
 
@@ -139,21 +176,50 @@ def register(sub: Any) -> None:
         description="Certify KV-cache kernels against the reference on a platform. Exits 1 when a claimed "
         "layout fails or nothing ran, 2 on bad input. Extra arguments after -- go to pytest.",
     )
-    parser.add_argument("--platform", default="auto",
-                        help="platform name, .toml path, auto (default: the running device), or all (every "
-                        "bundled table, each in its own report directory, merged into scoreboard.md)")
-    parser.add_argument("--kernel", action="append", default=[], metavar="NAME",
-                        help="certify only this kernel (repeatable; default: all discovered)")
-    parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT",
-                        help="certify only this layout (repeatable; default: every claimed layout)")
-    parser.add_argument("--layout-flag", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a layout flag of the platform table (repeatable)")
+    parser.add_argument(
+        "--platform",
+        default="auto",
+        help="platform name, .toml path, auto (default: the running device), or all (every "
+        "bundled table, each in its own report directory, merged into scoreboard.md)",
+    )
+    parser.add_argument(
+        "--kernel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="certify only this kernel (repeatable; default: all discovered)",
+    )
+    parser.add_argument(
+        "--layout",
+        action="append",
+        default=[],
+        metavar="LAYOUT",
+        help="certify only this layout (repeatable; default: every claimed layout)",
+    )
+    parser.add_argument(
+        "--layout-flag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a layout flag of the platform table (repeatable)",
+    )
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
-    parser.add_argument("-n", "--workers", type=_positive_int, default=1, metavar="N",
-                        help="worker processes (default 1); on a GPU host each worker gets its own GPU")
-    parser.add_argument("--case-timeout", type=_positive_int, default=600, metavar="SECONDS",
-                        help="a case running longer fails and its worker is replaced (default 600; the first "
-                        "case of a kernel may include its build)")
+    parser.add_argument(
+        "-n",
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1); on a GPU host each worker gets its own GPU",
+    )
+    parser.add_argument(
+        "--case-timeout",
+        type=_positive_int,
+        default=600,
+        metavar="SECONDS",
+        help="a case running longer fails and its worker is replaced (default 600; the first "
+        "case of a kernel may include its build)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

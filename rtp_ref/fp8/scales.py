@@ -48,7 +48,8 @@ def scale_from_amax(amax: torch.Tensor, rule: ScaleRule | str, fp8_max: float, f
     """Scale (float32) for each amax under ``rule``; see the module doc for the formulas.
 
     ``floor`` keeps an all-zero tile's scale positive and finite (a zero scale would make
-    ``x / s`` NaN). The result is always > 0 for finite amax; NaN amax gives NaN.
+    ``x / s`` NaN). The result is always > 0 for finite amax; NaN amax gives the canonical quiet
+    NaN (bits 0x7FC00000, what CUDA and Triton produce), whatever NaN the input carried.
     """
     if fp8_max <= 0:
         raise ValueError(f"scale_from_amax: fp8_max={fp8_max} must be positive")
@@ -60,7 +61,7 @@ def scale_from_amax(amax: torch.Tensor, rule: ScaleRule | str, fp8_max: float, f
     s = torch.maximum(raw, torch.tensor(floor, dtype=torch.float32))
     if r is ScaleRule.POW2_CEIL:
         s = decode_ue8m0(encode_ue8m0(s, Pow2Rule.CEIL))
-    return s
+    return torch.where(torch.isnan(s), torch.full_like(s, float("nan")), s)
 
 
 def quantize_tiles(

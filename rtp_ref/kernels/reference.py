@@ -6,6 +6,8 @@ case; the mutants in tests/ show the same harness rejects wrong ones.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
 from rtp_ref.kernels.contract import WriteContract
@@ -18,8 +20,8 @@ class ReferenceKernel:
     """``concat_and_cache_mla`` by ``rtp_ref.kv.reference_write``, for any bound contract."""
 
     name = "reference"
-    kv_cache_dtypes = MLA_LAYOUT_NAMES
-    devices = ("cpu", "cuda")
+    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
+    devices: Collection[str] = ("cpu", "cuda")
     conversion_path = "software"
 
     def __init__(self, contract: WriteContract | None = None) -> None:

@@ -43,7 +43,7 @@ def _tiled(x: torch.Tensor, plan: WritePlan, fp8: torch.dtype) -> tuple[torch.Te
     s = torch.clamp(amax / plan.divisor, min=plan.floor)
     if plan.pow2_scale:
         s = torch.exp2(torch.ceil(torch.log2(s)))
-    codes = (tiles / s.unsqueeze(-1)).to(fp8).view(torch.uint8).view(n, -1)[:, :r]
+    codes = (tiles / s.unsqueeze(-1)).to(fp8).view(torch.uint8).reshape(n, plan.n_tiles * plan.tile)[:, :r]
     return codes, s
 
 

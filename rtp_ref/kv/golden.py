@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,11 @@ GOLDEN_FORMAT = "1"
 GOLDEN_INPUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: One token in this many (token i with i % SKIP_EVERY == SKIP_EVERY - 1) gets slot -1.
 SKIP_EVERY = 4
+#: Largest file ``make_golden`` builds. A golden vector is a test fixture; past this size the arguments
+#: are a mistake, and building it would end in an allocation failure instead of a message.
+GOLDEN_MAX_BYTES = 1 << 30
+#: Seeds ``torch.Generator.manual_seed`` takes without wrapping (a negative seed would alias a positive one).
+SEED_RANGE = range(2**64)
 _SAFETENSORS_DTYPES = {
     torch.uint8: "U8",
     torch.int64: "I64",
@@ -79,6 +85,7 @@ def make_golden(
     Inputs: ``tokens`` tokens, token 0 all zero (exercises the scale floor), every ``SKIP_EVERY``-th
     token on slot -1, the others on distinct random slots of a ``num_blocks x block_size`` cache whose
     initial bytes are random. ``scale`` is ``max|input| / fp8 max`` (used by the per-tensor layouts).
+    Arguments out of range (a seed outside 0..2^64-1, a file over ``GOLDEN_MAX_BYTES``) raise RtpRefError.
     """
     layout = layout_for_platform(
         platform, layout_name, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, overrides=overrides
@@ -94,6 +101,14 @@ def make_golden(
             raise RtpRefError(f"{name}={value} is not valid; valid: >= {low}")
     if tokens > capacity:
         raise RtpRefError(f"tokens={tokens} do not fit the cache; valid: <= num_blocks x block_size = {capacity}")
+    if seed not in SEED_RANGE:
+        raise RtpRefError(f"seed={seed} is not valid; valid: 0..{SEED_RANGE.stop - 1}")
+    size = _file_bytes(layout, dtype, tokens, capacity)
+    if size > GOLDEN_MAX_BYTES:
+        raise RtpRefError(
+            f"the golden file would hold {size} bytes; valid: at most {GOLDEN_MAX_BYTES} "
+            "(fewer --tokens, --num-blocks, --block-size or a smaller --kv-lora-rank)"
+        )
     generator = torch.Generator().manual_seed(seed)
     kv_c = _inputs(generator, tokens, layout.kv_lora_rank, 64, dtype)
     kv_c[0] = 0
@@ -117,6 +132,13 @@ def make_golden(
         "kv_cache_expected": expected,
     }
     return GoldenCase(tensors, _metadata(platform, layout, input_dtype, block_size, num_blocks, tokens, seed))
+
+
+def _file_bytes(layout: MlaLayout, dtype: torch.dtype, tokens: int, capacity: int) -> int:
+    """Tensor bytes of a golden file: inputs, slot map, scale, and the cache twice (before, expected)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return tokens * (layout.kv_lora_rank + layout.rope_dim) * element + tokens * 8 + 4 \
+        + 2 * capacity * layout.bytes_per_token
 
 
 def _input_dtype(name: str) -> torch.dtype:
@@ -181,10 +203,23 @@ def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str
 
 
 def write_golden(path: str | Path, case: GoldenCase) -> bytes:
-    """Write ``case`` to ``path`` as a safetensors file; returns the bytes written."""
+    """Write ``case`` to ``path`` as a safetensors file; returns the bytes written.
+
+    The bytes go to a temporary file beside ``path`` that is renamed over it once complete, so a
+    failed write (disk full, file size limit) leaves no half-written golden file and any previous
+    file at ``path`` intact. An unwritable path raises RtpRefError naming it.
+    """
     data = safetensors_bytes(case.tensors, case.metadata)
+    target = Path(path)
+    if not target.name:
+        raise RtpRefError(f"--out {str(path)!r} is not a file name; valid: a path such as out/golden.safetensors")
+    # Named by process id, created with open() so that the umask applies as to any other output file.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        Path(path).write_bytes(data)
+        with tmp.open("wb") as handle:
+            handle.write(data)
+        tmp.replace(target)
     except OSError as exc:
-        raise RtpRefError(f"--out {str(path)!r} cannot be written: {exc.strerror}") from exc
+        tmp.unlink(missing_ok=True)
+        raise RtpRefError(f"--out {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
     return data

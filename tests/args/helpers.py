@@ -1,4 +1,4 @@
-"""Shared by the args tests: variable names, config classes for bindings, a custom type."""
+"""Shared by the args tests: variable names, config classes for bindings, a custom type, ``Parse``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+from rtp_ref.args import EnvArgumentParser
 
 #: Every variable the args tests set starts with this prefix (conftest clears them before each test),
 #: so a real variable of the machine running the tests can never leak in.
@@ -70,3 +72,11 @@ class Parse:
         except SystemExit as exc:
             return exc.code, self._capsys.readouterr().err
         pytest.fail(f"parser did not exit; it returned {namespace}")
+
+
+def demo_parser() -> EnvArgumentParser:
+    """The parser ``python -m rtp_ref.args tests.args.helpers:demo_parser`` translates."""
+    parser = EnvArgumentParser(prog="demo", env_prefix=PREFIX)
+    parser.add_argument("--model_type")
+    parser.add_argument("--tp_size", type=int)
+    return parser

@@ -258,7 +258,7 @@ def test_command_line_member_of_exclusive_group_masks_env(
     assert (namespace.local_path, namespace.remote_url) == ("/ckpt", None)
 
 
-@pytest.mark.parametrize(("text", "expected"), [("1 2", [1, 2]), ("7", [7])])
+@pytest.mark.parametrize(("text", "expected"), [("1 2", [1, 2]), ("7", [7])], ids=["two", "one"])
 def test_env_list_values_are_split_and_converted(
     args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, text: str, expected: list[int]
 ) -> None:
@@ -269,7 +269,7 @@ def test_env_list_values_are_split_and_converted(
     assert parse(parser).device_ids == expected
 
 
-@pytest.mark.parametrize(("word", "expected"), [("1", True), ("0", False)])
+@pytest.mark.parametrize(("word", "expected"), [("1", True), ("0", False)], ids=["1", "0"])
 def test_store_true_reads_env_as_a_boolean(
     args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, word: str, expected: bool
 ) -> None:

@@ -20,15 +20,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.args.helpers import PREFIX, env_var
 from tests.args.kit import ArgsKit
 
-# The autouse environment fixture runs once per test, not per example; each example sets and
-# restores its own variables and resets the kit itself.
-_SETTINGS = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+# The autouse environment fixture runs once per test, not per example: each example sets and
+# restores its own variables and resets the kit itself. One bug per report, and no "explain" phase
+# (it traces every line and takes seconds): the emulation of rtp-llm runs these to fail them.
+_SETTINGS = settings(
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    report_multiple_bugs=False,
+    phases=[phase for phase in Phase if phase is not Phase.explain],
+)
 
 TRUE_WORDS = ("1", "true", "yes", "on", "T")
 FALSE_WORDS = ("0", "false", "no", "off", "F")

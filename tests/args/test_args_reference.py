@@ -426,14 +426,6 @@ def test_resolve_object_errors(spec: str, message: str) -> None:
         resolve_object(spec)
 
 
-def demo_parser() -> EnvArgumentParser:
-    """The parser ``python -m rtp_ref.args tests.args.test_args_reference:demo_parser`` translates."""
-    parser = EnvArgumentParser(prog="demo", env_prefix=PREFIX)
-    parser.add_argument("--model_type")
-    parser.add_argument("--tp_size", type=int)
-    return parser
-
-
 def _run_command(rootdir: Path, spec: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rtp_ref.args", spec],
@@ -448,7 +440,7 @@ def _run_command(rootdir: Path, spec: str, environ: dict[str, str]) -> subproces
 
 def test_command_prints_the_flags_and_fails_on_bad_input(pytestconfig: pytest.Config) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith(f"{PREFIX}_")}
-    spec = "tests.args.test_args_reference:demo_parser"
+    spec = "tests.args.helpers:demo_parser"
     good = _run_command(
         pytestconfig.rootpath, spec, {**base, env_var("model_type"): "qwen 2", env_var("tp_size"): "2"}
     )
@@ -456,6 +448,6 @@ def test_command_prints_the_flags_and_fails_on_bad_input(pytestconfig: pytest.Co
     bad = _run_command(pytestconfig.rootpath, spec, {**base, env_var("tp_size"): "two"})
     assert bad.returncode == 2
     assert f"{env_var('tp_size')}='two'" in bad.stderr
-    missing = _run_command(pytestconfig.rootpath, "tests.args.test_args_reference:nope", base)
+    missing = _run_command(pytestconfig.rootpath, "tests.args.helpers:nope", base)
     assert missing.returncode == 2
     assert "no attribute" in missing.stderr

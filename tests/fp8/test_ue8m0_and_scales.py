@@ -154,3 +154,11 @@ def test_tile_amax_shapes_and_errors() -> None:
     assert tile_amax(x, 2).tolist() == [[3.0, 2.0]]
     with pytest.raises(ValueError, match="tile=3"):
         tile_amax(x, 3)
+
+
+@pytest.mark.parametrize("rule", ["amax_div", "pow2_ceil"])
+def test_nan_amax_gives_the_canonical_nan(rule: str) -> None:
+    """Kernels write 0x7FC00000 for a NaN scale; the reference must too, whatever NaN came in."""
+    negative_nan = torch.tensor([0xFFC00001], dtype=torch.int64).to(torch.int32).view(torch.float32)
+    s = scale_from_amax(negative_nan, rule, 448.0, FLT_MIN)
+    assert s.view(torch.int32).tolist() == [0x7FC00000]

@@ -85,7 +85,7 @@ def make_case(c: WriteContract, layout_name: str, *, dims: tuple[int, int] | Non
             vals = torch.tensor(EDGE_VALUES)[torch.arange(idx.numel()) % len(EDGE_VALUES)].to(dtype)
             flat_rows, flat_cols = idx // x.shape[1], idx % x.shape[1]
             x[flat_rows, flat_cols] = vals
-        kv_c[1, :] = 0  # an all-zero row: every tile scale falls to the floor
+        kv_c[2, :] = 0  # an all-zero row (token 2 is written): every tile scale falls to the floor
     capacity = num_blocks * block_size
     slots = torch.randperm(capacity, generator=g)[:tokens].to(torch.int64)
     slots[1::4] = -1  # padding tokens write nothing

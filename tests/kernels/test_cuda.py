@@ -88,3 +88,10 @@ def test_invalid_arguments_raise_before_any_byte_is_written() -> None:
     with pytest.raises(RtpRefError, match="outside the cache"):
         KERNEL(case.kv_c, case.k_pe, case.cache, slots, "fp8_model1_mla", case.scale)
     assert torch.equal(case.cache, before)
+
+
+@pytest.mark.parametrize("tokens", [0, 1])
+def test_zero_and_one_token(tokens: int) -> None:
+    c = contract("cuda-sm90")
+    case = make_case(c, "fp8_ds_mla", tokens=tokens).to("cuda")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda tokens={tokens}")

@@ -44,6 +44,14 @@ def test_ordinary_inputs_are_bit_exact_on_the_cpu(layout: str) -> None:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tokens", [0, 1])
+def test_zero_and_one_token(layout: str, tokens: int) -> None:
+    c = contract("cpu")
+    case = make_case(c, layout, edge=False, scale=1.0, tokens=tokens)
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"torch-eager {layout} tokens={tokens}")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("platform", ["cpu", "rocm-gfx942"])
 def test_edge_inputs_change_only_target_bytes(device: torch.device, platform: str, layout: str,
                                               survey: list[str]) -> None:

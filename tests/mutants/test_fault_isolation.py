@@ -15,8 +15,14 @@ FAULTS = {
 
 
 def test_faulty_kernels_fail_their_case_and_the_report_is_complete(tmp_path: Path) -> None:
-    report = certify("cpu", [*FAULTS, "reference"], tmp_path, extra=["--layout", "auto", "--case-timeout", "8", "-n", "2"],
-                     kernels_env="tests.mutants.faults:kernels", timeout=900)
+    report = certify(
+        "cpu",
+        [*FAULTS, "reference"],
+        tmp_path,
+        extra=["--layout", "auto", "--case-timeout", "8", "-n", "2"],
+        kernels_env="tests.mutants.faults:kernels",
+        timeout=900,
+    )
     assert report["complete"] is True
     assert report["_exit_code"] == 1
     cases = {c["nodeid"]: c for c in report["cases"]}  # type: ignore[union-attr]

@@ -13,19 +13,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.mutants.kernels import EXPECTED
-
-# One worker runs the whole module, so the two certify runs behind `reports` happen once.
-pytestmark = pytest.mark.xdist_group("mutation-score")
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 
 
-def certify(platform: str, kernels: list[str], out: Path, extra: list[str] | None = None,
-            kernels_env: str = "tests.mutants.kernels:mutants", timeout: float = 600) -> dict[str, object]:
+def certify(
+    platform: str,
+    kernels: list[str],
+    out: Path,
+    extra: list[str] | None = None,
+    kernels_env: str = "tests.mutants.kernels:mutants",
+    timeout: float = 600,
+) -> dict[str, object]:
     """Run ``rtp-ref certify`` in a fresh process and return its report."""
     # A fresh process, not an xdist worker of this run: drop pytest's own variables.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
@@ -33,22 +34,16 @@ def certify(platform: str, kernels: list[str], out: Path, extra: list[str] | Non
     argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", platform, "--report", str(out)]
     for k in kernels:
         argv += ["--kernel", k]
-    proc = subprocess.run([*argv, *(extra or [])], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    proc = subprocess.run(
+        [*argv, *(extra or [])], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
     report_file = out / "report.json"
-    assert report_file.exists(), f"certify wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    assert report_file.exists(), (
+        f"certify wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    )
     report: dict[str, object] = json.loads(report_file.read_text())
     report["_exit_code"] = proc.returncode
     return report
-
-
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
-    out = {}
-    for platform in PLATFORMS:
-        names = [cls.name for cls, (p, _) in EXPECTED.items() if p == platform]
-        out[platform] = certify(platform, names, tmp_path_factory.mktemp(platform), extra=["--", "-q"])
-    return out
 
 
 def _failed_checks(report: dict[str, object], kernel: str) -> set[str]:
@@ -57,20 +52,28 @@ def _failed_checks(report: dict[str, object], kernel: str) -> set[str]:
     return {name for c in cases if c.get("kernel") == kernel for name in c.get("failed_checks", [])}
 
 
-@pytest.mark.parametrize("mutant", list(EXPECTED), ids=lambda cls: cls.name)
-def test_mutant_is_caught_by_its_check(mutant: type, reports: dict[str, dict[str, object]]) -> None:
-    platform, check = EXPECTED[mutant]
-    report = reports[platform]
-    assert report["_exit_code"] == 1, "certify must exit 1 when a claimed layout fails"
-    caught = _failed_checks(report, mutant.name)
-    assert check in caught, f"{mutant.name} was not caught by {check}; failed checks: {sorted(caught)}"
-    rows = [r for r in report["summary"]["by_kernel_layout"] if r["kernel"] == mutant.name]  # type: ignore[index]
-    assert any(r["verdict"] == "failed" for r in rows), rows
+def test_every_mutant_is_caught_by_its_check(tmp_path: Path, survey: list[str]) -> None:
+    """One certify run per platform for all of its mutants; then each mutant's verdict and checks.
 
-
-def test_mutation_score_is_100_percent(reports: dict[str, dict[str, object]], survey: list[str]) -> None:
-    caught = [cls.name for cls, (platform, check) in EXPECTED.items()
-              if check in _failed_checks(reports[platform], cls.name)]
-    survey.append(f"mutation score: {len(caught)}/{len(EXPECTED)} mutants caught by their named check "
-                  f"({100 * len(caught) // len(EXPECTED)}%)")
-    assert len(caught) == len(EXPECTED) >= 12
+    (One test rather than one per mutant, so the certify runs happen once whatever xdist does.)
+    """
+    missed = []
+    for platform in PLATFORMS:
+        mutants = [cls for cls, (p, _) in EXPECTED.items() if p == platform]
+        report = certify(platform, [cls.name for cls in mutants], tmp_path / platform, extra=["--", "-q"])
+        assert report["_exit_code"] == 1, "certify must exit 1 when a claimed layout fails"
+        rows = report["summary"]["by_kernel_layout"]  # type: ignore[index]
+        for cls in mutants:
+            check = EXPECTED[cls][1]
+            caught = _failed_checks(report, cls.name)
+            verdicts = {r["layout"]: r["verdict"] for r in rows if r["kernel"] == cls.name}
+            if check not in caught or "failed" not in verdicts.values():
+                missed.append(
+                    f"{cls.name} on {platform}: expected {check}; failed checks {sorted(caught)}, verdicts {verdicts}"
+                )
+    score = len(EXPECTED) - len(missed)
+    survey.append(
+        f"mutation score: {score}/{len(EXPECTED)} mutants caught by their named check ({100 * score // len(EXPECTED)}%)"
+    )
+    assert not missed, "\n".join(missed)
+    assert len(EXPECTED) >= 12

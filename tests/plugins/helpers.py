@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import uuid
 from pathlib import Path
@@ -22,10 +23,12 @@ class PackageDir:
         package = self.root / name
         package.mkdir()
         (package / "__init__.py").write_text(source, encoding="utf-8")
+        importlib.invalidate_caches()  # the path finder may have listed the directory already
         self.created.append(name)
         return name
 
     def forget_imports(self) -> None:
+        """Drop the written packages (and their submodules) from ``sys.modules``."""
         for module in list(sys.modules):
             if module.split(".", 1)[0] in self.created:
                 del sys.modules[module]

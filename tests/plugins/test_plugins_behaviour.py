@@ -84,18 +84,18 @@ def test_package_list_is_never_read_from_the_environment(
     assert parsed.external_model_packages is None
 
 
-@pytest.mark.parametrize(
-    ("text", "bad"),
-    [
-        ("../x", "../x"),
-        ("a/b.py", "a/b.py"),
-        ("a-b", "a-b"),
-        (".a", ".a"),
-        ("a..b", "a..b"),
-        ("import.x", "import.x"),
-        ("good.pkg, bad-pkg", "bad-pkg"),
-    ],
-)
+BAD_ITEMS = [
+    ("../x", "../x"),
+    ("a/b.py", "a/b.py"),
+    ("a-b", "a-b"),
+    (".a", ".a"),
+    ("a..b", "a..b"),
+    ("import.x", "import.x"),
+    ("good.pkg, bad-pkg", "bad-pkg"),
+]
+
+
+@pytest.mark.parametrize(("text", "bad"), BAD_ITEMS, ids=[text for text, _ in BAD_ITEMS])
 def test_package_list_rejects_a_bad_item_by_name(
     plugins_kit: PluginsKit, capsys: pytest.CaptureFixture[str], text: str, bad: str
 ) -> None:

@@ -11,7 +11,7 @@ import argparse
 import keyword
 
 import pytest
-from hypothesis import given
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.plugins.kit import PluginsKit
@@ -50,6 +50,7 @@ def test_valid_package_lists_parse_to_the_names_in_order(
     assert list(plugins_kit.parse_package_list(text)) == list(dict.fromkeys(names))
 
 
+@settings(report_multiple_bugs=False, phases=[phase for phase in Phase if phase is not Phase.explain])
 @given(text=TEXT)
 def test_any_package_list_text_follows_the_rules(plugins_kit: PluginsKit, text: str) -> None:
     """Review P3 and P2: keywords (``import.x``) passed, and a list without a name gave []."""

@@ -7,7 +7,8 @@
 // there are no atomics.
 //
 // Numerics (the contract of rtp_ref.fp8 / rtp_ref.kv.entries):
-//  * every quotient x / scale is __fdiv_rn, a correctly rounded float32 division;
+//  * every quotient x / scale is __fdiv_rn, a correctly rounded float32 division, except for
+//    power-of-two tile scales, where x * (exact reciprocal) gives the same bits;
 //  * hardware path: __nv_cvt_float2_to_fp8x2(..., __NV_SATFINITE, __NV_E4M3), round to nearest even,
 //    finite overflow and inf clamp to +-448, NaN written as the canonical code;
 //  * software path (fnuz, e5m2, nonsat emulated on NVIDIA): round-half-even on the float32 bits, the
@@ -124,6 +125,13 @@ __device__ __forceinline__ float ue8m0_value(int byte) {
   return __uint_as_float(static_cast<uint32_t>(byte) << 23);
 }
 
+// 1 / ue8m0_value(byte), exactly: 2**(127 - byte); byte 254 gives the subnormal 2**-127.
+__device__ __forceinline__ float ue8m0_reciprocal(int byte) {
+  if (byte == 254) return __uint_as_float(0x00400000u);
+  if (byte == 0xFF) return __uint_as_float(0x7FC00000u);
+  return __uint_as_float(static_cast<uint32_t>(254 - byte) << 23);
+}
+
 // Loads chunk `c` (values c..c+7) of a row; positions past `n` read as 0 (they never raise an amax).
 template <bool ALIGNED>
 __device__ __forceinline__ void load_chunk(const void* row, int64_t c, int64_t n, bool fp16, float (&v)[kChunk],
@@ -205,6 +213,7 @@ __device__ __forceinline__ void write_values(const RtpRefMlaParams& p, const Fmt
       continue;
     }
     float s = tensor_scale;
+    float reciprocal = 0.0f;  // used instead of dividing when the tile scale is a power of two
     if constexpr (MODE == kTiled) {
       float amax = 0.0f;
       bool nan = false;
@@ -223,7 +232,10 @@ __device__ __forceinline__ void write_values(const RtpRefMlaParams& p, const Fmt
       const float floor_value = static_cast<float>(p.floor_);
       s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
       const int byte = ue8m0_ceil(s);
-      if (p.pow2) s = ue8m0_value(byte);
+      if (p.pow2) {
+        s = ue8m0_value(byte);
+        reciprocal = ue8m0_reciprocal(byte);
+      }
       if (active && lane % lanes_per_tile == 0) {
         const int64_t t = c / p.tile;
         if (p.scale_ue8m0) scale_dst[t] = static_cast<uint8_t>(byte);
@@ -233,7 +245,10 @@ __device__ __forceinline__ void write_values(const RtpRefMlaParams& p, const Fmt
     if (!active) continue;
     float q[kChunk];
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) q[k] = __fdiv_rn(v[k], s);
+    for (int k = 0; k < kChunk; ++k) {
+      // x / 2**e and x * 2**-e are the same correctly rounded value; other scales need the division.
+      q[k] = MODE == kTiled && p.pow2 ? __fmul_rn(v[k], reciprocal) : __fdiv_rn(v[k], s);
+    }
     uint64_t bytes;
     if constexpr (HW) bytes = fp8x8<true>(q, f);
     else bytes = fp8x8<false>(q, f);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device-machine session: install rtp-ref next to the machine's own torch, then run a stage.
+#   scripts/gpu_check.sh correctness   unit tests on CUDA, certify cuda-sm90 (native) and
+#                                      rocm-gfx942 (emulated), mutants, fault isolation, memcheck
+#   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
+#   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker
+# Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
+set -uo pipefail
+stage=${1:?stage: correctness, bench or pinning}
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+site=/tmp/rtp-site
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . .whl/*.whl \
+  >"$out/install.log" 2>&1 || { cat "$out/install.log"; exit 1; }
+export PYTHONPATH="$site" PYTHONUNBUFFERED=1
+export TORCH_EXTENSIONS_DIR=/tmp/torch-ext TRITON_CACHE_DIR=/tmp/triton-cache
+rtp() { python3 -m rtp_ref.cli "$@"; }
+python3 - <<'PY' | tee "$out/env.txt"
+import torch, triton
+print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)
+print("devices", [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+PY
+rtp platforms detect
+case "$stage" in
+correctness)
+  python3 -m pytest -p rtp_ref.pytest_plugin -q -n 8 --dist loadgroup tests -x -k "not fault_isolation" \
+    2>&1 | tee "$out/unit.log" | tail -25
+  rtp certify --platform cuda-sm90 --report "$out/cuda-sm90" --case-timeout 300 -n 4 > "$out/certify-sm90.log" 2>&1
+  tail -12 "$out/certify-sm90.log"
+  rtp certify --platform rocm-gfx942 --report "$out/rocm-gfx942" --case-timeout 300 -n 4 > "$out/certify-gfx942.log" 2>&1
+  tail -10 "$out/certify-gfx942.log"
+  python3 -m pytest -p rtp_ref.pytest_plugin -q tests/mutants/test_fault_isolation.py 2>&1 | tail -3
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py > "$out/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" "$out/memcheck.log"
+  ;;
+bench)
+  rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
+  ;;
+pinning)
+  rtp certify --platform cuda-sm90 --kernel cuda --kernel triton -n 2 --report "$out/pin2" > "$out/pin2.log" 2>&1
+  tail -12 "$out/pin2.log"
+  python3 - "$out/pin2/report.json" <<'PY'
+import collections, json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+seen = collections.defaultdict(set)
+for c in cases:
+    if c.get("worker"):
+        seen[c["worker"]].add(c.get("visible_devices"))
+print("worker -> CUDA_VISIBLE_DEVICES:", {w: sorted(map(str, v)) for w, v in sorted(seen.items())})
+PY
+  rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$out/pin3" 2>&1 | tail -2
+  ;;
+esac

@@ -1,0 +1,150 @@
+"""Report scoring rules, the markdown and merge views, and report-file validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtp_ref.certify.collector import json_safe, write_report
+from rtp_ref.certify.report import (
+    SCHEMA_VERSION,
+    build_report,
+    certification_failed,
+    load_report,
+    merge_reports,
+    render_markdown,
+    render_scoreboard,
+    verdict,
+)
+from rtp_ref.errors import RtpRefError
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "expected"),
+    [
+        (["passed", "passed"], "certified"),
+        (["passed", "xfailed"], "certified with deviations"),
+        (["passed", "failed"], "failed"),
+        (["passed", "xpassed"], "failed"),  # a stale deviation entry must be removed, not ignored
+        (["passed", "error"], "failed"),
+        (["skipped", "skipped"], "not run"),  # an opt-out is never a pass
+        ([], "not run"),
+    ],
+)
+def test_verdict_rules(outcomes: list[str], expected: str) -> None:
+    assert verdict(outcomes) == expected
+
+
+def _case(kernel: str, layout: str, outcome: str, grade: str | None = "bit_exact", **extra: Any) -> dict[str, Any]:
+    return {
+        "nodeid": f"x::{kernel}-{layout}-{outcome}-{len(extra)}",
+        "kernel": kernel,
+        "layout": layout,
+        "outcome": outcome,
+        "grade": grade,
+        "execution": "native",
+        **extra,
+    }
+
+
+def _report(cases: list[dict[str, Any]], name: str = "cpu", complete: bool = True) -> dict[str, Any]:
+    platform = {
+        "name": name,
+        "source": f"platforms/{name}.toml",
+        "sha256": "0" * 64,
+        "execution": "native",
+        "element_format": "e4m3fn",
+        "conversion_mode": "satfinite",
+        "required_grade": "bit_exact",
+        "table": {},
+    }
+    return build_report(
+        platform=platform,
+        environment={"device": "cpu"},
+        flags={"lora_alignment": "strict"},
+        selection={},
+        cases=cases,
+        unmatched_deviations=[],
+        complete=complete,
+        exit_status=0,
+    )
+
+
+def test_summary_keeps_grades_and_failed_checks_apart() -> None:
+    report = _report(
+        [
+            _case("k", "fp8", "passed"),
+            _case("k", "fp8", "failed", grade="layout", failed_checks=["numerics.saturation"]),
+            _case("k", "auto", "passed"),
+            _case("k", "auto", "passed", kind="unclaimed", grade=None),
+        ]
+    )
+    rows = {(r["kernel"], r["layout"]): r for r in report["summary"]["by_kernel_layout"]}
+    assert rows[("k", "fp8")]["verdict"] == "failed"
+    assert rows[("k", "fp8")]["min_grade"] == "layout"
+    assert rows[("k", "fp8")]["failed_checks"] == ["numerics.saturation"]
+    assert rows[("k", "auto")]["verdict"] == "certified"
+    assert rows[("k", "auto (unclaimed)")]["verdict"] == "raises as required"
+    assert certification_failed(report) == "1 kernel/layout pair(s) failed: k/fp8"
+    md = render_markdown(report)
+    assert "| k | fp8 | failed | layout | native |" in md and "numerics.saturation" in md
+
+
+@pytest.mark.parametrize(
+    ("cases", "complete", "problem"),
+    [
+        ([], True, "0 cases ran"),
+        ([_case("k", "fp8", "skipped", grade=None)], True, "0 cases ran"),
+        ([_case("k", "fp8", "passed")], False, "did not complete"),
+        ([_case("k", "fp8", "passed")], True, None),
+    ],
+)
+def test_certification_fails_on_nothing_run_or_incomplete(
+    cases: list[dict[str, Any]], complete: bool, problem: str | None
+) -> None:
+    found = certification_failed(_report(cases, complete=complete))
+    assert (found is None) if problem is None else (problem in (found or ""))
+
+
+def test_write_and_load_round_trip_with_non_finite_stats(tmp_path: Path) -> None:
+    report = _report([_case("k", "fp8", "passed", error_stats={"max_abs_error": float("nan")})])
+    write_report(report, tmp_path)
+    loaded = load_report(tmp_path / "report.json")
+    assert loaded["cases"][0]["error_stats"]["max_abs_error"] == "nan"
+    assert json_safe({"a": [float("inf"), -float("inf"), 1.5]}) == {"a": ["inf", "-inf", 1.5]}
+    assert (tmp_path / "report.md").read_text().startswith("# rtp-ref certification: cpu (native)")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            '{"schema": "rtp-ref-report", "schema_version": 99}',
+            "schema_version 99; this rtp-ref reads version 1",
+        ),
+        ('{"schema": "something-else"}', "is not an rtp-ref report"),
+        ('{"schema": "rtp-ref-report", "schema_version": 1, "platform": {}}', "lacks key 'environment'"),
+        ('{"schema": "rtp-ref-rep', "is not valid JSON"),
+    ],
+)
+def test_load_report_rejects_other_schemas_and_damage(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(content)
+    with pytest.raises(RtpRefError, match=message):
+        load_report(path)
+
+
+def test_merge_builds_one_scoreboard(tmp_path: Path) -> None:
+    a = _report([_case("triton", "fp8", "passed")], name="cuda-sm90")
+    b = _report([_case("triton", "fp8", "failed", grade="layout")], name="rocm-gfx942")
+    c = _report([_case("triton", "fp8", "passed")], name="cpu", complete=False)
+    board = merge_reports([a, b, c], ["a.json", "b.json", "c.json"])
+    verdicts = {r["platform"]: r["verdict"] for r in board["rows"]}
+    assert verdicts == {"cuda-sm90": "certified", "rocm-gfx942": "failed", "cpu": "incomplete"}
+    md = render_scoreboard(board)
+    assert "| triton | fp8 | incomplete (bit_exact) | certified (bit_exact) | failed (layout) |" in md
+    assert board["schema_version"] == SCHEMA_VERSION
+    json.dumps(board)

@@ -1,0 +1,256 @@
+"""Bad input to every command, through a real process: exit 2, one clear error line, no traceback,
+and no output file left behind or half-written.
+
+Each row of ``BAD_INPUTS`` is one invocation of ``python -m rtp_ref.cli``. Its arguments may name
+the damaged inputs built once per module (``{name}`` placeholders, see ``inputs``) and the test's
+own directory (``{tmp}``). A row that asks for an output (``output``) must leave it absent, or,
+when the row pre-creates it (``keep``), byte for byte as it was, with no temporary file beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from rtp_ref.certify.report import build_report
+from rtp_ref.kv.golden import make_golden, write_golden
+from rtp_ref.platform import load_platform
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_TOML = REPO / "platforms" / "cpu.toml"
+#: what a pre-created output file holds; it must still hold exactly this afterwards
+OLD_BYTES = b"an earlier output that a failed command must leave alone\n"
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One bad invocation: ``argv`` after ``rtp-ref``, and the text its error line must contain."""
+
+    id: str
+    argv: tuple[str, ...]
+    message: str
+    #: a path the command was asked to write ({placeholders} allowed); it must not appear
+    output: str | None = None
+    #: pre-create ``output`` with ``OLD_BYTES``; it must be left exactly so
+    keep: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    #: RLIMIT_FSIZE of the process in bytes: a write past it fails as on a full disk
+    file_size_limit: int | None = None
+
+
+GOLDEN = ("golden", "--layout", "fp8_ds_mla", "--platform", "cpu", "--out", "{tmp}/g.safetensors")
+MUTANTS = {"RTP_REF_KERNELS": "tests.mutants.kernels:mutants"}
+
+BAD_INPUTS = [
+    # platforms: files passed as a path, and names
+    Bad("platforms-toml-syntax", ("platforms", "show", "{syntax_toml}"), "{syntax_toml}: not a valid TOML file"),
+    Bad("platforms-bad-flag-in-file", ("platforms", "show", "{flag_toml}"),
+        "[layout_flags]: flag 'lora_alignment' has 3; valid values: strict, round_up"),
+    Bad("platforms-missing-file", ("platforms", "show", "{tmp}/none.toml"),
+        "platform file '{tmp}/none.toml' cannot be read: No such file or directory"),
+    Bad("platforms-unknown-name", ("platforms", "show", "sm90"),
+        "unknown platform 'sm90'; known platforms: cpu, cuda-sm100, cuda-sm90, rocm-gfx942, rocm-gfx950"),
+    # fp8
+    Bad("fp8-unknown-format", ("fp8", "encode", "--format", "e4m3", "1"), "argument --format: invalid choice: 'e4m3'"),
+    Bad("fp8-not-a-number", ("fp8", "encode", "--format", "e4m3fn", "abc"), "'abc' is not a number"),
+    # layouts
+    Bad("layouts-unknown-layout", ("layouts", "--platform", "cpu", "--layout", "fp9"),
+        "argument --layout: invalid choice: 'fp9' (choose from 'auto', 'fp8', 'fp8_ds_mla'"),
+    Bad("layouts-unknown-flag", ("layouts", "--platform", "cpu", "--layout-flag", "scale_rule=pow2_ceil"),
+        "unknown layout flag 'scale_rule'; valid flags: compact_fp8_for_sparse, lora_alignment"),
+    Bad("layouts-bad-flag-value", ("layouts", "--platform", "cpu", "--layout-flag", "lora_alignment=maybe"),
+        "flag 'lora_alignment' has 'maybe'; valid values: strict, round_up"),
+    # golden: nothing may be written, and an earlier file at --out survives
+    Bad("golden-bad-platform-file", ("golden", "--layout", "fp8", "--platform", "{syntax_toml}", "--out",
+                                     "{tmp}/g.safetensors"),
+        "{syntax_toml}: not a valid TOML file", output="{tmp}/g.safetensors", keep=True),
+    Bad("golden-negative-seed", (*GOLDEN, "--seed", "-1"), "seed=-1 is not valid; valid: 0..18446744073709551615",
+        output="{tmp}/g.safetensors"),
+    Bad("golden-too-large", (*GOLDEN, "--num-blocks", "100000000", "--block-size", "1000"),
+        "the golden file would hold", output="{tmp}/g.safetensors"),
+    Bad("golden-out-dir-missing", ("golden", "--layout", "fp8", "--platform", "cpu", "--out", "{tmp}/no/g.st"),
+        "--out '{tmp}/no/g.st' cannot be written: No such file or directory", output="{tmp}/no"),
+    Bad("golden-disk-full", GOLDEN, "--out '{tmp}/g.safetensors' cannot be written: File too large",
+        output="{tmp}/g.safetensors", keep=True, file_size_limit=64 * 1024),
+    # golden-check: damaged files, unknown kernels
+    Bad("golden-check-truncated", ("golden-check", "{truncated_golden}"),
+        "is not a valid safetensors file (Error while deserializing header: incomplete metadata, file not "
+        "fully covered); truncated or corrupt?"),
+    Bad("golden-check-directory", ("golden-check", "{tmp}"), "golden file '{tmp}' cannot be read: Is a directory"),
+    Bad("golden-check-missing-tensor", ("golden-check", "{no_scale_golden}"),
+        "lacks tensor 'scale'; valid tensors: kv_c, k_pe, slot_mapping, scale, kv_cache_before, kv_cache_expected"),
+    Bad("golden-check-wrong-dtype", ("golden-check", "{f64_scale_golden}"),
+        "tensor 'scale' is float64 [1]; valid: float32 [1] (from the metadata)"),
+    Bad("golden-check-other-format", ("golden-check", "{format2_golden}"),
+        "metadata 'golden_format' is '2'; this rtp-ref reads golden_format '1'"),
+    Bad("golden-check-unknown-kernel", ("golden-check", "{golden}", "--kernel", "tritonn"),
+        "unknown kernel(s) 'tritonn'; known kernels: reference, torch-eager"),
+    Bad("golden-check-unclaimed-layout", ("golden-check", "{golden}", "--kernel", "mutant-non-saturating-cast"),
+        "kernel 'mutant-non-saturating-cast' does not claim layout 'fp8_ds_mla'", env=MUTANTS),
+    # certify: checked before pytest starts, so no report directory appears
+    Bad("certify-unknown-platform", ("certify", "--platform", "sm90", "--report", "{tmp}/rep"),
+        "unknown platform 'sm90'; known platforms", output="{tmp}/rep"),
+    Bad("certify-unknown-kernel", ("certify", "--platform", "cpu", "--kernel", "tritonn", "--report", "{tmp}/rep"),
+        "unknown kernel(s) 'tritonn'; known kernels: reference", output="{tmp}/rep"),
+    Bad("certify-unknown-layout", ("certify", "--platform", "cpu", "--layout", "fp9", "--report", "{tmp}/rep"),
+        "--layout 'fp9': unknown layout; valid: auto, fp8", output="{tmp}/rep"),
+    Bad("certify-unknown-flag", ("certify", "--platform", "cpu", "--layout-flag", "x=1", "--report", "{tmp}/rep"),
+        "unknown layout flag 'x'; valid flags", output="{tmp}/rep"),
+    Bad("certify-report-is-a-file", ("certify", "--platform", "cpu", "--kernel", "reference", "--layout", "auto",
+                                     "--report", "{tmp}/rep"),
+        "--report", output="{tmp}/rep", keep=True),
+    # report merge: every report is checked before anything is written
+    Bad("merge-truncated", ("report", "merge", "{report}", "{truncated_report}", "--out", "{tmp}/board"),
+        "report '{truncated_report}' is not valid JSON", output="{tmp}/board"),
+    Bad("merge-other-schema-version", ("report", "merge", "{v2_report}"),
+        "'{v2_report}' has schema_version 2; this rtp-ref reads version 1"),
+    Bad("merge-damaged", ("report", "merge", "{report}", "{damaged_report}", "--out", "{tmp}/board"),
+        "key 'complete' is 'yes'; valid: true or false", output="{tmp}/board"),
+    Bad("merge-out-is-a-file", ("report", "merge", "{report}", "--out", "{tmp}/board"),
+        "--out '{tmp}/board' cannot be written", output="{tmp}/board", keep=True),
+]
+
+#: rows the command does not pass yet: id -> what has to change (strict: they fail loudly once fixed)
+NOT_YET = {
+    "certify-report-is-a-file": "certify starts pytest before checking --report; pytest then stops with an "
+                                "INTERNALERROR traceback and the error goes to stdout",
+}
+
+
+def _toml_with(path: Path, old: str, new: str) -> Path:
+    """cpu.toml with ``old`` replaced by ``new``, written to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = CPU_TOML.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def _rewritten(source: Path, target: Path, change: Callable[[dict[str, torch.Tensor], dict[str, str]], None]) -> Path:
+    """``source`` rewritten by the safetensors library after ``change(tensors, metadata)``."""
+    with safe_open(str(source), "pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118 (not a dict)
+        metadata = dict(handle.metadata())
+    change(tensors, metadata)
+    save_file(tensors, str(target), metadata=metadata)
+    return target
+
+
+def _report(path: Path, **changes: object) -> Path:
+    cases = [{"nodeid": "conformance/test_write.py::test_write_conforms[reference-fp8-random]", "outcome": "passed",
+              "kernel": "reference", "layout": "fp8", "kind": "random", "grade": "bit_exact", "execution": "native"}]
+    report = build_report(
+        platform={"name": "cpu", "execution": "native", "source": "platforms/cpu.toml", "sha256": "0" * 64,
+                  "element_format": "e4m3fn", "conversion_mode": "satfinite", "required_grade": "bit_exact"},
+        environment={"rtp_ref": "0.1.0", "device": "cpu"}, flags={}, selection={}, cases=cases,
+        unmatched_deviations=[], complete=True, exit_status=0,
+    )
+    path.write_text(json.dumps({**report, **changes}, indent=1))
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The damaged (and a few good) input files the table names, built once."""
+    root = tmp_path_factory.mktemp("inputs")
+    golden = root / "golden.safetensors"
+    write_golden(golden, make_golden(load_platform("cpu"), "fp8_ds_mla", tokens=8, num_blocks=1, block_size=8))
+    truncated = root / "truncated.safetensors"
+    truncated.write_bytes(golden.read_bytes()[:-100])
+    report = _report(root / "report.json")
+    truncated_report = root / "truncated.json"
+    truncated_report.write_bytes(report.read_bytes()[:200])
+
+    syntax_toml = root / "syntax.toml"
+    syntax_toml.write_text('name = "x"\n[[[\n')
+
+    def drop_scale(t: dict[str, torch.Tensor], m: dict[str, str]) -> None:
+        del t["scale"]
+
+    def f64_scale(t: dict[str, torch.Tensor], m: dict[str, str]) -> None:
+        t["scale"] = t["scale"].double()
+
+    def format2(t: dict[str, torch.Tensor], m: dict[str, str]) -> None:
+        m["golden_format"] = "2"
+
+    paths = {
+        "syntax_toml": syntax_toml,
+        "flag_toml": _toml_with(root / "flag" / "cpu.toml", 'lora_alignment = "strict"', "lora_alignment = 3"),
+        "golden": golden,
+        "truncated_golden": truncated,
+        "no_scale_golden": _rewritten(golden, root / "no_scale.safetensors", drop_scale),
+        "f64_scale_golden": _rewritten(golden, root / "f64.safetensors", f64_scale),
+        "format2_golden": _rewritten(golden, root / "format2.safetensors", format2),
+        "report": report,
+        "truncated_report": truncated_report,
+        "v2_report": _report(root / "v2.json", schema_version=2),
+        "damaged_report": _report(root / "damaged.json", complete="yes"),
+    }
+    return {name: str(path) for name, path in paths.items()}
+
+
+def _limit_file_size(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def _error_line(stderr: str) -> str:
+    """The error line: stderr's last line; anything before it may only be argparse's usage text."""
+    lines = stderr.rstrip("\n").split("\n")
+    for line in lines[:-1]:
+        assert line.startswith(("usage: ", " ")), f"stderr has more than an error line:\n{stderr}"
+    return lines[-1]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [pytest.param(b, id=b.id, marks=[pytest.mark.xfail(strict=True, reason=NOT_YET[b.id])] if b.id in NOT_YET else [])
+     for b in BAD_INPUTS],
+)
+def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str], tmp_path: Path) -> None:
+    values = {**inputs, "tmp": str(tmp_path)}
+    argv = [arg.format(**values) for arg in bad.argv]
+    output = Path(bad.output.format(**values)) if bad.output else None
+    if output is not None and bad.keep:
+        output.write_bytes(OLD_BYTES)
+    before = sorted(os.listdir(tmp_path))
+    # From the repository, tests.mutants is importable for the rows that name its kernels.
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **bad.env}
+    done = subprocess.run(
+        [sys.executable, "-m", "rtp_ref.cli", *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
+        timeout=300, check=False,
+        preexec_fn=_limit_file_size(bad.file_size_limit) if bad.file_size_limit else None,
+    )
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert done.returncode == 2, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
+    assert done.stdout == "", "an error must not print a result"
+    line = _error_line(done.stderr)
+    assert line.startswith("rtp-ref") and ": error: " in line, line
+    assert bad.message.format(**values) in line
+    if output is not None:
+        if bad.keep:
+            assert output.read_bytes() == OLD_BYTES, f"{output} was changed"
+        else:
+            assert not output.exists(), f"{output} was written"
+        assert sorted(os.listdir(tmp_path)) == before, "a file was left behind"
+
+
+def test_every_command_has_bad_input_rows() -> None:
+    from rtp_ref.cli import COMMAND_MODULES
+
+    commands = {name.replace("_", "-") for name in COMMAND_MODULES}
+    assert commands - {b.argv[0] for b in BAD_INPUTS} == {"bench"}
