@@ -70,6 +70,9 @@ def validate_selection(args: argparse.Namespace) -> None:
     for name in platforms:
         platform = resolve_platform(name)
         resolve_flags(platform, parse_overrides(args.layout_flag))
+    report = Path(args.report)
+    if report.exists() and not report.is_dir():
+        raise RtpRefError(f"--report {args.report!r} is a file; valid: a directory (created if missing)")
     unknown = [name for name in args.layout if name not in MLA_LAYOUT_NAMES]
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
@@ -89,7 +92,7 @@ def _certify(args: argparse.Namespace) -> int:
     status = pytest.main(argv)
     report_path = Path(args.report) / "report.json"
     if not report_path.exists():
-        print(f"rtp-ref: error: no report was written (pytest exit status {int(status)})")
+        print(f"rtp-ref: error: no report was written (pytest exit status {int(status)})", file=sys.stderr)
         return 2 if int(status) in (2, 3, 4) else 1
     report = load_report(report_path)
     problem = certification_failed(report)

@@ -162,6 +162,17 @@ def _store32(cache: tl.tensor, base: tl.tensor, cols: tl.tensor, value: tl.tenso
 
 
 @triton.jit
+def _load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.constexpr) -> tl.tensor:
+    """Load 16-bit inputs as float32. bf16 is widened by placing its bits in the top half of a float32:
+    exact for every value, subnormals included (Triton 3.9's interpreter flushes bf16 subnormals to
+    zero in ``.to(tl.float32)``)."""
+    if IN_BF16:
+        bits = tl.load(ptr.to(tl.pointer_type(tl.int16)) + offs, mask=mask, other=0)
+        return ((bits.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+    return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _mla_cache_write(
     kv_c: tl.tensor, k_pe: tl.tensor, cache: tl.tensor, slots: tl.tensor, scale_ptr: tl.tensor,
     num_tokens: tl.tensor, kv_c_row: tl.tensor, k_pe_row: tl.tensor, block_size: tl.tensor,
@@ -173,7 +184,7 @@ def _mla_cache_write(
     SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, SPLIT: tl.constexpr,
     HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
-    SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
+    SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr,
 ) -> None:
     """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
 
@@ -196,7 +207,7 @@ def _mla_cache_write(
         bits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nmask)
         _store16(cache, row + NOPE_OFF, cols, bits, nmask, SPLIT)
     else:
-        x = tl.load(kv_c + nsrc, mask=nmask, other=0.0).to(tl.float32)
+        x = _load_f32(kv_c, nsrc, nmask, IN_BF16)
         if NOPE_MODE == 1:
             q = tl.math.div_rn(x, tl.load(scale_ptr))
         else:
@@ -243,7 +254,7 @@ def _mla_cache_write(
         pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pmask)
         _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
     else:
-        y = tl.load(k_pe + psrc, mask=pmask, other=0.0).to(tl.float32)
+        y = _load_f32(k_pe, psrc, pmask, IN_BF16)
         pq = tl.math.div_rn(y, tl.load(scale_ptr))
         pcode = _fp8(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                      MAX_VALUE)
@@ -298,7 +309,7 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int) -> dict[str, Any]:
+def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bool = True) -> dict[str, Any]:
     """The kernel's constexpr arguments for a plan (also what ``amdgcn_for`` compiles)."""
     r, p, f = plan.kv_lora_rank, plan.rope_dim, plan.traits
     if ValueMode.COPY16 == plan.nope_mode == plan.rope_mode:
@@ -313,7 +324,7 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int) -> dict[str
         "DATA_BYTES": plan.data_bytes, "TRAIL_BYTES": plan.trailing_bytes,
         "TILE": tile, "N_TILES": plan.n_tiles, "NT_PAD": r_pad // tile, "POW2": plan.pow2_scale,
         "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
-        "SPLIT": split, "HW": hw, **_format_constexprs(f),
+        "SPLIT": split, "HW": hw, "IN_BF16": in_bf16, **_format_constexprs(f),
     }
 
 
@@ -400,7 +411,8 @@ class TritonMlaKernel:
             return
         hw = _SW if self.conversion_path_for(contract) == "software" else _hardware_selector(contract)
         block_t = self.tokens_per_program
-        constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t)
+        constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
+                                 in_bf16=kv_c.dtype == torch.bfloat16)
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
         with on_gpu:

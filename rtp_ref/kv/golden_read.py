@@ -126,7 +126,7 @@ def _load(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str] | None]:
             pass
         with safe_open(path, framework="pt") as handle:
             metadata = handle.metadata()
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (a safe_open handle, not a dict: it has no __iter__)
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (no __iter__)
     except OSError as exc:
         raise RtpRefError(f"{where} cannot be read: {exc.strerror or exc}") from exc
     except SafetensorError as exc:

@@ -11,8 +11,8 @@ reference's image of it (tests/kernels/cases.py):
   differs between torch builds (torch 2.13: e4m3fn keeps a NaN's sign, e4m3fnuz does not saturate;
   torch 2.11 does not saturate e4m3fn either). It must be bit-exact except for exactly the (contract
   byte, torch byte) pairs this build's cast gives on probe values (``torch_cast_deviations``).
-* under Triton's interpreter, bf16 subnormals are left out of the ``triton`` property: the interpreter
-  converts them wrongly (``test_triton_bf16_subnormals_with_the_smallest_scale`` shows it).
+* bf16 subnormals are in the ``triton`` property too: Triton 3.9's interpreter converts them wrongly,
+  so the kernel widens bf16 by bit placement (``test_triton_bf16_subnormals_with_the_smallest_scale``).
 
 A slot used twice in one call is refused by every built-in kernel before it writes a byte.
 
@@ -52,7 +52,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:Runti
 KERNELS = {entry.kernel.name: entry.kernel for entry in builtin_kernels()}
 MISSING = unavailable_builtin_kernels()
 #: Triton runs in its CPU interpreter here (tests/kernels/conftest.py sets TRITON_INTERPRET without a GPU)
-INTERPRETED = "triton" in KERNELS and tuple(KERNELS["triton"].devices) == ("cpu",)
 FLT_MIN = torch.finfo(torch.float32).tiny
 
 #: bf16 bit patterns of values on which torch's own fp8 casts differ between builds and from the contract:
@@ -111,17 +110,16 @@ def test_reference_kernel_is_bit_exact(spec: WriteSpec) -> None:
 
 @pytest.mark.triton
 @share(0.25)
-@given(spec=write_specs(max_tokens=24, max_dim=192, bf16_subnormals=not INTERPRETED))
+@given(spec=write_specs(max_tokens=24, max_dim=192))
 def test_triton_is_bit_exact(spec: WriteSpec) -> None:
     case, got = run("triton", spec)
     assert_bit_exact(case, got, f"triton {spec.layout} on {spec.platform}")
 
 
 @pytest.mark.triton
-@pytest.mark.xfail(INTERPRETED, strict=True, reason="Triton's interpreter (3.9, _convert_float) converts bf16 "
-                   "subnormals to float32 wrongly (2^-128 -> 0, 36 * 2^-133 -> 2^-129), so the kernel it runs "
-                   "writes wrong fp8 codes for them when the tile scale is small (floor FLT_MIN)")
 def test_triton_bf16_subnormals_with_the_smallest_scale() -> None:
+    """Triton's interpreter (3.9) converts bf16 subnormals to float32 wrongly (2^-128 -> 0); the kernel
+    widens bf16 by bit placement instead, which this case (tile scale at FLT_MIN) would catch."""
     values = ValuePlan(seed=0, rows=("subnormal",), exponents=(0,), zero_tiles=(), specials=(), scale_factor=1.0)
     spec = WriteSpec("cpu", {"model1_scale_floor": str(FLT_MIN)}, "fp8_model1_mla", (448, 64), "bf16", block_size=4,
                      num_blocks=1, block_pad=0, extra_rows=0, column_offset=0, slots=(0,), values=values)

@@ -38,8 +38,10 @@ class AcmeMlaKernel:
         slots = slot_mapping[keep]
         entries = torch.cat([kv_c[keep], k_pe[keep]], dim=-1)
         if kv_cache_dtype == "fp8":
-            # Clamp first: torch's own cast does not saturate on every build.
+            # Clamp first: torch's own cast does not saturate on every build. And write one canonical
+            # NaN (0x7F): torch's cast keeps a NaN's sign, the contract does not.
             scaled = (entries.float() / scale.float()).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+            scaled = torch.where(scaled.isnan(), torch.full_like(scaled, float("nan")), scaled)
             entries = scaled.to(torch.float8_e4m3fn).view(torch.uint8)
         kv_cache[slots // block_size, slots % block_size] = entries.to(kv_cache.dtype)
 
