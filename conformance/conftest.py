@@ -44,7 +44,7 @@ def write_case_params(config: pytest.Config) -> list[Any]:
                 continue
             for spec, dims in case_specs(layout):
                 marks = _skip_marks(k)
-                match = matching_deviation(s.platform, k.name, layout, spec.kind)
+                match = matching_deviation(s.platform, k, spec)
                 if match is not None:
                     d = match[1]
                     marks.append(pytest.mark.xfail(strict=True, reason=f"known deviation: {d.reason} [{d.source}]"))

@@ -119,9 +119,15 @@ def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
     yield spec("padding_only", 5, 16, "bf16"), dims[0]
 
 
-def matching_deviation(platform: Platform, kernel: str, layout: str, kind: str) -> tuple[int, Deviation] | None:
-    """The platform's known deviation covering this case, with its index, if any."""
+def matching_deviation(platform: Platform, kernel: KernelUnderTest, spec: CaseSpec) -> tuple[int, Deviation] | None:
+    """The platform's known deviation covering this case, with its index, if any.
+
+    A case that writes nothing (no tokens, or only padding slots) cannot show a deviation.
+    """
+    if spec.tokens == 0 or spec.kind == "padding_only":
+        return None
     for i, d in enumerate(platform.deviations):
-        if d.kernel == kernel and layout in d.layouts and (not d.cases or kind in d.cases):
+        if (d.kernel == kernel.name and spec.layout in d.layouts and (not d.cases or spec.kind in d.cases)
+                and (not d.devices or kernel.device in d.devices)):
             return i, d
     return None

@@ -47,6 +47,8 @@ class Deviation:
     source: str
     #: case kinds it occurs in (empty: every kind)
     cases: tuple[str, ...] = ()
+    #: torch device types the kernel must run on for it to occur (empty: any)
+    devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ _DEVIATION: dict[str, _Key] = {
     "reason": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
     "source": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
     "cases": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(CASE_KINDS)),
+    "devices": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(("cpu", "cuda"))),
 }
 # layout_flags: names, types and values belong to the KV room (rtp_ref.kv.flags.check_flag_table).
 _OPEN_SECTIONS = ("layout_flags",)
@@ -239,7 +242,8 @@ def parse_platform(text: bytes, source: str) -> Platform:
         numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),
         required_grade=data["tolerances"]["required_grade"],
         deviations=tuple(
-            Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"], tuple(d.get("cases", ())))
+            Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"], tuple(d.get("cases", ())),
+                tuple(d.get("devices", ())))
             for d in data.get("deviations", [])
         ),
         source=source,
@@ -249,7 +253,10 @@ def parse_platform(text: bytes, source: str) -> Platform:
 
 
 def _bundled_files() -> dict[str, Any]:
-    root = resources.files("rtp_ref.platform_tables")
+    try:
+        root: Any = resources.files("rtp_ref.platform_tables")
+    except ModuleNotFoundError:  # a source checkout on sys.path, not installed: the files themselves
+        root = Path(__file__).resolve().parent.parent / "platforms"
     return {p.name[: -len(".toml")]: p for p in root.iterdir() if p.name.endswith(".toml")}
 
 

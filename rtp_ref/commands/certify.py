@@ -23,7 +23,10 @@ ALL = "all"
 
 def conformance_dir() -> Path:
     """Where the installed conformance suite lives (``conformance/`` in a source checkout)."""
-    return Path(str(resources.files("rtp_ref.conformance")))
+    try:
+        return Path(str(resources.files("rtp_ref.conformance")))
+    except ModuleNotFoundError:  # a source checkout on sys.path, not installed
+        return Path(__file__).resolve().parents[2] / "conformance"
 
 
 def pytest_arguments(args: argparse.Namespace) -> list[str]:

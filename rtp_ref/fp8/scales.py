@@ -57,8 +57,10 @@ def scale_from_amax(amax: torch.Tensor, rule: ScaleRule | str, fp8_max: float, f
         raise ValueError(f"scale_from_amax: floor={floor} must be positive")
     r = ScaleRule(rule)
     a = amax.to(torch.float32)
-    raw = a / torch.tensor(fp8_max, dtype=torch.float32)
-    s = torch.maximum(raw, torch.tensor(floor, dtype=torch.float32))
+    # Divide by a tensor on a's device: torch on CUDA turns division by a CPU scalar into a multiply
+    # by its reciprocal, which is not the correctly rounded quotient the contract states.
+    raw = a / torch.full_like(a, fp8_max)
+    s = torch.maximum(raw, torch.full_like(a, floor))
     if r is ScaleRule.POW2_CEIL:
         s = decode_ue8m0(encode_ue8m0(s, Pow2Rule.CEIL))
     return torch.where(torch.isnan(s), torch.full_like(s, float("nan")), s)

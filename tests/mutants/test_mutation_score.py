@@ -30,7 +30,8 @@ def certify(
     """Run ``rtp-ref certify`` in a fresh process and return its report."""
     # A fresh process, not an xdist worker of this run: drop pytest's own variables.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
-    env.update(RTP_REF_KERNELS=kernels_env, PYTHONPATH=str(REPO))
+    env.update(RTP_REF_KERNELS=kernels_env,
+               PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
     argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", platform, "--report", str(out)]
     for k in kernels:
         argv += ["--kernel", k]

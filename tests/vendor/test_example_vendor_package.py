@@ -31,7 +31,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _env(site: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
-    env["PYTHONPATH"] = str(site)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 
