@@ -47,9 +47,11 @@ class Suite:
 _SUITE = pytest.StashKey["Suite"]()
 
 
-def _device_for(kernel: KVCacheKernel) -> tuple[str, str | None]:
-    gpu = torch.cuda.is_available()
-    if gpu and "cuda" in kernel.devices:
+def _device_for(kernel: KVCacheKernel, platform: Platform) -> tuple[str, str | None]:
+    """Where the kernel runs: the CPU for the cpu table, else the GPU when there is one."""
+    if platform.backend == "cpu" and "cpu" in kernel.devices:
+        return "cpu", None
+    if torch.cuda.is_available() and "cuda" in kernel.devices:
         return "cuda", None
     if "cpu" in kernel.devices:
         return "cpu", None
@@ -72,11 +74,11 @@ def suite(config: pytest.Config) -> Suite:
     if _SUITE not in config.stash:
         platform = run_platform(config)
         contract = WriteContract.for_platform(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
-        execution = execution_mode(platform)
         kernels = []
         for name, entry in discover_kernels(config.getoption("rtp_kernel") or None).items():
+            device, device_reason = _device_for(entry.kernel, platform)
+            execution = execution_mode(platform, device)
             bound, reason = _bind(entry.kernel, contract, execution)
-            device, device_reason = _device_for(bound)
             path_execution = "emulated" if getattr(bound, "conversion_path", "hardware") == "software" else execution
             kernels.append(KernelUnderTest(name, bound, device, path_execution, reason or device_reason))
         wanted = config.getoption("rtp_layout") or list(platform.supported_layouts)

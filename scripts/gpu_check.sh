@@ -23,7 +23,13 @@ PY
 rtp platforms detect
 case "$stage" in
 correctness)
-  # unit tests: all 8 workers share the one GPU (--platform cpu turns off one-GPU-per-worker pinning)
+  # unit tests: all 8 workers share the one GPU (--platform cpu turns off one-GPU-per-worker x2)
+  # pinning first, then fault isolation on the GPU, then the benchmark (the longest) last
+  bash "$0" pinning
+  python3 -m pytest -q -p no:cacheprovider tests/mutants/test_fault_isolation.py 2>&1 | grep -E "^E |passed|failed" | head -20
+  bash "$0" bench
+  ;;
+pinning)
   python3 -m pytest -q -n 8 --platform cpu --maxfail 20 tests -k "not fault_isolation" -p no:cacheprovider \
     2>&1 | tee "$out/unit.log" | tail -15
   rtp certify --platform cuda-sm90 --report "$out/cuda-sm90" --case-timeout 300 > "$out/certify-sm90.log" 2>&1
@@ -36,6 +42,12 @@ correctness)
   ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
+  ;;
+x2)
+  # pinning first, then fault isolation on the GPU, then the benchmark (the longest) last
+  bash "$0" pinning
+  python3 -m pytest -q -p no:cacheprovider tests/mutants/test_fault_isolation.py 2>&1 | grep -E "^E |passed|failed" | head -20
+  bash "$0" bench
   ;;
 pinning)
   rtp certify --platform cuda-sm90 --kernel cuda --kernel triton -n 2 --report "$out/pin2" > "$out/pin2.log" 2>&1

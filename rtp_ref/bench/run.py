@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,8 +74,11 @@ def bench_point(kernel: KVCacheKernel, name: str, layout: MlaLayout, tokens: int
 
 def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tuple[str, KVCacheKernel]],
               layouts: Sequence[str], sizes: Sequence[int], device: torch.device,
-              progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Measure the roof, then every kernel x layout x size; returns the bench document."""
+              progress: Callable[[str], None] = print, largest_only: Collection[str] = ()) -> dict[str, Any]:
+    """Measure the roof, then every kernel x layout x size; returns the bench document.
+
+    Kernels named in ``largest_only`` are timed at the largest size only (torch.compile baselines:
+    each size would be another compilation)."""
     roof_bytes = 4 << 30 if device.type == "cuda" else 256 << 20
     roof = copy_roof(device, roof_bytes)
     progress(f"device copy roof: {roof / 1e12:.3f} TB/s ({roof_bytes >> 20} MiB buffer)")
@@ -86,6 +89,8 @@ def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tup
                 continue
             layout = contract.layout(layout_name, *default_dims(layout_name))
             for tokens in sizes:
+                if name in largest_only and tokens != max(sizes):
+                    continue
                 row = bench_point(kernel, name, layout, tokens, device, roof)
                 rows.append(row)
                 progress(format_row(row))

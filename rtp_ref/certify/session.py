@@ -13,12 +13,18 @@ from rtp_ref.kv.flags import LayoutFlags, resolve_flags
 from rtp_ref.platform import Platform, detect_platform, resolve_platform
 
 
-def execution_mode(platform: Platform) -> str:
-    """``native`` when the platform under test is the one this machine is, else ``emulated``.
+def execution_mode(platform: Platform, device: str | None = None) -> str:
+    """``native`` when the platform under test is what runs the kernel, else ``emulated``.
 
-    Emulated means the table's contract (formats, flags, layouts) is exercised on other hardware:
-    a ROCm table on a CUDA GPU or the CPU, say. Reports print it on every line.
+    The cpu table is native for kernels on the CPU device; a GPU table is native when it is this
+    machine's GPU (and, given ``device``, the kernel runs there). Emulated means the table's contract
+    (formats, flags, layouts) is exercised on other hardware: a ROCm table on a CUDA GPU or the CPU,
+    say. Reports print it on every line.
     """
+    if platform.backend == "cpu":
+        return "native" if device in (None, "cpu") else "emulated"
+    if device == "cpu":
+        return "emulated"
     try:
         here = detect_platform().name
     except RtpRefError:

@@ -19,6 +19,11 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES, resolve_platform
 #: tokens per write: a decode-sized batch and a prefill-sized one (GPU), smaller on the CPU
 GPU_SIZES = (16_384, 2_097_152)
 CPU_SIZES = (1_024, 16_384)
+COMPILED = "torch-eager+compile"
+
+
+def _flush_print(line: str) -> None:
+    print(line, flush=True)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -40,11 +45,11 @@ def _bench(args: argparse.Namespace) -> int:
             continue
         kernels.append((name, kernel))
         if args.compile_baseline and name == "torch-eager":
-            kernels.append(("torch-eager+compile", torch.compile(kernel)))
+            kernels.append((COMPILED, torch.compile(kernel, dynamic=False)))
     sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
     layouts = args.layout or list(platform.supported_layouts)
     doc = run_bench(platform, contract, kernels, layouts, sizes, device,
-                    progress=(lambda _: None) if args.json else print)
+                    progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})
     written = write_outputs(doc, Path(args.report))
     if args.json:
         print_json(doc)
