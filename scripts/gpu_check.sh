@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session: install rtp-ref next to the machine's own torch, then run a stage.
-#   scripts/gpu_check.sh correctness   unit tests on CUDA, certify cuda-sm90 (native) and
-#                                      rocm-gfx942 (emulated), mutants, fault isolation, memcheck
+#   scripts/gpu_check.sh correctness   unit tests on CUDA (mutants and fault isolation included),
+#                                      certify cuda-sm90 (native) and rocm-gfx942 (emulated), memcheck
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker
 # Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
@@ -23,31 +23,18 @@ PY
 rtp platforms detect
 case "$stage" in
 correctness)
-  # unit tests: all 8 workers share the one GPU (--platform cpu turns off one-GPU-per-worker x2)
-  # pinning first, then fault isolation on the GPU, then the benchmark (the longest) last
-  bash "$0" pinning
-  python3 -m pytest -q -p no:cacheprovider tests/mutants/test_fault_isolation.py 2>&1 | grep -E "^E |passed|failed" | head -20
-  bash "$0" bench
-  ;;
-pinning)
-  python3 -m pytest -q -n 8 --platform cpu --maxfail 20 tests -k "not fault_isolation" -p no:cacheprovider \
+  # unit tests: all 8 workers share the one GPU (--platform cpu: no one-GPU-per-worker rule)
+  python3 -m pytest -q -n 8 --platform cpu --maxfail 20 tests -p no:cacheprovider \
     2>&1 | tee "$out/unit.log" | tail -15
   rtp certify --platform cuda-sm90 --report "$out/cuda-sm90" --case-timeout 300 > "$out/certify-sm90.log" 2>&1
   tail -22 "$out/certify-sm90.log"
   rtp certify --platform rocm-gfx942 --report "$out/rocm-gfx942" --case-timeout 300 > "$out/certify-gfx942.log" 2>&1
   tail -22 "$out/certify-gfx942.log"
-  python3 -m pytest -q -p no:cacheprovider tests/mutants/test_fault_isolation.py 2>&1 | tail -3
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" "$out/memcheck.log"
   ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
-  ;;
-x2)
-  # pinning first, then fault isolation on the GPU, then the benchmark (the longest) last
-  bash "$0" pinning
-  python3 -m pytest -q -p no:cacheprovider tests/mutants/test_fault_isolation.py 2>&1 | grep -E "^E |passed|failed" | head -20
-  bash "$0" bench
   ;;
 pinning)
   rtp certify --platform cuda-sm90 --kernel cuda --kernel triton -n 2 --report "$out/pin2" > "$out/pin2.log" 2>&1
@@ -62,5 +49,8 @@ for c in cases:
 print("worker -> CUDA_VISIBLE_DEVICES:", {w: sorted(map(str, v)) for w, v in sorted(seen.items())})
 PY
   rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$out/pin3" 2>&1 | tail -2
+  ;;
+*)
+  echo "unknown stage $stage: correctness, bench or pinning" >&2; exit 2
   ;;
 esac

@@ -13,6 +13,7 @@ from rtp_ref.commands._output import print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
+from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.platform import MLA_LAYOUT_NAMES, resolve_platform
 
@@ -20,6 +21,21 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES, resolve_platform
 GPU_SIZES = (16_384, 2_097_152)
 CPU_SIZES = (1_024, 16_384)
 COMPILED = "torch-eager+compile"
+
+
+class CompiledBaseline:
+    """A kernel under ``torch.compile`` (the baseline fast kernels are compared with), keeping the
+    protocol attributes a compiled function lacks."""
+
+    def __init__(self, kernel: KVCacheKernel) -> None:
+        self.name = COMPILED
+        self.kv_cache_dtypes = kernel.kv_cache_dtypes
+        self.devices = kernel.devices
+        self._compiled = torch.compile(kernel, dynamic=False)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        self._compiled(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
 
 
 def _flush_print(line: str) -> None:
@@ -45,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
             continue
         kernels.append((name, kernel))
         if args.compile_baseline and name == "torch-eager":
-            kernels.append((COMPILED, torch.compile(kernel, dynamic=False)))
+            kernels.append((COMPILED, CompiledBaseline(kernel)))
     sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
     layouts = args.layout or list(platform.supported_layouts)
     doc = run_bench(platform, contract, kernels, layouts, sizes, device,
