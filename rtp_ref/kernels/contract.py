@@ -12,6 +12,7 @@ writer cannot silently disagree on where a byte goes.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -275,3 +276,39 @@ def validated_plan(kernel_name: str, contract: WriteContract, kv_cache_dtype: st
     layout = contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
     validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
     return WritePlan.of(layout)
+
+
+class PlannedKernel(ABC):
+    """The call path shared by the compiled kernels (triton, cuda): check the layout and device,
+    validate every argument before writing, reduce the layout to a ``WritePlan``, launch."""
+
+    name: str
+    kv_cache_dtypes: Collection[str]
+    devices: Collection[str]
+    contract: WriteContract | None
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    def write_unchecked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                        slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """The write without ``validate_write_args`` (one host sync over the slots).
+
+        For benchmarks that passed the same arguments through ``__call__`` once: invalid arguments
+        here write out of bounds.
+        """
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = WritePlan.of(contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1]))
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    @abstractmethod
+    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+        """Launch the device kernel for validated arguments."""
+

@@ -27,12 +27,11 @@ import torch
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.contract import (
+    PlannedKernel,
     ValueMode,
     WriteContract,
     WritePlan,
-    check_call,
     default_contract,
-    validated_plan,
 )
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.platform import MLA_LAYOUT_NAMES
@@ -131,7 +130,7 @@ def _aligned(plan: WritePlan, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: 
     return inputs and fields
 
 
-class CudaMlaKernel:
+class CudaMlaKernel(PlannedKernel):
     """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only."""
 
     name = "cuda"
@@ -157,26 +156,6 @@ class CudaMlaKernel:
     def conversion_path(self) -> ConversionPath:
         """The conversion path of this kernel's contract (of the GPU's platform when unbound)."""
         return self.conversion_path_for(self.contract or default_contract(torch.device("cuda")))
-
-    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
-
-    def write_unchecked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                        slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """The write without ``validate_write_args`` (which reads every slot on the host).
-
-        For benchmarks that passed the same arguments through ``__call__`` once: invalid arguments
-        here write out of bounds.
-        """
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = WritePlan.of(contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1]))
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:

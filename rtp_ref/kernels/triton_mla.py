@@ -38,12 +38,11 @@ import triton.language as tl
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import (
     FormatTraits,
+    PlannedKernel,
     ValueMode,
     WriteContract,
     WritePlan,
-    check_call,
     default_contract,
-    validated_plan,
 )
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -342,7 +341,7 @@ BLOCK_T = 8
 NUM_WARPS = 4
 
 
-class TritonMlaKernel:
+class TritonMlaKernel(PlannedKernel):
     """``concat_and_cache_mla`` for every layout in one Triton kernel family (module doc).
 
     Unbound, it follows the platform table of the tensors' device (``default_contract``); ``bind``
@@ -383,26 +382,6 @@ class TritonMlaKernel:
         """The conversion path of this kernel's contract (of its device's platform when unbound)."""
         device = torch.device("cpu" if interpreted() else "cuda")
         return self.conversion_path_for(self.contract or default_contract(device))
-
-    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
-
-    def write_unchecked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                        slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """The write without ``validate_write_args`` (which reads every slot on the host).
-
-        For benchmarks that passed the same arguments through ``__call__`` once: invalid arguments
-        here write out of bounds.
-        """
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = WritePlan.of(contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1]))
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
