@@ -101,3 +101,23 @@ def test_parse_layout_flag() -> None:
     assert parse_layout_flag(" a = b=c ") == ("a", "b=c")
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
         parse_layout_flag("=x")
+
+
+def test_each_xdist_worker_gets_its_own_gpu() -> None:
+    from rtp_ref.pytest_plugin import gpu_for_worker
+
+    assert [gpu_for_worker(f"gw{i}", ["2", "3"]) for i in range(2)] == ["2", "3"]
+    with pytest.raises(pytest.UsageError, match=r"gw2 has no GPU of its own: 2 GPU\(s\) visible \(2,3\); run with -n 2"):
+        gpu_for_worker("gw2", ["2", "3"])
+
+
+def test_worker_pins_cuda_and_hip_visible_devices(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real inner run as xdist worker gw1 of a controller that saw GPUs 4,5: it must keep GPU 5."""
+    pytester.makepyfile("""
+        import os
+        def test_env():
+            print("PINNED", os.environ["CUDA_VISIBLE_DEVICES"], os.environ["HIP_VISIBLE_DEVICES"])
+    """)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("RTP_REF_GPU_LIST", "4,5")
+    pytester.runpytest_subprocess("-s", "-p", "no:xdist").stdout.fnmatch_lines(["*PINNED 5 5*"])
