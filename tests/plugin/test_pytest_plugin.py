@@ -92,9 +92,7 @@ def test_hypothesis_profile_in_inner_run(pytester: pytest.Pytester, monkeypatch:
     """)
     monkeypatch.setenv("CI", "true")
     pytester.runpytest("-s").stdout.fnmatch_lines(["*PROFILE ci True*"])
-    pytester.runpytest("-s", "--hypothesis-profile", "thorough").stdout.fnmatch_lines(
-        ["*PROFILE thorough False*"]
-    )
+    pytester.runpytest("-s", "--hypothesis-profile", "thorough").stdout.fnmatch_lines(["*PROFILE thorough False*"])
 
 
 def test_parse_layout_flag() -> None:
@@ -107,7 +105,9 @@ def test_each_xdist_worker_gets_its_own_gpu() -> None:
     from rtp_ref.pytest_plugin import gpu_for_worker
 
     assert [gpu_for_worker(f"gw{i}", ["2", "3"]) for i in range(2)] == ["2", "3"]
-    with pytest.raises(pytest.UsageError, match=r"gw2 has no GPU of its own: 2 GPU\(s\) visible \(2,3\); run with -n 2"):
+    with pytest.raises(
+        pytest.UsageError, match=r"gw2 has no GPU of its own: 2 GPU\(s\) visible \(2,3\); run with -n 2"
+    ):
         gpu_for_worker("gw2", ["2", "3"])
 
 
