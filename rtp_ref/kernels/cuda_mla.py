@@ -65,12 +65,13 @@ def _source_path() -> str:
 
 def unavailable_reason() -> str | None:
     """Why the cuda kernel cannot run here (None when it can): no GPU, ROCm, no nvcc, no ninja."""
-    from torch.utils import cpp_extension
-
     if torch.version.hip is not None:
         return "torch is a ROCm build (the cuda kernel is CUDA C++; use the triton kernel on AMD GPUs)"
     if not torch.cuda.is_available():
         return "torch sees no CUDA GPU"
+    # Imported only now: on a machine without CUDA, importing it logs a warning to stderr.
+    from torch.utils import cpp_extension
+
     nvcc = os.path.join(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
     if not cpp_extension.CUDA_HOME or not os.path.exists(nvcc):
         return "the CUDA toolkit (nvcc) was not found: set CUDA_HOME to build the kernel at first use"

@@ -270,15 +270,16 @@ def interpreted() -> bool:
 def hip_hardware_format(arch: str) -> Fp8Format | None:
     """The fp8 format this Triton converts to with a hardware instruction on AMD ``arch``, if any.
 
-    gfx942: fnuz (``tl.float8e4b8`` -> ``v_cvt_pk_fp8_f32``, triton 3.6 and 3.9). gfx950: OCP from
-    triton 3.9 (``v_cvt_scalef32_pk_fp8_f32``); triton 3.6 lowers it to integer code without the
-    instruction, so the kernel's own software path is used there. gfx12: no instruction in 3.9.
+    gfx942: fnuz (``tl.float8e4b8`` -> ``v_cvt_pk_fp8_f32``, triton 3.6, 3.8 and 3.9). gfx950: OCP
+    from triton 3.8 (``v_cvt_scalef32_pk_fp8_f32``, seen with 3.8 and 3.9); triton 3.6 lowers it to
+    integer code without the instruction, so the kernel's own software path is used there. gfx12:
+    no instruction in 3.9.
     Measured with ahead-of-time builds (tests/kernels/test_triton_aot.py checks the claim).
     """
     base = arch.split(":", 1)[0]
     if base == "gfx942":
         return E4M3FNUZ
-    if base == "gfx950" and _triton_version() >= (3, 9):
+    if base == "gfx950" and _triton_version() >= (3, 8):
         return E4M3FN
     return None
 
