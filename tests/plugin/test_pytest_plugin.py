@@ -70,10 +70,14 @@ def test_markers_are_registered_and_gpu_tests_skip_with_reason(pytester: pytest.
         def test_slow(): pass
     """)
     result = pytester.runpytest("--strict-markers", "-rs")
-    if torch.cuda.is_available():
-        return
-    result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*needs a gpu device; torch sees none here*"])
+    if not torch.cuda.is_available():
+        result.assert_outcomes(passed=1, skipped=2)
+        result.stdout.fnmatch_lines(["*needs a gpu device; torch sees none here*"])
+    elif torch.version.hip is None:  # an NVIDIA GPU: the gpu test runs, the rocm one is skipped
+        result.assert_outcomes(passed=2, skipped=1)
+        result.stdout.fnmatch_lines(["*needs a rocm device; torch sees none here*"])
+    else:
+        result.assert_outcomes(passed=3)
 
 
 @pytest.mark.parametrize(
