@@ -57,8 +57,8 @@ def _bench(args: argparse.Namespace) -> int:
         kernel = bind(contract) if bind is not None else entry.kernel
         if device.type not in kernel.devices:
             continue
-        if device.type == "cpu" and getattr(kernel, "conversion_path", "") == "interpreter":
-            continue
+        if device.type == "cpu" and name == "triton":
+            continue  # Triton's CPU interpreter is a correctness tool, not a contender
         kernels.append((name, kernel))
         if args.compile_baseline and name == "torch-eager":
             kernels.append((COMPILED, CompiledBaseline(kernel)))

@@ -286,6 +286,8 @@ class PlannedKernel(ABC):
     kv_cache_dtypes: Collection[str]
     devices: Collection[str]
     contract: WriteContract | None
+    #: device launches made by this object (the conformance suite's proof that the kernel itself ran)
+    launch_count: int = 0
 
     def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:

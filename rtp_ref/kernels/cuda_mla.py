@@ -187,3 +187,4 @@ class CudaMlaKernel(PlannedKernel):
             code = lib.rtp_ref_mla_cache_write(ctypes.byref(params), ctypes.c_void_p(stream))
         if code != 0:
             raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mla_error_string(code).decode()}")
+        self.launch_count += 1

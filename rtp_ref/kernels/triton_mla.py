@@ -402,6 +402,7 @@ class TritonMlaKernel(PlannedKernel):
                 kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
                 num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
             )
+        self.launch_count += 1
 
 
 @functools.cache

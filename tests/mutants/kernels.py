@@ -278,6 +278,14 @@ class Model1ScalesInTokenData(Mutant):
         kv_cache[s // block_size, s % block_size] = entries  # 584-byte rows: data then scales, inline
 
 
+class SilentFallback(Mutant):
+    """Writes the right bytes through a fallback path: its launch counter never moves."""
+
+    name = "mutant-silent-fallback"
+    kv_cache_dtypes = ("auto", "fp8")
+    launch_count = 0
+
+
 #: mutant class -> (platform it is certified on, the check that must catch it)
 EXPECTED: dict[type[Mutant], tuple[str, str]] = {
     WrongSlot: ("cpu", "layout.slot_mapping"),
@@ -295,6 +303,7 @@ EXPECTED: dict[type[Mutant], tuple[str, str]] = {
     SwappedScales: ("cpu", "layout.scale_order"),
     IgnoresBlockStride: ("cpu", "layout.block_stride"),
     Model1ScalesInTokenData: ("cpu", "layout.block_scales"),
+    SilentFallback: ("cpu", "support.kernel_ran"),
 }
 
 
