@@ -10,6 +10,7 @@ the build (rtp-llm's ``#if USING_ROCM``).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from rtp_ref.errors import RtpRefError
@@ -85,8 +86,44 @@ def split_kv_partition_bytes(
     )
 
 
+class _BytesFromElements(ABC):
+    """Byte sizes as rtp-llm's ``KVCacheSpecBase`` derives them: element counts times the dtype's size."""
+
+    dtype: KvDtype
+
+    @property
+    @abstractmethod
+    def block_size(self) -> int:
+        """Elements per block."""
+
+    @property
+    @abstractmethod
+    def k_block_size(self) -> int:
+        """k elements per block."""
+
+    @property
+    @abstractmethod
+    def v_block_size(self) -> int:
+        """v elements per block."""
+
+    @property
+    def block_size_bytes(self) -> int:
+        """Bytes per block: the block stride rtp-llm allocates (scales outside the block excluded)."""
+        return self.block_size * self.dtype.size
+
+    @property
+    def k_block_size_bytes(self) -> int:
+        """k bytes per block as rtp-llm reports them."""
+        return self.k_block_size * self.dtype.size
+
+    @property
+    def v_block_size_bytes(self) -> int:
+        """v bytes per block as rtp-llm reports them (for MLA fp8, the rope counted at the dtype's size)."""
+        return self.v_block_size * self.dtype.size
+
+
 @dataclass(frozen=True)
-class MhaSpec:
+class MhaSpec(_BytesFromElements):
     """MHA spec (``MHAKVCacheSpec.h``): k and v of E = local_kv * size_per_head elements per token."""
 
     dtype: KvDtype
@@ -125,21 +162,6 @@ class MhaSpec:
     def block_size(self) -> int:
         """Elements per block: k + v."""
         return self.k_block_size + self.v_block_size
-
-    @property
-    def k_block_size_bytes(self) -> int:
-        """k bytes per block."""
-        return self.k_block_size * self.dtype.size
-
-    @property
-    def v_block_size_bytes(self) -> int:
-        """v bytes per block."""
-        return self.v_block_size * self.dtype.size
-
-    @property
-    def block_size_bytes(self) -> int:
-        """Bytes per block (scales are not part of it)."""
-        return self.block_size * self.dtype.size
 
     @property
     def scale_size_per_block(self) -> int:
@@ -183,7 +205,7 @@ _MLA_DTYPES = (KvDtype.FP16, KvDtype.BF16, KvDtype.FP8_E4M3, KvDtype.FP8_E8M0)
 
 
 @dataclass(frozen=True)
-class MlaSpec:
+class MlaSpec(_BytesFromElements):
     """MLA spec (``MLAKVCacheSpec.h``, local_head_num_kv = 1) over the layout it stores.
 
     Elements per token = ``layout.bytes_per_token / T`` (rtp-llm: ``R + P``, or for fp8
@@ -229,21 +251,6 @@ class MlaSpec:
     def v_block_size(self) -> int:
         """v elements per block: P * S."""
         return self.layout.rope_dim * self.tokens_per_block
-
-    @property
-    def block_size_bytes(self) -> int:
-        """Bytes per block: the block stride rtp-llm allocates."""
-        return self.block_size * self.dtype.size
-
-    @property
-    def k_block_size_bytes(self) -> int:
-        """k bytes per block as rtp-llm reports them."""
-        return self.k_block_size * self.dtype.size
-
-    @property
-    def v_block_size_bytes(self) -> int:
-        """v bytes per block as rtp-llm reports them (rope counted at the dtype's size)."""
-        return self.v_block_size * self.dtype.size
 
     @property
     def scale_block_size_bytes(self) -> int:
