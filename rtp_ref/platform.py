@@ -30,7 +30,7 @@ SCALE_FORMATS = ("fp32", "ue8m0")
 MLA_LAYOUT_NAMES = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
 #: Grades a kernel can reach on a case, weakest first.
 GRADES = ("layout", "numerics", "bit_exact")
-#: Kinds of conformance case (rtp_ref.certify.cases.KINDS describes each).
+#: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
 CASE_KINDS = ("random", "edge", "noncontig", "padded", "padding_only")
 
 FlagValue = bool | int | float | str

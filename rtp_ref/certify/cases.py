@@ -9,7 +9,7 @@ lands in bytes the grader compares.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -21,14 +21,7 @@ CANARY = 0xA5
 #: a second canary, so a byte that the kernel happens to write with CANARY's value still shows up
 ALT_CANARY = 0x5A
 
-#: What each case kind exercises.
-KINDS = {
-    "random": "random values, random unique slots with some negative (padding) ones",
-    "edge": "zero tiles, -0.0, input-dtype denormals, overflow past the fp8 max, NaN and inf where defined",
-    "noncontig": "kv_c and k_pe are strided row slices of wider tensors",
-    "padded": "blocks are padded by one row: kv_cache.stride(0) > block_size * entry",
-    "padding_only": "every slot is negative: nothing may change",
-}
+#: The kinds of case (``rtp_ref.platform.CASE_KINDS``) are described in docs/conformance.md.
 
 
 @dataclass(frozen=True)
@@ -48,9 +41,6 @@ class CaseSpec:
         """Readable id used in test names: ``random-t37-b16-bf16``."""
         dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.input_dtype]
         return f"{self.kind}-t{self.tokens}-b{self.block_size}-{dtype}"
-
-    def with_kind(self, kind: str) -> CaseSpec:
-        return replace(self, kind=kind)
 
 
 @dataclass

@@ -118,20 +118,3 @@ def decode(codes: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
         raise ValueError(f"decode: codes has dtype {codes.dtype}; expected a 1-byte dtype such as uint8")
     table = decode_table(fmt).to(codes.device)
     return table[codes.contiguous().view(torch.uint8).to(torch.int64)]
-
-
-def representable_neighbours(x: torch.Tensor, fmt: Fp8Format | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Largest representable finite value <= x and smallest >= x (float32), clamped to +-max.
-
-    Used by tests and the numerics grade to state "nearest representable value" without the encoder.
-    """
-    f = _as_format(fmt)
-    table = decode_table(f).to(x.device)
-    finite = table[torch.isfinite(table)]
-    values = torch.unique(finite)  # sorted ascending; +0/-0 collapse
-    xf = x.to(torch.float32)
-    idx = torch.searchsorted(values, xf.contiguous(), right=True)
-    lower = values[(idx - 1).clamp(min=0, max=values.numel() - 1)]
-    idx_hi = torch.searchsorted(values, xf.contiguous(), right=False)
-    upper = values[idx_hi.clamp(max=values.numel() - 1)]
-    return lower, upper
