@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -67,8 +66,3 @@ def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: 
 def describe_error(error: BaseException) -> str:
     """One line naming the exception type and message."""
     return f"{type(error).__name__}: {error}".splitlines()[0][:400]
-
-
-def case_fields(**fields: Any) -> dict[str, Any]:
-    """A JSON-safe case record (tuples become lists)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}

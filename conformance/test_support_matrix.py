@@ -16,7 +16,7 @@ from rtp_ref.certify.cases import CaseSpec, build_case, num_blocks_for
 from rtp_ref.kv.layouts import default_dims
 
 from .matrix import KernelUnderTest, suite
-from .runner import call_kernel, case_fields, describe_error
+from .runner import call_kernel, describe_error
 
 
 def _case(layout: str, kind: str = "random", tokens: int = 9, seed: int = 7) -> CaseSpec:
@@ -32,7 +32,7 @@ def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], py
     result = call_kernel(k.kernel, inputs, layout_name, k.device)
     untouched = torch.equal(before, inputs.storage.cpu())
     ok = result.error is not None and untouched
-    record_case(**case_fields(kernel=k.name, layout=layout_name, kind="unclaimed", case="unclaimed-layout",
+    record_case(**dict(kernel=k.name, layout=layout_name, kind="unclaimed", case="unclaimed-layout",
                               execution=k.execution, failed_checks=[] if ok else ["support.unclaimed_layout_raises"]))
     assert result.error is not None, f"{k.name} does not claim {layout_name} but accepted it without an error"
     assert untouched, f"{k.name} raised for unclaimed {layout_name} but had already written to the cache"
@@ -50,7 +50,7 @@ def test_out_of_range_slot_raises_before_writing(claimed_pair: tuple[KernelUnder
     result = call_kernel(k.kernel, inputs, layout_name, k.device)
     untouched = torch.equal(before, inputs.storage.cpu())
     ok = result.error is not None and untouched
-    record_case(**case_fields(kernel=k.name, layout=layout_name, kind="bad_input", case="slot-out-of-range",
+    record_case(**dict(kernel=k.name, layout=layout_name, kind="bad_input", case="slot-out-of-range",
                               execution=k.execution, failed_checks=[] if ok else ["support.rejects_bad_input"]))
     assert result.error is not None, f"{k.name} accepted slot {capacity} in a cache of {capacity} slots"
     assert untouched, (f"{k.name} raised ({describe_error(result.error)}) but only after writing to the cache; "
@@ -68,7 +68,7 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
         assert result.error is None, describe_error(result.error)
         images.append(inputs.storage.cpu())
     same = torch.equal(images[0], images[1])
-    record_case(**case_fields(kernel=k.name, layout=layout_name, kind="determinism", case="twice-same-inputs",
+    record_case(**dict(kernel=k.name, layout=layout_name, kind="determinism", case="twice-same-inputs",
                               execution=k.execution, failed_checks=[] if same else ["support.deterministic"]))
     assert same, f"{k.name} wrote different bytes for identical inputs ({int((images[0] != images[1]).sum())} bytes)"
 

@@ -17,7 +17,7 @@ from rtp_ref.certify.grading import Check, Grading, grade_write, reference_image
 
 from .conftest import WriteCase
 from .matrix import suite
-from .runner import call_kernel, case_fields, describe_error
+from .runner import call_kernel, describe_error
 
 
 def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None], pytestconfig: pytest.Config) -> None:
@@ -28,7 +28,7 @@ def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None],
     before = inputs.storage.cpu().clone()
     result = call_kernel(k.kernel, inputs, spec.layout, k.device)
     after = inputs.storage.cpu()
-    base = case_fields(kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
+    base = dict(kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
                        kind=spec.kind, seed=spec.seed, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim,
                        device=k.device, execution=k.execution, required_grade=s.platform.required_grade,
                        deviation=write_case.deviation, worker=os.environ.get("PYTEST_XDIST_WORKER"),
