@@ -2,11 +2,13 @@
 # One device-machine session: install rtp-ref next to the machine's own torch, then run a stage.
 #   scripts/gpu_check.sh correctness   unit tests on CUDA (mutants and fault isolation included),
 #                                      certify cuda-sm90 (native) and rocm-gfx942 (emulated), memcheck
+#   scripts/gpu_check.sh kernels       the triton and cuda kernels' unit tests, then their bandwidth at 2M
+#                                      tokens with the triton launch sweep (tests/kernels/bandwidth.py)
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker
 # Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
 set -uo pipefail
-stage=${1:?stage: correctness, bench or pinning}
+stage=${1:?stage: correctness, kernels, bench or pinning}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 site=/tmp/rtp-site
@@ -33,6 +35,10 @@ correctness)
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" "$out/memcheck.log"
   ;;
+kernels)
+  python3 -m pytest -q -n 8 --platform cpu tests/kernels -p no:cacheprovider 2>&1 | tee "$out/kernels.log" | tail -4
+  python3 -m tests.kernels.bandwidth --sweep 2>&1 | tee "$out/bandwidth.log"
+  ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
   ;;
@@ -51,6 +57,6 @@ PY
   rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$out/pin3" 2>&1 | tail -2
   ;;
 *)
-  echo "unknown stage $stage: correctness, bench or pinning" >&2; exit 2
+  echo "unknown stage $stage: correctness, kernels, bench or pinning" >&2; exit 2
   ;;
 esac

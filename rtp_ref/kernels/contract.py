@@ -244,6 +244,11 @@ class WritePlan:
         )
 
 
+def block_shift_of(block_size: int) -> int:
+    """log2 of a power-of-two ``block_size`` (the kernels then shift instead of dividing), else -1."""
+    return block_size.bit_length() - 1 if block_size > 0 and block_size & (block_size - 1) == 0 else -1
+
+
 def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
     if f.placement is not Placement.PER_TOKEN:
         raise UnsupportedLayoutError(f"layout {layout.name}: field {f.name!r} is not stored per token")

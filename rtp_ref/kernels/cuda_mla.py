@@ -31,6 +31,7 @@ from rtp_ref.kernels.contract import (
     ValueMode,
     WriteContract,
     WritePlan,
+    block_shift_of,
     default_contract,
 )
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
@@ -38,13 +39,15 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 ConversionPath = Literal["hardware", "software"]
 
-#: values per lane per step in the CUDA kernel (one 16-byte load of bf16/fp16)
+#: values per lane per chunk in the CUDA kernel (one 16-byte load of bf16/fp16)
 _CHUNK = 8
 _WARP_SPAN = 32 * _CHUNK
+#: the most values per token field the kernel holds in registers (kNopeChunks, kRopeChunks in the source)
+_MAX_R, _MAX_P = 4 * _WARP_SPAN, 1 * _WARP_SPAN
 
 
 class _Params(ctypes.Structure):
-    """Mirror of ``struct Params`` in mla_cache.cu: 35 int64 then 2 doubles, no padding."""
+    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 36 int64 then 2 doubles, no padding."""
 
     _fields_ = [
         (name, ctypes.c_int64)
@@ -54,7 +57,7 @@ class _Params(ctypes.Structure):
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
             "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
-            "input_fp16", "aligned", "hardware",
+            "input_fp16", "aligned", "hardware", "block_shift",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
@@ -165,13 +168,19 @@ class CudaMlaKernel(PlannedKernel):
                 f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; it supports "
                 f"tiles that are a multiple of {_CHUNK} and divide {_WARP_SPAN}"
             )
+        if plan.kv_lora_rank > _MAX_R or plan.rope_dim > _MAX_P:
+            raise UnsupportedLayoutError(
+                f"kernel cuda: kv_lora_rank={plan.kv_lora_rank}, rope_dim={plan.rope_dim}: it holds a token in "
+                f"one warp's registers, so it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
+            )
         lib = _library(_arch(kv_cache.device))
+        block_size = kv_cache.shape[1]
         f = plan.traits
         params = _Params(
             kv_c=kv_c.data_ptr(), k_pe=k_pe.data_ptr(), cache=kv_cache.data_ptr(),
             slots=slot_mapping.data_ptr(), scale=scale.data_ptr(),
             num_tokens=slot_mapping.shape[0], kv_c_row=kv_c.stride(0), k_pe_row=k_pe.stride(0),
-            block_size=kv_cache.shape[1], block_bytes=kv_cache.stride(0) * kv_cache.element_size(),
+            block_size=block_size, block_bytes=kv_cache.stride(0) * kv_cache.element_size(),
             R=plan.kv_lora_rank, P=plan.rope_dim, nope_mode=int(plan.nope_mode), rope_mode=int(plan.rope_mode),
             nope_off=plan.nope_offset, rope_off=plan.rope_offset, data_bytes=plan.data_bytes,
             trail_bytes=plan.trailing_bytes, tile=plan.tile, n_tiles=plan.n_tiles, pow2=plan.pow2_scale,
@@ -180,6 +189,7 @@ class CudaMlaKernel(PlannedKernel):
             neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract) == "hardware",
+            block_shift=block_shift_of(block_size),
             divisor=plan.divisor, floor_=plan.floor,
         )
         with torch.cuda.device(kv_cache.device):

@@ -19,14 +19,7 @@ from typing import Literal
 
 import torch
 
-from rtp_ref.kernels.contract import (
-    ValueMode,
-    WriteContract,
-    WritePlan,
-    check_call,
-    default_contract,
-    validated_plan,
-)
+from rtp_ref.kernels.contract import PlannedKernel, ValueMode, WriteContract, WritePlan
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 
@@ -47,7 +40,7 @@ def _tiled(x: torch.Tensor, plan: WritePlan, fp8: torch.dtype) -> tuple[torch.Te
     return codes, s
 
 
-class TorchEagerKernel:
+class TorchEagerKernel(PlannedKernel):
     """``concat_and_cache_mla`` in eager torch ops, on CPU and CUDA (module doc)."""
 
     name = "torch-eager"
@@ -62,46 +55,52 @@ class TorchEagerKernel:
         """This kernel following ``contract`` (its fp8 dtype, scale rule, divisor and floor)."""
         return TorchEagerKernel(contract)
 
-    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
-        fp8 = getattr(torch, contract.element_format.torch_dtype_name)
-        tokens = slot_mapping.shape[0]
-        keep = slot_mapping >= 0
-        slots = slot_mapping[keep]
-        nope, rope = kv_c[:tokens][keep], k_pe[:tokens][keep]
+    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+        write_eager(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        self.launch_count += 1
 
-        pieces: list[tuple[int, torch.Tensor]] = []  # (byte offset in the token's data area, bytes [n, k])
-        trailing: list[tuple[int, torch.Tensor]] = []  # (byte offset in the token's trailing group, ...)
-        if plan.nope_mode is ValueMode.COPY16:
-            pieces.append((plan.nope_offset, nope.contiguous().view(torch.uint8)))
-        elif plan.nope_mode is ValueMode.PER_TENSOR:
-            pieces.append((plan.nope_offset, _quantize(nope, scale, fp8)))
-        else:
-            codes, s = _tiled(nope, plan, fp8)
-            pieces.append((plan.nope_offset, codes))
-            if plan.scale_ue8m0:
-                scale_bytes = (torch.log2(s) + 127).clamp(0, 255).to(torch.uint8)
-            else:
-                scale_bytes = s.contiguous().view(torch.uint8)
-            (trailing if plan.scale_trailing else pieces).append((plan.scale_offset, scale_bytes))
-        if plan.rope_mode is ValueMode.COPY16:
-            pieces.append((plan.rope_offset, rope.contiguous().view(torch.uint8)))
-        else:
-            pieces.append((plan.rope_offset, _quantize(rope, scale, fp8)))
 
-        # Each block as one row of bytes (its stride honoured), then an index_put per field.
-        num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
-        raw = kv_cache.view(torch.uint8)
+def write_eager(plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+    """torch-eager's write of validated arguments (no state: ``torch.compile`` takes it as it is)."""
+    fp8 = getattr(torch, contract.element_format.torch_dtype_name)
+    tokens = slot_mapping.shape[0]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep]
+    nope, rope = kv_c[:tokens][keep], k_pe[:tokens][keep]
+
+    pieces: list[tuple[int, torch.Tensor]] = []  # (byte offset in the token's data area, bytes [n, k])
+    trailing: list[tuple[int, torch.Tensor]] = []  # (byte offset in the token's trailing group, ...)
+    if plan.nope_mode is ValueMode.COPY16:
+        pieces.append((plan.nope_offset, nope.contiguous().view(torch.uint8)))
+    elif plan.nope_mode is ValueMode.PER_TENSOR:
+        pieces.append((plan.nope_offset, _quantize(nope, scale, fp8)))
+    else:
+        codes, s = _tiled(nope, plan, fp8)
+        pieces.append((plan.nope_offset, codes))
+        if plan.scale_ue8m0:
+            scale_bytes = (torch.log2(s) + 127).clamp(0, 255).to(torch.uint8)
+        else:
+            scale_bytes = s.contiguous().view(torch.uint8)
+        (trailing if plan.scale_trailing else pieces).append((plan.scale_offset, scale_bytes))
+    if plan.rope_mode is ValueMode.COPY16:
+        pieces.append((plan.rope_offset, rope.contiguous().view(torch.uint8)))
+    else:
+        pieces.append((plan.rope_offset, _quantize(rope, scale, fp8)))
+
+    # Each block as one row of bytes (its stride honoured), then an index_put per field.
+    num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
+    raw = kv_cache.view(torch.uint8)
+    if kv_cache.is_contiguous():
+        blocks = raw.view(num_blocks, -1)
+    else:
         stride = kv_cache.stride(0) * kv_cache.element_size()
         blocks = raw.as_strided((num_blocks, block_size * plan.layout.bytes_per_token), (stride, 1))
-        block, offset = (slots // block_size).unsqueeze(1), (slots % block_size).unsqueeze(1)
-        for start, data in pieces:
-            cols = torch.arange(start, start + data.shape[1], device=kv_cache.device)
-            blocks[block, offset * plan.data_bytes + cols] = data
-        for start, data in trailing:
-            cols = torch.arange(start, start + data.shape[1], device=kv_cache.device)
-            blocks[block, block_size * plan.data_bytes + offset * plan.trailing_bytes + cols] = data
+    block, offset = (slots // block_size).unsqueeze(1), (slots % block_size).unsqueeze(1)
+    for start, data in pieces:
+        cols = torch.arange(start, start + data.shape[1], device=kv_cache.device)
+        blocks[block, offset * plan.data_bytes + cols] = data
+    for start, data in trailing:
+        cols = torch.arange(start, start + data.shape[1], device=kv_cache.device)
+        blocks[block, block_size * plan.data_bytes + offset * plan.trailing_bytes + cols] = data

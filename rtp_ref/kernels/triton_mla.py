@@ -42,6 +42,7 @@ from rtp_ref.kernels.contract import (
     ValueMode,
     WriteContract,
     WritePlan,
+    block_shift_of,
     default_contract,
 )
 from rtp_ref.platform import MLA_LAYOUT_NAMES
@@ -175,7 +176,7 @@ def _load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.cons
 def _mla_cache_write(
     kv_c: tl.tensor, k_pe: tl.tensor, cache: tl.tensor, slots: tl.tensor, scale_ptr: tl.tensor,
     num_tokens: tl.tensor, kv_c_row: tl.tensor, k_pe_row: tl.tensor, block_size: tl.tensor,
-    block_bytes: tl.tensor, divisor: tl.tensor, floor: tl.tensor,
+    block_shift: tl.tensor, block_bytes: tl.tensor, divisor: tl.tensor, floor: tl.tensor,
     R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
     NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr, ROPE_OFF: tl.constexpr,
     DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr,
@@ -191,24 +192,47 @@ def _mla_cache_write(
     copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales (nope only).
     """
     t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
-    slot = tl.load(slots + t, mask=t < num_tokens, other=-1)
-    valid = slot >= 0
-    slot = tl.where(valid, slot, 0)
-    block = slot // block_size
-    offset = slot - block * block_size
-    row = block * block_bytes + offset * DATA_BYTES
-
-    # ---- nope (kv_c) ----
+    in_range = t < num_tokens
+    # Every load comes first and none is predicated on a slot: a program then waits for memory once,
+    # not once for the slots, again for kv_c and again for k_pe (the stores below are; see
+    # docs/performance.md for what this ordering is worth).
+    slot = tl.load(slots + t, mask=in_range, other=-1)
     cols = tl.arange(0, R_PAD)
-    nmask = valid[:, None] & (cols < R)[None, :]
+    nload = in_range[:, None] & (cols < R)[None, :]
     nsrc = t[:, None] * kv_c_row + cols[None, :]
     if NOPE_MODE == 0:
-        bits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nmask)
-        _store16(cache, row + NOPE_OFF, cols, bits, nmask, SPLIT)
+        nbits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nload)
     else:
-        x = _load_f32(kv_c, nsrc, nmask, IN_BF16)
+        x = _load_f32(kv_c, nsrc, nload, IN_BF16)
+    pcols = tl.arange(0, P_PAD)
+    pload = in_range[:, None] & (pcols < P)[None, :]
+    psrc = t[:, None] * k_pe_row + pcols[None, :]
+    if ROPE_MODE == 0:
+        pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pload)
+    else:
+        y = _load_f32(k_pe, psrc, pload, IN_BF16)
+    if NOPE_MODE == 1 or ROPE_MODE == 1:
+        tensor_scale = tl.load(scale_ptr)
+
+    valid = slot >= 0
+    slot = tl.where(valid, slot, 0)
+    # Block sizes are usually powers of two; a shift then replaces the 64-bit division (a long
+    # software routine on GPUs).
+    if block_shift >= 0:  # noqa: SIM108 - a statement-level runtime branch, which Triton compiles to scf.if
+        block = slot >> block_shift
+    else:
+        block = slot // block_size
+    offset = slot - block * block_size
+    row = block * block_bytes + offset * DATA_BYTES
+    nmask = valid[:, None] & (cols < R)[None, :]
+    pmask = valid[:, None] & (pcols < P)[None, :]
+
+    # ---- nope (kv_c) ----
+    if NOPE_MODE == 0:
+        _store16(cache, row + NOPE_OFF, cols, nbits, nmask, SPLIT)
+    else:
         if NOPE_MODE == 1:
-            q = tl.math.div_rn(x, tl.load(scale_ptr))
+            q = tl.math.div_rn(x, tensor_scale)
         else:
             # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
             x3 = tl.reshape(x, (BLOCK_T, NT_PAD, TILE))
@@ -246,15 +270,10 @@ def _mla_cache_write(
         tl.store(cache + row[:, None] + NOPE_OFF + cols[None, :], code, mask=nmask)
 
     # ---- rope (k_pe) ----
-    pcols = tl.arange(0, P_PAD)
-    pmask = valid[:, None] & (pcols < P)[None, :]
-    psrc = t[:, None] * k_pe_row + pcols[None, :]
     if ROPE_MODE == 0:
-        pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pmask)
         _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
     else:
-        y = _load_f32(k_pe, psrc, pmask, IN_BF16)
-        pq = tl.math.div_rn(y, tl.load(scale_ptr))
+        pq = tl.math.div_rn(y, tensor_scale)
         pcode = _fp8(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                      MAX_VALUE)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
@@ -393,12 +412,13 @@ class TritonMlaKernel(PlannedKernel):
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
                                  in_bf16=kv_c.dtype == torch.bfloat16)
+        block_size = kv_cache.shape[1]
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
         with on_gpu:
             _mla_cache_write[(triton.cdiv(tokens, block_t),)](
                 kv_c, k_pe, cache_bytes, slot_mapping, scale,
-                tokens, kv_c.stride(0), k_pe.stride(0), kv_cache.shape[1],
+                tokens, kv_c.stride(0), k_pe.stride(0), block_size, block_shift_of(block_size),
                 kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
                 num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
             )
@@ -429,6 +449,7 @@ def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
     constexprs = _constexprs(plan, hw, split=False, block_t=BLOCK_T)
     pointer_types = {"kv_c": "*bf16", "k_pe": "*bf16", "cache": "*u8", "slots": "*i64", "scale_ptr": "*fp32"}
     scalar_types = {"num_tokens": "i32", "kv_c_row": "i32", "k_pe_row": "i32", "block_size": "i32",
+                    "block_shift": "i32",
                     "block_bytes": "i64", "divisor": "fp32", "floor": "fp32"}
     signature = {**pointer_types, **scalar_types, **dict.fromkeys(constexprs, "constexpr")}
     source = ASTSource(_mla_cache_write, signature, constexprs)

@@ -4,7 +4,8 @@
 // modes, the tile-scale rule and the fp8 format's traits. One warp writes one token: each lane owns
 // chunks of 8 consecutive values (one 16-byte load of bf16/fp16, one 8-byte fp8 store) and the lanes
 // of a scale tile reduce its amax with warp shuffles. Inputs are read once and entries written once;
-// there are no atomics.
+// there are no atomics. A write is memory-bound, so the kernel is built around latency: each warp
+// issues all of its token's loads at once (docs/performance.md has the measurements).
 //
 // Numerics (the contract of rtp_ref.fp8 / rtp_ref.kv.entries):
 //  * every quotient x / scale is __fdiv_rn, a correctly rounded float32 division, except for
@@ -28,7 +29,7 @@ struct RtpRefMlaParams {
   int64_t R, P, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
   int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
-  int64_t input_fp16, aligned, hardware;
+  int64_t input_fp16, aligned, hardware, block_shift;
   double divisor, floor_;
 };
 
@@ -38,18 +39,19 @@ constexpr int kCopy16 = 0, kPerTensor = 1, kTiled = 2;
 constexpr int kChunk = 8;  // values per lane per step: 16 bytes of bf16/fp16
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
+// Chunks a lane holds per field: kv_lora_rank up to 32 * 8 * 2 = 512 (every layout's default) or, in a
+// second build, 1024; rope_dim up to 256 (cuda_mla.py checks before launching). Fixed sizes keep the
+// chunks in registers; a chunk past the field is skipped.
+constexpr int kRopeChunks = 1;
+// At most 64 registers a thread, so that 4 blocks (32 warps, each with its token's loads in flight) fit
+// on a multiprocessor: the bytes in flight, not the arithmetic, set a memory-bound kernel's speed.
+constexpr int kMinBlocksPerSm = 4;
 
 // Per-launch constants in registers (float copies of the doubles, int32 format traits).
 struct Fmt {
   int man_bits, emin, max_code, nan_code, inf_code;
   bool neg_zero, has_inf, satfinite;
 };
-
-__device__ __forceinline__ float load_value(const void* base, int64_t index, bool fp16) {
-  const uint16_t bits = static_cast<const uint16_t*>(base)[index];
-  if (fp16) return __half2float(__ushort_as_half(bits));
-  return __uint_as_float(static_cast<uint32_t>(bits) << 16);  // bf16 -> fp32 is exact
-}
 
 // Round-half-even fp8 encoding in integer arithmetic (rtp_ref.fp8.codec.encode).
 __device__ __forceinline__ uint8_t fp8_software(float x, const Fmt& f) {
@@ -132,28 +134,42 @@ __device__ __forceinline__ float ue8m0_reciprocal(int byte) {
   return __uint_as_float(static_cast<uint32_t>(254 - byte) << 23);
 }
 
-// Loads chunk `c` (values c..c+7) of a row; positions past `n` read as 0 (they never raise an amax).
-template <bool ALIGNED>
-__device__ __forceinline__ void load_chunk(const void* row, int64_t c, int64_t n, bool fp16, float (&v)[kChunk],
-                                           uint4& raw) {
-  if constexpr (ALIGNED) {
-    raw = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(row) + c);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+// A lane's share of one field (nope or rope) of one token: chunk i holds values
+// [(i * 32 + lane) * 8, +8), read as raw 16-bit words. NC is the most chunks any lane holds.
+template <int NC>
+struct FieldChunks {
+  uint4 raw[NC];
+};
+
+// Issues the loads of a lane's chunks of a row of n values; values past `n` read as 0 bits (0.0, which
+// never raises an amax, as the reference pads). Nothing here waits on a load.
+template <int NC, bool ALIGNED>
+__device__ __forceinline__ void load_field(const uint16_t* __restrict__ row, int64_t n, int lane,
+                                           FieldChunks<NC>& out) {
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const uint16_t bits = (w[k / 2] >> (16 * (k % 2))) & 0xFFFF;
-      v[k] = fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
-    }
-  } else {
-    uint32_t w[4] = {0, 0, 0, 0};
+  for (int i = 0; i < NC; ++i) {
+    const int64_t c = static_cast<int64_t>(i * kWarp + lane) * kChunk;
+    out.raw[i] = make_uint4(0, 0, 0, 0);
+    if (c >= n) continue;
+    if constexpr (ALIGNED) {
+      // Inputs are read once: the streaming load keeps them from evicting cache lines being written.
+      out.raw[i] = __ldcs(reinterpret_cast<const uint4*>(row + c));
+    } else {
+      uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const bool in = c + k < n;
-      const uint16_t bits = in ? static_cast<const uint16_t*>(row)[c + k] : 0;
-      w[k / 2] |= static_cast<uint32_t>(bits) << (16 * (k % 2));
-      v[k] = in ? load_value(row, c + k, fp16) : 0.0f;
+      for (int k = 0; k < kChunk; ++k)
+        if (c + k < n) w[k / 2] |= static_cast<uint32_t>(row[c + k]) << (16 * (k % 2));
+      out.raw[i] = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    raw = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+__device__ __forceinline__ void widen(const uint4& raw, bool fp16, float (&v)[kChunk]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) {
+    const uint32_t bits = (w[k / 2] >> (16 * (k % 2))) & 0xFFFF;
+    v[k] = fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(bits))) : __uint_as_float(bits << 16);
   }
 }
 
@@ -196,38 +212,39 @@ __device__ __forceinline__ void store_f32(uint8_t* dst, float value) {
   }
 }
 
-// One field of values (nope or rope) of one token; `lanes_per_tile` lanes share a tile's amax.
-template <int MODE, bool ALIGNED, bool HW>
-__device__ __forceinline__ void write_values(const RtpRefMlaParams& p, const Fmt& f, const void* src, int64_t n, uint8_t* dst,
-                                             uint8_t* scale_dst, float tensor_scale, int lane) {
+// Largest |v| of a tile as float32 bits: |x| bits order like the values, and every NaN's bits exceed
+// inf's, so one unsigned max finds both the amax and a NaN (torch's amax is NaN if any value is).
+__device__ __forceinline__ float tile_amax(const float (&v)[kChunk], int lanes_per_tile) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) m = max(m, __float_as_uint(v[k]) & 0x7FFFFFFFu);
+  // Every lane takes part; lanes past the field hold zeros (padding, as in the reference).
+  for (int width = lanes_per_tile / 2; width > 0; width /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));
+  return m > 0x7F800000u ? __uint_as_float(0x7FC00000u) : __uint_as_float(m);
+}
+
+// Writes one field (nope or rope) of one token from the chunks a lane loaded.
+template <int MODE, bool ALIGNED, bool HW, int NC>
+__device__ __forceinline__ void write_field(const RtpRefMlaParams& p, const Fmt& f, const FieldChunks<NC>& in,
+                                            int64_t n, uint8_t* dst, uint8_t* scale_dst, float tensor_scale,
+                                            int lane) {
   const bool fp16 = p.input_fp16 != 0;
   const int lanes_per_tile = MODE == kTiled ? static_cast<int>(p.tile / kChunk) : 1;
-  for (int64_t base = 0; base < n; base += kWarp * kChunk) {
-    const int64_t c = base + static_cast<int64_t>(lane) * kChunk;
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    if (static_cast<int64_t>(i) * kWarp * kChunk >= n) break;  // warp-uniform: no lane has chunk i
+    const int64_t c = static_cast<int64_t>(i * kWarp + lane) * kChunk;
     const bool active = c < n;
-    float v[kChunk] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (active) load_chunk<ALIGNED>(src, c, n, fp16, v, raw);
     if constexpr (MODE == kCopy16) {
-      if (active) store_copy16<ALIGNED>(dst, c, n, raw);
+      if (active) store_copy16<ALIGNED>(dst, c, n, in.raw[i]);
       continue;
     }
+    float v[kChunk];
+    widen(in.raw[i], fp16, v);
     float s = tensor_scale;
     float reciprocal = 0.0f;  // used instead of dividing when the tile scale is a power of two
     if constexpr (MODE == kTiled) {
-      float amax = 0.0f;
-      bool nan = false;
-#pragma unroll
-      for (int k = 0; k < kChunk; ++k) {
-        nan |= isnan(v[k]);
-        amax = fmaxf(amax, fabsf(v[k]));
-      }
-      // Every lane takes part in the shuffles; the inactive ones contribute 0 (padding, as in the reference).
-      for (int width = lanes_per_tile / 2; width > 0; width /= 2) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, width));
-        nan |= __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(nan), width) != 0;
-      }
-      if (nan) amax = __uint_as_float(0x7FC00000u);  // a NaN in the tile makes its amax NaN (torch amax)
+      const float amax = tile_amax(v, lanes_per_tile);
       const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
       const float floor_value = static_cast<float>(p.floor_);
       s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
@@ -256,42 +273,66 @@ __device__ __forceinline__ void write_values(const RtpRefMlaParams& p, const Fmt
   }
 }
 
-template <int NOPE, int ROPE, bool ALIGNED, bool HW>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock) mla_cache_write(const RtpRefMlaParams p) {
+// Block and row of a slot. Block sizes are usually powers of two: a shift then replaces the 64-bit
+// division (a long software routine on the GPU); slots below 2**32 divide in 32 bits.
+__device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& p, int64_t& block, int64_t& offset) {
+  if (p.block_shift >= 0) {
+    block = slot >> p.block_shift;
+    offset = slot & (p.block_size - 1);
+  } else if (slot <= 0xFFFFFFFFll && p.block_size <= 0xFFFFFFFFll) {
+    const uint32_t s = static_cast<uint32_t>(slot), b = static_cast<uint32_t>(p.block_size);
+    block = s / b;
+    offset = s - static_cast<uint32_t>(block) * b;
+  } else {
+    block = slot / p.block_size;
+    offset = slot - block * p.block_size;
+  }
+}
+
+// One warp per token. Every load of the token (its slot, all nope and rope chunks) is issued before
+// anything waits on one, so a warp pays one memory round trip, not one per field or chunk.
+template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NOPE_CHUNKS>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_cache_write(const RtpRefMlaParams p) {
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (token >= p.num_tokens) return;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t slot = __ldcs(reinterpret_cast<const int64_t*>(p.slots) + token);
+  FieldChunks<NOPE_CHUNKS> nope;
+  FieldChunks<kRopeChunks> rope;
+  load_field<NOPE_CHUNKS, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, lane, nope);
+  load_field<kRopeChunks, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, lane, rope);
+  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
+                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
+  if (slot < 0) return;  // padding: write nothing
   const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
               static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
               p.has_inf != 0, p.satfinite != 0};
-  const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
-                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
-  const int elem = 2;
-  for (int64_t token = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-       token < p.num_tokens; token += warps) {
-    const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[token];
-    if (slot < 0) continue;  // padding: write nothing
-    const int64_t block = slot / p.block_size, offset = slot % p.block_size;
-    uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
-    uint8_t* row = block_base + offset * p.data_bytes;
-    uint8_t* scales = p.scale_trailing
-                          ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
-                          : row + p.scale_off;
-    const uint8_t* kv_c = reinterpret_cast<const uint8_t*>(p.kv_c) + token * p.kv_c_row * elem;
-    const uint8_t* k_pe = reinterpret_cast<const uint8_t*>(p.k_pe) + token * p.k_pe_row * elem;
-    write_values<NOPE, ALIGNED, HW>(p, f, kv_c, p.R, row + p.nope_off, scales, tensor_scale, lane);
-    write_values<ROPE, ALIGNED, HW>(p, f, k_pe, p.P, row + p.rope_off, scales, tensor_scale, lane);
-  }
+  int64_t block, offset;
+  split_slot(slot, p, block, offset);
+  uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
+  uint8_t* row = block_base + offset * p.data_bytes;
+  uint8_t* scales = p.scale_trailing
+                        ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
+                        : row + p.scale_off;
+  write_field<NOPE, ALIGNED, HW>(p, f, nope, p.R, row + p.nope_off, scales, tensor_scale, lane);
+  write_field<ROPE, ALIGNED, HW>(p, f, rope, p.P, row + p.rope_off, scales, tensor_scale, lane);
+}
+
+template <int NOPE, int ROPE, int NOPE_CHUNKS>
+void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
+  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
+  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
+  else mla_cache_write<NOPE, ROPE, false, false, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
 }
 
 template <int NOPE, int ROPE>
 cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
-  const int64_t blocks_needed = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const unsigned grid = static_cast<unsigned>(blocks_needed < 65535 * 16 ? blocks_needed : 65535 * 16);
-  const dim3 block(kWarp * kWarpsPerBlock);
-  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true><<<grid, block, 0, stream>>>(p);
-  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false><<<grid, block, 0, stream>>>(p);
-  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true><<<grid, block, 0, stream>>>(p);
-  else mla_cache_write<NOPE, ROPE, false, false><<<grid, block, 0, stream>>>(p);
+  const int64_t blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
+  if (p.R <= 2 * kWarp * kChunk) launch_variant<NOPE, ROPE, 2>(p, grid, block, stream);
+  else launch_variant<NOPE, ROPE, 4>(p, grid, block, stream);
   return cudaGetLastError();
 }
 
