@@ -4,11 +4,13 @@
 #                                      certify cuda-sm90 (native) and rocm-gfx942 (emulated), memcheck
 #   scripts/gpu_check.sh kernels       the triton and cuda kernels' unit tests, then their bandwidth at 2M
 #                                      tokens with the triton launch sweep (tests/kernels/bandwidth.py)
+#   scripts/gpu_check.sh probe         kernel unit tests, scripts/perf_probe.py (random vs sequential slots,
+#                                      scatter-copy roofs) and ncu's DRAM bytes for a few writes
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker
 # Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
 set -uo pipefail
-stage=${1:?stage: correctness, kernels, bench or pinning}
+stage=${1:?stage: correctness, kernels, probe, bench or pinning}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 site=/tmp/rtp-site
@@ -39,6 +41,16 @@ kernels)
   python3 -m pytest -q -n 8 --platform cpu tests/kernels -p no:cacheprovider 2>&1 | tee "$out/kernels.log" | tail -4
   python3 -m tests.kernels.bandwidth --sweep 2>&1 | tee "$out/bandwidth.log"
   ;;
+probe)
+  python3 -m pytest -q -n 8 --platform cpu tests/kernels -p no:cacheprovider 2>&1 | tee "$out/kernels.log" | tail -2
+  python3 scripts/perf_probe.py 2>&1 | tee "$out/probe.log"
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_write.sum
+  for lk in "auto triton" "fp8 triton" "fp8_ds_mla triton" "fp8 cuda" "fp8_ds_mla cuda" "fp8_model1_mla cuda"; do
+    echo "== ncu $lk"
+    ncu --clock-control none -k regex:mla_cache_write --metrics "$metrics" python3 scripts/perf_probe.py --one $lk 2>&1 \
+      | grep -E "^\s+(gpu__|dram__|sm__|lts__)" | tee -a "$out/ncu.log"
+  done
+  ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
   ;;
@@ -57,6 +69,6 @@ PY
   rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$out/pin3" 2>&1 | tail -2
   ;;
 *)
-  echo "unknown stage $stage: correctness, kernels, bench or pinning" >&2; exit 2
+  echo "unknown stage $stage: correctness, kernels, probe, bench or pinning" >&2; exit 2
   ;;
 esac

@@ -229,7 +229,10 @@ __device__ __forceinline__ void write_field(const RtpRefMlaParams& p, const Fmt&
                                             int64_t n, uint8_t* dst, uint8_t* scale_dst, float tensor_scale,
                                             int lane) {
   const bool fp16 = p.input_fp16 != 0;
+  // A tile is a power-of-two number of lanes (cuda_mla.py checks that tiles divide 32 chunks), so tile
+  // indices are shifts: a 64-bit division per tile would cost more than the tile's arithmetic.
   const int lanes_per_tile = MODE == kTiled ? static_cast<int>(p.tile / kChunk) : 1;
+  const int lanes_shift = __ffs(lanes_per_tile) - 1;
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
     if (static_cast<int64_t>(i) * kWarp * kChunk >= n) break;  // warp-uniform: no lane has chunk i
@@ -253,8 +256,8 @@ __device__ __forceinline__ void write_field(const RtpRefMlaParams& p, const Fmt&
         s = ue8m0_value(byte);
         reciprocal = ue8m0_reciprocal(byte);
       }
-      if (active && lane % lanes_per_tile == 0) {
-        const int64_t t = c / p.tile;
+      if (active && (lane & (lanes_per_tile - 1)) == 0) {
+        const int t = (i * kWarp + lane) >> lanes_shift;
         if (p.scale_ue8m0) scale_dst[t] = static_cast<uint8_t>(byte);
         else store_f32<ALIGNED>(scale_dst + 4 * t, s);
       }
