@@ -43,9 +43,11 @@ kernels)
   ;;
 probe)
   python3 -m pytest -q -n 8 --platform cpu tests/kernels -p no:cacheprovider 2>&1 | tee "$out/kernels.log" | tail -2
+  rtp certify --platform cuda-sm90 --kernel triton --kernel cuda --report "$out/cuda-sm90" > "$out/certify-sm90.log" 2>&1
+  tail -8 "$out/certify-sm90.log"
   python3 scripts/perf_probe.py 2>&1 | tee "$out/probe.log"
   metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_write.sum
-  for lk in "auto triton" "fp8 triton" "fp8_ds_mla triton" "fp8 cuda" "fp8_ds_mla cuda" "fp8_model1_mla cuda"; do
+  for lk in "fp8 triton" "fp8_ds_mla triton" "fp8 cuda" "fp8_ds_mla cuda"; do
     echo "== ncu $lk"
     ncu --clock-control none -k regex:mla_cache_write --metrics "$metrics" python3 scripts/perf_probe.py --one $lk 2>&1 \
       | grep -E "^\s+(gpu__|dram__|sm__|lts__)" | tee -a "$out/ncu.log"

@@ -1,8 +1,9 @@
 """Where the time of a cache write goes (GPU only; a diagnostic, not a test).
 
-``python3 scripts/perf_probe.py`` times the triton and cuda kernels at 2M tokens, each layout, with
-the bench's random slots and with sequential slots (same bytes, written in order), and a plain
-scatter copy of each layout's entry size (``auto`` with a rank that gives the same row bytes). If a
+``python3 scripts/perf_probe.py [--sequential] [--scatter]`` times the triton and cuda kernels at 2M
+tokens, each layout, with the bench's random slots; ``--sequential`` also with sequential slots (same
+bytes, written in order), ``--scatter`` also a plain scatter copy of each layout's entry size (``auto``
+with a rank that gives the same row bytes). If a
 write is slower with random slots than with sequential ones by more than its extra bytes explain, the
 scatter itself (DRAM pages opened per token) bounds it, not the kernel's arithmetic.
 ``--one LAYOUT KERNEL`` runs one write (random slots) once, for ``ncu``.
@@ -64,10 +65,12 @@ def main() -> None:
         dims = default_dims(layout_name)
         entry = contract.layout(layout_name, *dims).bytes_per_token
         for name, kernel in kernels.items():
-            for sequential in (False, True):
+            for sequential in (False, True) if "--sequential" in sys.argv else (False,):
                 layout, args = inputs(contract, layout_name, dims, sequential)
                 print(f"{layout_name:15s} {name:7s} {'sequential' if sequential else 'random    '} "
                       f"{timed(kernel, args, roof, layout)}", flush=True)
+        if "--scatter" not in sys.argv:
+            continue
         # the same entry bytes as a pure scatter copy: auto rows of `entry` bytes (rank + 64 rope values)
         copy_dims = ((entry + 1) // 2 - 64, 64)
         for sequential in (False, True):

@@ -39,11 +39,16 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 ConversionPath = Literal["hardware", "software"]
 
-#: values per lane per chunk in the CUDA kernel (one 16-byte load of bf16/fp16)
+#: values per 16-byte chunk of bf16/fp16 input, and lanes per token (kChunk, kLanesPerToken in the source)
 _CHUNK = 8
-_WARP_SPAN = 32 * _CHUNK
-#: the most values per token field the kernel holds in registers (kNopeChunks, kRopeChunks in the source)
-_MAX_R, _MAX_P = 4 * _WARP_SPAN, 1 * _WARP_SPAN
+_LANES_PER_TOKEN = 16
+#: the most values per token field the kernel holds in registers (8 chunks a lane for nope, 1 for rope)
+_MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
+
+
+def _values_per_lane(kv_lora_rank: int) -> int:
+    """Nope values each lane owns: 4 chunks up to R = 512, else 8 (the two builds of the kernel)."""
+    return (4 if kv_lora_rank <= _LANES_PER_TOKEN * 4 * _CHUNK else 8) * _CHUNK
 
 
 class _Params(ctypes.Structure):
@@ -163,15 +168,20 @@ class CudaMlaKernel(PlannedKernel):
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
-        if plan.nope_mode is ValueMode.TILED and (plan.tile % _CHUNK or _WARP_SPAN % plan.tile):
-            raise UnsupportedLayoutError(
-                f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; it supports "
-                f"tiles that are a multiple of {_CHUNK} and divide {_WARP_SPAN}"
-            )
         if plan.kv_lora_rank > _MAX_R or plan.rope_dim > _MAX_P:
             raise UnsupportedLayoutError(
                 f"kernel cuda: kv_lora_rank={plan.kv_lora_rank}, rope_dim={plan.rope_dim}: it holds a token in "
-                f"one warp's registers, so it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
+                f"{_LANES_PER_TOKEN} lanes' registers, so it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
+            )
+        per_lane = _values_per_lane(plan.kv_lora_rank)
+        lanes_per_tile = plan.tile // per_lane
+        if plan.nope_mode is ValueMode.TILED and (
+            plan.tile % per_lane or lanes_per_tile > _LANES_PER_TOKEN or lanes_per_tile & (lanes_per_tile - 1)
+        ):
+            raise UnsupportedLayoutError(
+                f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; with "
+                f"kv_lora_rank={plan.kv_lora_rank} each lane owns {per_lane} values, so it supports tiles of "
+                f"{per_lane} x a power of two up to {per_lane * _LANES_PER_TOKEN} values"
             )
         lib = _library(_arch(kv_cache.device))
         block_size = kv_cache.shape[1]

@@ -10,9 +10,10 @@ to its own specialised kernel.
 fp8 conversion has two paths, chosen per call and reported as ``conversion_path``:
 
 * ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton
-  3.9) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. The value is
-  clamped to +-max first with a select that lets NaN through, so saturation never depends on the
-  backend's default, and NaN is written as the format's canonical code.
+  3.9) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. On AMD the value
+  is clamped to +-max first with a select that lets NaN through, so saturation never depends on the
+  backend's default; on NVIDIA Triton emits the saturating ``cvt.rn.satfinite`` (a test reads the
+  PTX), so the clamp would only cost instructions. NaN is written as the format's canonical code.
 * ``software``: round-half-even in integer arithmetic inside the kernel (the algorithm of
   ``rtp_ref.fp8.codec.encode``). Used where no hardware conversion exists (fnuz on NVIDIA, OCP on
   gfx942), for other formats, for the ``nonsat`` mode, and under ``TRITON_INTERPRET=1``: Triton's
@@ -94,27 +95,33 @@ def _fp8_software(x: tl.tensor, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_
 
 
 @triton.jit
-def _fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CODE: tl.constexpr) -> tl.tensor:
-    """fp8 codes of float32 ``x`` by the GPU's conversion, saturating by an explicit clamp."""
-    # Comparisons with NaN are false, so NaN passes both selects unchanged.
-    clamped = tl.where(x > MAX_VALUE, MAX_VALUE, tl.where(x < -MAX_VALUE, -MAX_VALUE, x))
+def _fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CODE: tl.constexpr,
+                  CLAMP: tl.constexpr) -> tl.tensor:
+    """fp8 codes of float32 ``x`` by the GPU's conversion, saturating by an explicit clamp if ``CLAMP``.
+
+    Without ``CLAMP`` the conversion itself must saturate: on NVIDIA Triton emits
+    ``cvt.rn.satfinite.e4m3x2.f32`` (tests/kernels/test_triton_aot.py reads the PTX to hold it to that).
+    """
+    if CLAMP:
+        # Comparisons with NaN are false, so NaN passes both selects unchanged.
+        x = tl.where(x > MAX_VALUE, MAX_VALUE, tl.where(x < -MAX_VALUE, -MAX_VALUE, x))
     if HW == 2:
-        code = clamped.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
+        code = x.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
         # fnuz has no negative zero: 0x80 is its NaN, never a rounded -0.
         code = tl.where(code == 0x80, 0, code)
     else:
-        code = clamped.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        code = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     return tl.where(x != x, NAN_CODE, code).to(tl.uint8)
 
 
 @triton.jit
 def _fp8(x: tl.tensor, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
          NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
-         SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr) -> tl.tensor:
+         SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr) -> tl.tensor:
     if HW == 0:
         code = _fp8_software(x, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE)
     else:
-        code = _fp8_hardware(x, HW, MAX_VALUE, NAN_CODE)
+        code = _fp8_hardware(x, HW, MAX_VALUE, NAN_CODE, CLAMP)
     return code
 
 
@@ -184,7 +191,7 @@ def _mla_cache_write(
     SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, SPLIT: tl.constexpr,
     HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
-    SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr,
+    SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
 ) -> None:
     """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
 
@@ -236,11 +243,10 @@ def _mla_cache_write(
         else:
             # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
             x3 = tl.reshape(x, (BLOCK_T, NT_PAD, TILE))
-            amax = tl.max(tl.abs(x3), axis=2)
-            # A NaN anywhere in a tile makes its amax NaN (torch's amax); tl.max alone may drop NaN.
-            has_nan = tl.max((x3 != x3).to(tl.int32), axis=2) > 0
-            amax = tl.where(has_nan, tl.full(amax.shape, _F32_NAN_BITS, tl.int32).to(tl.float32, bitcast=True),
-                            amax)
+            # |x| as float32 bits orders like |x|, and every NaN's bits exceed inf's: one integer max
+            # gives the amax and whether the tile holds a NaN (then its amax is NaN, as torch's amax).
+            amax_bits = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+            amax = tl.where(amax_bits > 0x7F800000, _F32_NAN_BITS, amax_bits).to(tl.float32, bitcast=True)
             raw = tl.math.div_rn(amax, divisor)
             s = tl.where(raw < floor, floor, raw)  # max(raw, floor) that keeps a NaN raw
             byte = _ue8m0_ceil(s)
@@ -266,7 +272,7 @@ def _mla_cache_write(
                 tl.store(cache + sbase[:, None] + tiles[None, :], byte.to(tl.uint8), mask=smask)
             else:
                 _store32(cache, sbase, tiles, s, smask, SPLIT)
-        code = _fp8(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE)
+        code = _fp8(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + NOPE_OFF + cols[None, :], code, mask=nmask)
 
     # ---- rope (k_pe) ----
@@ -275,7 +281,7 @@ def _mla_cache_write(
     else:
         pq = tl.math.div_rn(y, tensor_scale)
         pcode = _fp8(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
-                     MAX_VALUE)
+                     MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
 
 
@@ -324,12 +330,23 @@ def _hardware_selector(contract: WriteContract) -> int:
     return _HW_E4M3FNUZ if native == E4M3FNUZ else _HW_E4M3FN
 
 
+def _conversion_saturates() -> bool:
+    """Whether this backend's fp8 conversion saturates by itself: NVIDIA's ``cvt.rn.satfinite``."""
+    if interpreted():
+        return False
+    return bool(triton.runtime.driver.active.get_current_target().backend == "cuda")
+
+
 def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bool = True) -> dict[str, Any]:
-    """The kernel's constexpr arguments for a plan (also what ``amdgcn_for`` compiles)."""
+def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bool = True,
+                clamp: bool = True) -> dict[str, Any]:
+    """The kernel's constexpr arguments for a plan (also what ``amdgcn_for`` compiles).
+
+    ``clamp``: clamp before the hardware conversion (not needed where it saturates by itself: NVIDIA).
+    """
     r, p, f = plan.kv_lora_rank, plan.rope_dim, plan.traits
     if ValueMode.COPY16 == plan.nope_mode == plan.rope_mode:
         # No fp8 field: one specialisation serves every contract (fewer compiles).
@@ -343,7 +360,8 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
         "DATA_BYTES": plan.data_bytes, "TRAIL_BYTES": plan.trailing_bytes,
         "TILE": tile, "N_TILES": plan.n_tiles, "NT_PAD": r_pad // tile, "POW2": plan.pow2_scale,
         "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
-        "SPLIT": split, "HW": hw, "IN_BF16": in_bf16, **_format_constexprs(f),
+        "SPLIT": split, "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
+        **_format_constexprs(f),
     }
 
 
@@ -411,7 +429,7 @@ class TritonMlaKernel(PlannedKernel):
         hw = _SW if self.conversion_path_for(contract) == "software" else _hardware_selector(contract)
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
-                                 in_bf16=kv_c.dtype == torch.bfloat16)
+                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _conversion_saturates())
         block_size = kv_cache.shape[1]
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
@@ -426,10 +444,10 @@ class TritonMlaKernel(PlannedKernel):
 
 
 @functools.cache
-def _hip_backend_ready() -> bool:
+def _backend_ready(name: str) -> bool:
     from triton.backends import backends
 
-    return "amd" in backends
+    return name in backends
 
 
 def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
@@ -439,20 +457,32 @@ def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
     use the Triton type of the plan's format (fnuz -> ``tl.float8e4b8``, OCP -> ``tl.float8e4nv``),
     else the software conversion. Raises RuntimeError when this Triton has no AMD backend.
     """
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    if not _hip_backend_ready():
+    if not _backend_ready("amd"):
         raise RuntimeError("this Triton build has no AMD backend; amdgcn_for needs triton's 'amd' backend")
     fmt_is_fnuz = not plan.traits.negative_zero
     hw = (_HW_E4M3FNUZ if fmt_is_fnuz else _HW_E4M3FN) if hardware else _SW
-    constexprs = _constexprs(plan, hw, split=False, block_t=BLOCK_T)
+    return _compile_ahead(plan, ("hip", arch, 64), hw, clamp=True, asm="amdgcn")
+
+
+def ptx_for(plan: WritePlan, sm: int) -> str:
+    """PTX of the kernel for ``plan`` on NVIDIA ``sm`` (e.g. 90) as it runs there: hardware e4m3
+    conversion, no clamp (the conversion is expected to saturate by itself). Needs no GPU.
+    Raises RuntimeError when this Triton has no NVIDIA backend."""
+    if not _backend_ready("nvidia"):
+        raise RuntimeError("this Triton build has no NVIDIA backend; ptx_for needs triton's 'nvidia' backend")
+    return _compile_ahead(plan, ("cuda", sm, 32), _HW_E4M3FN, clamp=False, asm="ptx")
+
+
+def _compile_ahead(plan: WritePlan, target: tuple[str, int | str, int], hw: int, clamp: bool, asm: str) -> str:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    constexprs = _constexprs(plan, hw, split=False, block_t=BLOCK_T, clamp=clamp)
     pointer_types = {"kv_c": "*bf16", "k_pe": "*bf16", "cache": "*u8", "slots": "*i64", "scale_ptr": "*fp32"}
     scalar_types = {"num_tokens": "i32", "kv_c_row": "i32", "k_pe_row": "i32", "block_size": "i32",
-                    "block_shift": "i32",
-                    "block_bytes": "i64", "divisor": "fp32", "floor": "fp32"}
+                    "block_shift": "i32", "block_bytes": "i64", "divisor": "fp32", "floor": "fp32"}
     signature = {**pointer_types, **scalar_types, **dict.fromkeys(constexprs, "constexpr")}
     source = ASTSource(_mla_cache_write, signature, constexprs)
     options = {"num_warps": NUM_WARPS, "enable_fp_fusion": False}
-    compiled = triton.compile(source, target=GPUTarget("hip", arch, 64), options=options)
-    return str(compiled.asm["amdgcn"])
+    compiled = triton.compile(source, target=GPUTarget(*target), options=options)
+    return str(compiled.asm[asm])

@@ -1,10 +1,13 @@
-"""Ahead-of-time builds of the triton kernel for AMD targets, on a machine without an AMD GPU.
+"""Ahead-of-time builds of the triton kernel for AMD and NVIDIA targets, on a machine without their GPUs.
 
 ``hip_hardware_format`` claims which fp8 format each AMD target converts with a hardware
 instruction under this Triton; the builds check the claim both ways. gfx942 must convert fnuz
 (``tl.float8e4b8``) with ``v_cvt_pk_fp8_f32``. gfx950 converts OCP e4m3 (``tl.float8e4nv``) with
 ``v_cvt_scalef32_pk_fp8_f32`` in triton 3.9, while triton 3.6 emits no conversion instruction
 (the kernel then takes its software path). The software path uses no conversion instruction.
+
+On NVIDIA the kernel converts without clamping first: it relies on Triton emitting the saturating
+``cvt.rn.satfinite.e4m3x2.f32``, which the sm90 build checks.
 
 The builds run in a subprocess without TRITON_INTERPRET: an interpreted kernel (this folder's
 conftest sets the interpreter on CPU-only machines) cannot be compiled.
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.triton
 _SCRIPT = r"""
 import json, re
 from rtp_ref.kernels.contract import WritePlan
-from rtp_ref.kernels.triton_mla import amdgcn_for, hip_hardware_format
+from rtp_ref.kernels.triton_mla import amdgcn_for, hip_hardware_format, ptx_for
 from tests.kernels.cases import contract
 
 def build(platform, arch, hardware):
@@ -39,6 +42,9 @@ try:
     found = {arch: {"claimed": getattr(hip_hardware_format(arch), "name", None),
                     "hardware": build(platform, arch, True), "software": build(platform, arch, False)}
              for platform, arch in (("rocm-gfx942", "gfx942"), ("rocm-gfx950", "gfx950"))}
+    sm90 = {layout: ptx_for(WritePlan.of(contract("cuda-sm90").layout(layout, 512, 64)), 90)
+            for layout in ("fp8", "fp8_ds_mla")}
+    found["sm90"] = {layout: sorted(set(re.findall(r"\bcvt\.[\w.]*e4m3x2[\w.]*", ptx))) for layout, ptx in sm90.items()}
 except RuntimeError as exc:
     found = {"skip": str(exc)}
 print(json.dumps(found))
@@ -73,3 +79,10 @@ def test_gfx950_claim_matches_what_this_triton_emits(builds: dict[str, Any]) -> 
 
 def test_software_path_uses_no_fp8_conversion_instruction(builds: dict[str, Any]) -> None:
     assert builds["gfx942"]["software"] == [] and builds["gfx950"]["software"] == [], builds
+
+
+def test_nvidia_conversion_saturates_by_itself(builds: dict[str, Any]) -> None:
+    """Without the clamp, only the satfinite conversion may appear: a plain ``cvt.rn.e4m3x2`` would turn
+    overflow into NaN on the GPU (the kernel's unclamped path depends on this)."""
+    for layout, found in builds["sm90"].items():
+        assert found == ["cvt.rn.satfinite.e4m3x2.f32"], (layout, builds["sm90"])

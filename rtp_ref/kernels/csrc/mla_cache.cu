@@ -1,11 +1,11 @@
 // concat_and_cache_mla for every rtp-ref MLA layout: the `cuda` built-in kernel (rtp_ref/kernels/cuda_mla.py).
 //
 // The layout arrives as numbers taken from the reference field table (WritePlan): offsets, value
-// modes, the tile-scale rule and the fp8 format's traits. One warp writes one token: each lane owns
-// chunks of 8 consecutive values (one 16-byte load of bf16/fp16, one 8-byte fp8 store) and the lanes
-// of a scale tile reduce its amax with warp shuffles. Inputs are read once and entries written once;
-// there are no atomics. A write is memory-bound, so the kernel is built around latency: each warp
-// issues all of its token's loads at once (docs/performance.md has the measurements).
+// modes, the tile-scale rule and the fp8 format's traits. A half warp writes one token: each lane owns
+// a block of consecutive values (16-byte loads of bf16/fp16, 8-byte fp8 stores) and the lanes of a
+// scale tile reduce its amax with shuffles. Inputs are read once and entries written once; there are
+// no atomics. Each lane issues all of its token's loads at once, and the per-value work is a few
+// instructions (docs/performance.md has the measurements).
 //
 // Numerics (the contract of rtp_ref.fp8 / rtp_ref.kv.entries):
 //  * every quotient x / scale is __fdiv_rn, a correctly rounded float32 division, except for
@@ -39,10 +39,10 @@ constexpr int kCopy16 = 0, kPerTensor = 1, kTiled = 2;
 constexpr int kChunk = 8;  // values per lane per step: 16 bytes of bf16/fp16
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
-// Chunks a lane holds per field: kv_lora_rank up to 32 * 8 * 2 = 512 (every layout's default) or, in a
-// second build, 1024; rope_dim up to 256 (cuda_mla.py checks before launching). Fixed sizes keep the
-// chunks in registers; a chunk past the field is skipped.
-constexpr int kRopeChunks = 1;
+// A token is written by 16 lanes: each holds 4 chunks of nope (kv_lora_rank up to 16 * 4 * 8 = 512, every
+// layout's default) or, in a second build, 8 (up to 1024), and one chunk of rope (rope_dim up to 128);
+// cuda_mla.py checks before launching. Fixed sizes keep the values in registers.
+constexpr int kLanesPerToken = 16, kTokensPerWarp = kWarp / kLanesPerToken;
 // At most 64 registers a thread, so that 4 blocks (32 warps, each with its token's loads in flight) fit
 // on a multiprocessor: the bytes in flight, not the arithmetic, set a memory-bound kernel's speed.
 constexpr int kMinBlocksPerSm = 4;
@@ -84,15 +84,6 @@ __device__ __forceinline__ uint8_t fp8_software(float x, const Fmt& f) {
   return static_cast<uint8_t>(nan_out ? f.nan_code : (sign_bit | mag));
 }
 
-// Two values through the hardware's saturating e4m3 conversion; NaN forced to the canonical code.
-__device__ __forceinline__ uint16_t fp8x2_hardware(float a, float b, const Fmt& f) {
-  const __nv_fp8x2_storage_t packed = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  uint16_t lo = packed & 0xFF, hi = packed >> 8;
-  if (isnan(a)) lo = f.nan_code;
-  if (isnan(b)) hi = f.nan_code;
-  return static_cast<uint16_t>(lo | (hi << 8));
-}
-
 // fp8 codes of 8 values, packed little-endian (value k in byte k).
 template <bool HW>
 __device__ __forceinline__ uint64_t fp8x8(const float (&v)[kChunk], const Fmt& f) {
@@ -101,11 +92,19 @@ __device__ __forceinline__ uint64_t fp8x8(const float (&v)[kChunk], const Fmt& f
   for (int k = 0; k < kChunk; k += 2) {
     uint64_t pair;
     if constexpr (HW) {
-      pair = fp8x2_hardware(v[k], v[k + 1], f);
+      // The hardware's saturating e4m3 conversion: round to nearest even, overflow and inf to +-448.
+      pair = __nv_cvt_float2_to_fp8x2(make_float2(v[k], v[k + 1]), __NV_SATFINITE, __NV_E4M3);
     } else {
       pair = fp8_software(v[k], f) | (static_cast<uint64_t>(fp8_software(v[k + 1], f)) << 8);
     }
     out |= pair << (8 * k);
+  }
+  if constexpr (HW) {
+    // e4m3's only NaN codes are 0x7F and 0xFF (no finite value has its low 7 bits all set under
+    // satfinite): a carry out of the low 7 bits of each byte finds them, and the sign bit is cleared
+    // so NaN is written as the canonical 0x7F, 8 bytes at a time.
+    const uint64_t low7 = 0x7F7F7F7F7F7F7F7Full, ones = 0x0101010101010101ull, signs = 0x8080808080808080ull;
+    out &= ~(((out & low7) + ones) & signs);
   }
   return out;
 }
@@ -134,26 +133,28 @@ __device__ __forceinline__ float ue8m0_reciprocal(int byte) {
   return __uint_as_float(static_cast<uint32_t>(254 - byte) << 23);
 }
 
-// A lane's share of one field (nope or rope) of one token: chunk i holds values
-// [(i * 32 + lane) * 8, +8), read as raw 16-bit words. NC is the most chunks any lane holds.
+// A token's values are split among the 16 lanes of a half warp, each lane owning one block of
+// NC * 8 consecutive nope values (NC 16-byte loads) and one chunk of 8 rope values. Owning a block,
+// rather than every 16th chunk, is what keeps the tile-scale work small: a 128-value tile is the
+// blocks of 4 lanes, so a lane finds its part of the amax with packed 16-bit maxima over raw input
+// bits and needs 2 shuffles, not 4 per chunk.
 template <int NC>
-struct FieldChunks {
+struct Block {
   uint4 raw[NC];
 };
 
-// Issues the loads of a lane's chunks of a row of n values; values past `n` read as 0 bits (0.0, which
-// never raises an amax, as the reference pads). Nothing here waits on a load.
+// Issues the loads of NC chunks starting at value `first` of a row of n values; values past `n`
+// read as 0 bits (0.0, which never raises an amax, as the reference pads). Nothing here waits on a load.
 template <int NC, bool ALIGNED>
-__device__ __forceinline__ void load_field(const uint16_t* __restrict__ row, int64_t n, int lane,
-                                           FieldChunks<NC>& out) {
+__device__ __forceinline__ void load_block(const uint16_t* __restrict__ row, int64_t n, int64_t first, bool in_range,
+                                           Block<NC>& out) {
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
-    const int64_t c = static_cast<int64_t>(i * kWarp + lane) * kChunk;
+    const int64_t c = first + i * kChunk;
     out.raw[i] = make_uint4(0, 0, 0, 0);
-    if (c >= n) continue;
+    if (!in_range || c >= n) continue;
     if constexpr (ALIGNED) {
-      // Inputs are read once: the streaming load keeps them from evicting cache lines being written.
-      out.raw[i] = __ldcs(reinterpret_cast<const uint4*>(row + c));
+      out.raw[i] = __ldg(reinterpret_cast<const uint4*>(row + c));
     } else {
       uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -212,63 +213,39 @@ __device__ __forceinline__ void store_f32(uint8_t* dst, float value) {
   }
 }
 
-// Largest |v| of a tile as float32 bits: |x| bits order like the values, and every NaN's bits exceed
-// inf's, so one unsigned max finds both the amax and a NaN (torch's amax is NaN if any value is).
-__device__ __forceinline__ float tile_amax(const float (&v)[kChunk], int lanes_per_tile) {
+// Largest |x| of a tile from the raw 16-bit inputs. |x| bits order like the values for bf16 and fp16,
+// and every NaN's bits exceed inf's, so packed unsigned maxima find both the amax and a NaN (torch's
+// amax is NaN if any value is). All 32 lanes take part in the shuffles (the tile's lanes are adjacent).
+template <int NC>
+__device__ __forceinline__ float tile_amax(const Block<NC>& in, bool fp16, int lanes_per_tile) {
   uint32_t m = 0;
 #pragma unroll
-  for (int k = 0; k < kChunk; ++k) m = max(m, __float_as_uint(v[k]) & 0x7FFFFFFFu);
-  // Every lane takes part; lanes past the field hold zeros (padding, as in the reference).
+  for (int i = 0; i < NC; ++i) {
+    m = __vmaxu2(m, in.raw[i].x & 0x7FFF7FFFu);
+    m = __vmaxu2(m, in.raw[i].y & 0x7FFF7FFFu);
+    m = __vmaxu2(m, in.raw[i].z & 0x7FFF7FFFu);
+    m = __vmaxu2(m, in.raw[i].w & 0x7FFF7FFFu);
+  }
+  m = max(m & 0xFFFF, m >> 16);
   for (int width = lanes_per_tile / 2; width > 0; width /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));
-  return m > 0x7F800000u ? __uint_as_float(0x7FC00000u) : __uint_as_float(m);
+  const bool nan = m > (fp16 ? 0x7C00u : 0x7F80u);
+  if (nan) return __uint_as_float(0x7FC00000u);
+  return fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(m))) : __uint_as_float(m << 16);
 }
 
-// Writes one field (nope or rope) of one token from the chunks a lane loaded.
-template <int MODE, bool ALIGNED, bool HW, int NC>
-__device__ __forceinline__ void write_field(const RtpRefMlaParams& p, const Fmt& f, const FieldChunks<NC>& in,
-                                            int64_t n, uint8_t* dst, uint8_t* scale_dst, float tensor_scale,
-                                            int lane) {
-  const bool fp16 = p.input_fp16 != 0;
-  // A tile is a power-of-two number of lanes (cuda_mla.py checks that tiles divide 32 chunks), so tile
-  // indices are shifts: a 64-bit division per tile would cost more than the tile's arithmetic.
-  const int lanes_per_tile = MODE == kTiled ? static_cast<int>(p.tile / kChunk) : 1;
-  const int lanes_shift = __ffs(lanes_per_tile) - 1;
+// Quantises and stores the chunks of a lane's block: value / s, or value * reciprocal with RECIPROCAL
+// (a power-of-two s: x / 2**e and x * 2**-e are the same correctly rounded value).
+template <bool ALIGNED, bool HW, bool RECIPROCAL, int NC>
+__device__ __forceinline__ void quantise_block(const Fmt& f, const Block<NC>& in, bool fp16, int64_t first,
+                                               int64_t n, uint8_t* dst, float s, float reciprocal) {
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
-    if (static_cast<int64_t>(i) * kWarp * kChunk >= n) break;  // warp-uniform: no lane has chunk i
-    const int64_t c = static_cast<int64_t>(i * kWarp + lane) * kChunk;
-    const bool active = c < n;
-    if constexpr (MODE == kCopy16) {
-      if (active) store_copy16<ALIGNED>(dst, c, n, in.raw[i]);
-      continue;
-    }
-    float v[kChunk];
+    const int64_t c = first + i * kChunk;
+    if (c >= n) continue;
+    float v[kChunk], q[kChunk];
     widen(in.raw[i], fp16, v);
-    float s = tensor_scale;
-    float reciprocal = 0.0f;  // used instead of dividing when the tile scale is a power of two
-    if constexpr (MODE == kTiled) {
-      const float amax = tile_amax(v, lanes_per_tile);
-      const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
-      const float floor_value = static_cast<float>(p.floor_);
-      s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
-      const int byte = ue8m0_ceil(s);
-      if (p.pow2) {
-        s = ue8m0_value(byte);
-        reciprocal = ue8m0_reciprocal(byte);
-      }
-      if (active && (lane & (lanes_per_tile - 1)) == 0) {
-        const int t = (i * kWarp + lane) >> lanes_shift;
-        if (p.scale_ue8m0) scale_dst[t] = static_cast<uint8_t>(byte);
-        else store_f32<ALIGNED>(scale_dst + 4 * t, s);
-      }
-    }
-    if (!active) continue;
-    float q[kChunk];
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      // x / 2**e and x * 2**-e are the same correctly rounded value; other scales need the division.
-      q[k] = MODE == kTiled && p.pow2 ? __fmul_rn(v[k], reciprocal) : __fdiv_rn(v[k], s);
-    }
+    for (int k = 0; k < kChunk; ++k) q[k] = RECIPROCAL ? __fmul_rn(v[k], reciprocal) : __fdiv_rn(v[k], s);
     uint64_t bytes;
     if constexpr (HW) bytes = fp8x8<true>(q, f);
     else bytes = fp8x8<false>(q, f);
@@ -292,50 +269,96 @@ __device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& 
   }
 }
 
-// One warp per token. Every load of the token (its slot, all nope and rope chunks) is issued before
-// anything waits on one, so a warp pays one memory round trip, not one per field or chunk.
-template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NOPE_CHUNKS>
+// A half warp per token. Every load of the token (its slot, its nope and rope values) is issued before
+// anything waits on one, so a token costs one memory round trip, not one per field or chunk.
+template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_cache_write(const RtpRefMlaParams p) {
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (token >= p.num_tokens) return;
   const int lane = threadIdx.x % kWarp;
-  const int64_t slot = __ldcs(reinterpret_cast<const int64_t*>(p.slots) + token);
-  FieldChunks<NOPE_CHUNKS> nope;
-  FieldChunks<kRopeChunks> rope;
-  load_field<NOPE_CHUNKS, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, lane, nope);
-  load_field<kRopeChunks, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, lane, rope);
+  const int sub = lane % kLanesPerToken;
+  const int64_t token = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kTokensPerWarp +
+                        lane / kLanesPerToken;
+  const bool in_range = token < p.num_tokens;
+  const int64_t slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
+  const int64_t nope_first = static_cast<int64_t>(sub) * NC * kChunk, rope_first = static_cast<int64_t>(sub) * kChunk;
+  Block<NC> nope;
+  Block<1> rope;
+  load_block<NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, nope_first, in_range,
+                          nope);
+  load_block<1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, rope_first, in_range,
+                         rope);
   const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
                                  ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
-  if (slot < 0) return;  // padding: write nothing
+  const bool writes = slot >= 0;  // padding tokens (and lanes past the last token) write nothing
+  // Lanes stay until after the tile shuffles, in which all 32 take part.
+  if (NOPE != kTiled && !writes) return;
+  const bool fp16 = p.input_fp16 != 0;
   const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
               static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
               p.has_inf != 0, p.satfinite != 0};
-  int64_t block, offset;
-  split_slot(slot, p, block, offset);
+  int64_t block = 0, offset = 0;
+  if (writes) split_slot(slot, p, block, offset);
   uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
   uint8_t* row = block_base + offset * p.data_bytes;
-  uint8_t* scales = p.scale_trailing
-                        ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
-                        : row + p.scale_off;
-  write_field<NOPE, ALIGNED, HW>(p, f, nope, p.R, row + p.nope_off, scales, tensor_scale, lane);
-  write_field<ROPE, ALIGNED, HW>(p, f, rope, p.P, row + p.rope_off, scales, tensor_scale, lane);
+
+  // ---- nope (kv_c) ----
+  if constexpr (NOPE == kCopy16) {
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t c = nope_first + i * kChunk;
+      if (c < p.R) store_copy16<ALIGNED>(row + p.nope_off, c, p.R, nope.raw[i]);
+    }
+  } else if constexpr (NOPE == kPerTensor) {
+    quantise_block<ALIGNED, HW, false>(f, nope, fp16, nope_first, p.R, row + p.nope_off, tensor_scale, 0.0f);
+  } else {
+    // A tile is a power-of-two number of lane blocks (cuda_mla.py checks), so tile indices are shifts.
+    const int lanes_per_tile = static_cast<int>(p.tile / (NC * kChunk));
+    const float amax = tile_amax(nope, fp16, lanes_per_tile);
+    if (!writes) return;
+    const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
+    const float floor_value = static_cast<float>(p.floor_);
+    float s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
+    const int byte = ue8m0_ceil(s);
+    float reciprocal = 0.0f;
+    if (p.pow2) {
+      s = ue8m0_value(byte);
+      reciprocal = ue8m0_reciprocal(byte);
+    }
+    if (nope_first < p.R && (sub & (lanes_per_tile - 1)) == 0) {
+      const int t = sub >> (__ffs(lanes_per_tile) - 1);
+      uint8_t* scales = p.scale_trailing
+                            ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
+                            : row + p.scale_off;
+      if (p.scale_ue8m0) scales[t] = static_cast<uint8_t>(byte);
+      else store_f32<ALIGNED>(scales + 4 * t, s);
+    }
+    if (p.pow2) quantise_block<ALIGNED, HW, true>(f, nope, fp16, nope_first, p.R, row + p.nope_off, s, reciprocal);
+    else quantise_block<ALIGNED, HW, false>(f, nope, fp16, nope_first, p.R, row + p.nope_off, s, reciprocal);
+  }
+
+  // ---- rope (k_pe) ----
+  if constexpr (ROPE == kCopy16) {
+    if (rope_first < p.P) store_copy16<ALIGNED>(row + p.rope_off, rope_first, p.P, rope.raw[0]);
+  } else {
+    quantise_block<ALIGNED, HW, false>(f, rope, fp16, rope_first, p.P, row + p.rope_off, tensor_scale, 0.0f);
+  }
 }
 
-template <int NOPE, int ROPE, int NOPE_CHUNKS>
+template <int NOPE, int ROPE, int NC>
 void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
-  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
-  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
-  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
-  else mla_cache_write<NOPE, ROPE, false, false, NOPE_CHUNKS><<<grid, block, 0, stream>>>(p);
+  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NC><<<grid, block, 0, stream>>>(p);
+  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NC><<<grid, block, 0, stream>>>(p);
+  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NC><<<grid, block, 0, stream>>>(p);
+  else mla_cache_write<NOPE, ROPE, false, false, NC><<<grid, block, 0, stream>>>(p);
 }
 
 template <int NOPE, int ROPE>
 cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
-  const int64_t blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t tokens_per_block = kWarpsPerBlock * kTokensPerWarp;
+  const int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
   if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
-  if (p.R <= 2 * kWarp * kChunk) launch_variant<NOPE, ROPE, 2>(p, grid, block, stream);
-  else launch_variant<NOPE, ROPE, 4>(p, grid, block, stream);
+  if (p.R <= kLanesPerToken * 4 * kChunk) launch_variant<NOPE, ROPE, 4>(p, grid, block, stream);
+  else launch_variant<NOPE, ROPE, 8>(p, grid, block, stream);
   return cudaGetLastError();
 }
 
