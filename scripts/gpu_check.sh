@@ -6,11 +6,13 @@
 #                                      tokens with the triton launch sweep (tests/kernels/bandwidth.py)
 #   scripts/gpu_check.sh probe         kernel unit tests, scripts/perf_probe.py (random vs sequential slots,
 #                                      scatter-copy roofs) and ncu's DRAM bytes for a few writes
+#   scripts/gpu_check.sh final         kernel and mutant tests, certify (sm90 native, gfx942 emulated),
+#                                      memcheck, the bandwidth sweep and rtp-ref bench (in one call)
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker
 # Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
 set -uo pipefail
-stage=${1:?stage: correctness, kernels, probe, bench or pinning}
+stage=${1:?stage: correctness, kernels, probe, final, bench or pinning}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 site=/tmp/rtp-site
@@ -53,6 +55,18 @@ probe)
       | grep -E "^\s+(gpu__|dram__|sm__|lts__)" | tee -a "$out/ncu.log"
   done
   ;;
+final)
+  # everything that must hold for the kernels as committed: tests, certification, memcheck, speed
+  python3 -m pytest -q -n 8 --platform cpu tests/kernels tests/mutants -p no:cacheprovider 2>&1 | tee "$out/unit.log" | tail -2
+  rtp certify --platform cuda-sm90 --report "$out/cuda-sm90" --case-timeout 300 > "$out/certify-sm90.log" 2>&1
+  tail -14 "$out/certify-sm90.log"
+  rtp certify --platform rocm-gfx942 --report "$out/rocm-gfx942" --case-timeout 300 > "$out/certify-gfx942.log" 2>&1
+  tail -3 "$out/certify-gfx942.log"
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py > "$out/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" "$out/memcheck.log"
+  python3 -m tests.kernels.bandwidth --sweep 2>&1 | tee "$out/bandwidth.log" | grep -v " t[0-9]"
+  rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -24
+  ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
   ;;
@@ -71,6 +85,6 @@ PY
   rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$out/pin3" 2>&1 | tail -2
   ;;
 *)
-  echo "unknown stage $stage: correctness, kernels, probe, bench or pinning" >&2; exit 2
+  echo "unknown stage $stage: correctness, kernels, probe, final, bench or pinning" >&2; exit 2
   ;;
 esac

@@ -38,7 +38,7 @@ def minimum_bytes(layout: MlaLayout, tokens: int, input_dtype: torch.dtype) -> i
 def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float = 0.2, max_reps: int = 200) -> Timing:
     """Median time per call of ``fn()``: warm up twice, then repeat until ``min_seconds`` or ``max_reps``.
 
-    On a GPU each sample times a run of calls queued back to back (enough for ~2 ms), so the host's
+    On a GPU each sample times a run of calls queued back to back (about 20 ms of them), so the host's
     per-call work overlaps the device's instead of being counted as device time; a write that is
     shorter than its host-side cost is then reported as launch-bound, as it is.
     """
@@ -47,7 +47,7 @@ def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float
     _sync(device)
     inner = 1
     if device.type == "cuda":
-        inner = max(1, min(100, int(2e-3 / max(_one(fn, device, 1), 1e-7))))
+        inner = max(1, min(200, int(20e-3 / max(_one(fn, device, 1), 1e-7))))
     samples: list[float] = []
     spent = 0.0
     while len(samples) < 3 or (spent < min_seconds and len(samples) < max_reps):

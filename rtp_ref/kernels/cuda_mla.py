@@ -46,11 +46,6 @@ _LANES_PER_TOKEN = 16
 _MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
 
 
-def _values_per_lane(kv_lora_rank: int) -> int:
-    """Nope values each lane owns: 4 chunks up to R = 512, else 8 (the two builds of the kernel)."""
-    return (4 if kv_lora_rank <= _LANES_PER_TOKEN * 4 * _CHUNK else 8) * _CHUNK
-
-
 class _Params(ctypes.Structure):
     """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 36 int64 then 2 doubles, no padding."""
 
@@ -173,15 +168,14 @@ class CudaMlaKernel(PlannedKernel):
                 f"kernel cuda: kv_lora_rank={plan.kv_lora_rank}, rope_dim={plan.rope_dim}: it holds a token in "
                 f"{_LANES_PER_TOKEN} lanes' registers, so it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
             )
-        per_lane = _values_per_lane(plan.kv_lora_rank)
-        lanes_per_tile = plan.tile // per_lane
+        lanes_per_tile = plan.tile // _CHUNK
         if plan.nope_mode is ValueMode.TILED and (
-            plan.tile % per_lane or lanes_per_tile > _LANES_PER_TOKEN or lanes_per_tile & (lanes_per_tile - 1)
+            plan.tile % _CHUNK or lanes_per_tile > _LANES_PER_TOKEN or lanes_per_tile & (lanes_per_tile - 1)
         ):
             raise UnsupportedLayoutError(
-                f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; with "
-                f"kv_lora_rank={plan.kv_lora_rank} each lane owns {per_lane} values, so it supports tiles of "
-                f"{per_lane} x a power of two up to {per_lane * _LANES_PER_TOKEN} values"
+                f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; it supports "
+                f"tiles of {_CHUNK} x a power of two up to {_CHUNK * _LANES_PER_TOKEN} values (one chunk index "
+                f"across a half warp)"
             )
         lib = _library(_arch(kv_cache.device))
         block_size = kv_cache.shape[1]

@@ -2,8 +2,8 @@
 //
 // The layout arrives as numbers taken from the reference field table (WritePlan): offsets, value
 // modes, the tile-scale rule and the fp8 format's traits. A half warp writes one token: each lane owns
-// a block of consecutive values (16-byte loads of bf16/fp16, 8-byte fp8 stores) and the lanes of a
-// scale tile reduce its amax with shuffles. Inputs are read once and entries written once; there are
+// every 16th chunk of 8 values (16-byte loads of bf16/fp16, 8-byte fp8 stores, coalesced across the
+// half warp) and the lanes of a scale tile reduce its amax with shuffles. Inputs are read once and entries written once; there are
 // no atomics. Each lane issues all of its token's loads at once, and the per-value work is a few
 // instructions (docs/performance.md has the measurements).
 //
@@ -133,24 +133,28 @@ __device__ __forceinline__ float ue8m0_reciprocal(int byte) {
   return __uint_as_float(static_cast<uint32_t>(254 - byte) << 23);
 }
 
-// A token's values are split among the 16 lanes of a half warp, each lane owning one block of
-// NC * 8 consecutive nope values (NC 16-byte loads) and one chunk of 8 rope values. Owning a block,
-// rather than every 16th chunk, is what keeps the tile-scale work small: a 128-value tile is the
-// blocks of 4 lanes, so a lane finds its part of the amax with packed 16-bit maxima over raw input
-// bits and needs 2 shuffles, not 4 per chunk.
+// A token's values are split among the 16 lanes of a half warp: chunk i of lane `sub` holds values
+// [(16 i + sub) * 8, +8), so each load and store instruction of the half warp covers 16 consecutive
+// chunks (256 input bytes, 128 fp8 bytes) and a scale tile of up to 128 values is one chunk index
+// across adjacent lanes. Lanes hold NC nope chunks and one rope chunk.
 template <int NC>
 struct Block {
   uint4 raw[NC];
 };
 
-// Issues the loads of NC chunks starting at value `first` of a row of n values; values past `n`
-// read as 0 bits (0.0, which never raises an amax, as the reference pads). Nothing here waits on a load.
+// First value of chunk i of lane `sub`.
+__device__ __forceinline__ int64_t chunk_start(int i, int sub) {
+  return static_cast<int64_t>(i * kLanesPerToken + sub) * kChunk;
+}
+
+// Issues the loads of a lane's NC chunks of a row of n values; values past `n` read as 0 bits (0.0,
+// which never raises an amax, as the reference pads). Nothing here waits on a load.
 template <int NC, bool ALIGNED>
-__device__ __forceinline__ void load_block(const uint16_t* __restrict__ row, int64_t n, int64_t first, bool in_range,
+__device__ __forceinline__ void load_block(const uint16_t* __restrict__ row, int64_t n, int sub, bool in_range,
                                            Block<NC>& out) {
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
-    const int64_t c = first + i * kChunk;
+    const int64_t c = chunk_start(i, sub);
     out.raw[i] = make_uint4(0, 0, 0, 0);
     if (!in_range || c >= n) continue;
     if constexpr (ALIGNED) {
@@ -213,44 +217,32 @@ __device__ __forceinline__ void store_f32(uint8_t* dst, float value) {
   }
 }
 
-// Largest |x| of a tile from the raw 16-bit inputs. |x| bits order like the values for bf16 and fp16,
-// and every NaN's bits exceed inf's, so packed unsigned maxima find both the amax and a NaN (torch's
-// amax is NaN if any value is). All 32 lanes take part in the shuffles (the tile's lanes are adjacent).
-template <int NC>
-__device__ __forceinline__ float tile_amax(const Block<NC>& in, bool fp16, int lanes_per_tile) {
-  uint32_t m = 0;
-#pragma unroll
-  for (int i = 0; i < NC; ++i) {
-    m = __vmaxu2(m, in.raw[i].x & 0x7FFF7FFFu);
-    m = __vmaxu2(m, in.raw[i].y & 0x7FFF7FFFu);
-    m = __vmaxu2(m, in.raw[i].z & 0x7FFF7FFFu);
-    m = __vmaxu2(m, in.raw[i].w & 0x7FFF7FFFu);
-  }
+// Largest |x| of a tile from the raw 16-bit inputs of a lane's chunk. |x| bits order like the values
+// for bf16 and fp16, and every NaN's bits exceed inf's, so packed unsigned maxima find both the amax
+// and a NaN (torch's amax is NaN if any value is). All 32 lanes take part in the shuffles (a tile's
+// lanes are adjacent and within one half warp).
+__device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, int lanes_per_tile) {
+  uint32_t m = __vmaxu2(__vmaxu2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
+                        __vmaxu2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
   m = max(m & 0xFFFF, m >> 16);
   for (int width = lanes_per_tile / 2; width > 0; width /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));
-  const bool nan = m > (fp16 ? 0x7C00u : 0x7F80u);
-  if (nan) return __uint_as_float(0x7FC00000u);
+  if (m > (fp16 ? 0x7C00u : 0x7F80u)) return __uint_as_float(0x7FC00000u);
   return fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(m))) : __uint_as_float(m << 16);
 }
 
-// Quantises and stores the chunks of a lane's block: value / s, or value * reciprocal with RECIPROCAL
-// (a power-of-two s: x / 2**e and x * 2**-e are the same correctly rounded value).
-template <bool ALIGNED, bool HW, bool RECIPROCAL, int NC>
-__device__ __forceinline__ void quantise_block(const Fmt& f, const Block<NC>& in, bool fp16, int64_t first,
-                                               int64_t n, uint8_t* dst, float s, float reciprocal) {
+// Quantises and stores one chunk: value / s, or value * reciprocal with RECIPROCAL (a power-of-two s:
+// x / 2**e and x * 2**-e are the same correctly rounded value).
+template <bool ALIGNED, bool HW, bool RECIPROCAL>
+__device__ __forceinline__ void quantise_chunk(const Fmt& f, const uint4& raw, bool fp16, int64_t c, int64_t n,
+                                               uint8_t* dst, float s, float reciprocal) {
+  float v[kChunk], q[kChunk];
+  widen(raw, fp16, v);
 #pragma unroll
-  for (int i = 0; i < NC; ++i) {
-    const int64_t c = first + i * kChunk;
-    if (c >= n) continue;
-    float v[kChunk], q[kChunk];
-    widen(in.raw[i], fp16, v);
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) q[k] = RECIPROCAL ? __fmul_rn(v[k], reciprocal) : __fdiv_rn(v[k], s);
-    uint64_t bytes;
-    if constexpr (HW) bytes = fp8x8<true>(q, f);
-    else bytes = fp8x8<false>(q, f);
-    store_bytes<ALIGNED>(dst, c, n, bytes);
-  }
+  for (int k = 0; k < kChunk; ++k) q[k] = RECIPROCAL ? __fmul_rn(v[k], reciprocal) : __fdiv_rn(v[k], s);
+  uint64_t bytes;
+  if constexpr (HW) bytes = fp8x8<true>(q, f);
+  else bytes = fp8x8<false>(q, f);
+  store_bytes<ALIGNED>(dst, c, n, bytes);
 }
 
 // Block and row of a slot. Block sizes are usually powers of two: a shift then replaces the 64-bit
@@ -279,13 +271,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_ca
                         lane / kLanesPerToken;
   const bool in_range = token < p.num_tokens;
   const int64_t slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
-  const int64_t nope_first = static_cast<int64_t>(sub) * NC * kChunk, rope_first = static_cast<int64_t>(sub) * kChunk;
   Block<NC> nope;
   Block<1> rope;
-  load_block<NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, nope_first, in_range,
-                          nope);
-  load_block<1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, rope_first, in_range,
-                         rope);
+  load_block<NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, nope);
+  load_block<1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, rope);
   const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
                                  ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
   const bool writes = slot >= 0;  // padding tokens (and lanes past the last token) write nothing
@@ -299,47 +288,51 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_ca
   if (writes) split_slot(slot, p, block, offset);
   uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
   uint8_t* row = block_base + offset * p.data_bytes;
+  uint8_t* nope_dst = row + p.nope_off;
 
   // ---- nope (kv_c) ----
-  if constexpr (NOPE == kCopy16) {
+  if constexpr (NOPE == kTiled) {
+    // A tile is a power-of-two number of adjacent lanes (cuda_mla.py checks), so tile indices are shifts.
+    const int lanes_per_tile = static_cast<int>(p.tile / kChunk);
+    const int tile_shift = __ffs(lanes_per_tile) - 1;
+    uint8_t* scales = p.scale_trailing
+                          ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
+                          : row + p.scale_off;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-      const int64_t c = nope_first + i * kChunk;
-      if (c < p.R) store_copy16<ALIGNED>(row + p.nope_off, c, p.R, nope.raw[i]);
+      if (i * kLanesPerToken * kChunk >= p.R) break;  // uniform: no lane has chunk i
+      const int64_t c = chunk_start(i, sub);
+      const float amax = tile_amax(nope.raw[i], fp16, lanes_per_tile);
+      if (!writes || c >= p.R) continue;
+      const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
+      const float floor_value = static_cast<float>(p.floor_);
+      float s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
+      const int byte = ue8m0_ceil(s);
+      if (p.pow2) s = ue8m0_value(byte);
+      if ((sub & (lanes_per_tile - 1)) == 0) {
+        const int t = (i * kLanesPerToken + sub) >> tile_shift;
+        if (p.scale_ue8m0) scales[t] = static_cast<uint8_t>(byte);
+        else store_f32<ALIGNED>(scales + 4 * t, s);
+      }
+      if (p.pow2) quantise_chunk<ALIGNED, HW, true>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, ue8m0_reciprocal(byte));
+      else quantise_chunk<ALIGNED, HW, false>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, 0.0f);
     }
-  } else if constexpr (NOPE == kPerTensor) {
-    quantise_block<ALIGNED, HW, false>(f, nope, fp16, nope_first, p.R, row + p.nope_off, tensor_scale, 0.0f);
-  } else {
-    // A tile is a power-of-two number of lane blocks (cuda_mla.py checks), so tile indices are shifts.
-    const int lanes_per_tile = static_cast<int>(p.tile / (NC * kChunk));
-    const float amax = tile_amax(nope, fp16, lanes_per_tile);
     if (!writes) return;
-    const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
-    const float floor_value = static_cast<float>(p.floor_);
-    float s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
-    const int byte = ue8m0_ceil(s);
-    float reciprocal = 0.0f;
-    if (p.pow2) {
-      s = ue8m0_value(byte);
-      reciprocal = ue8m0_reciprocal(byte);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t c = chunk_start(i, sub);
+      if (c >= p.R) continue;
+      if constexpr (NOPE == kCopy16) store_copy16<ALIGNED>(nope_dst, c, p.R, nope.raw[i]);
+      else quantise_chunk<ALIGNED, HW, false>(f, nope.raw[i], fp16, c, p.R, nope_dst, tensor_scale, 0.0f);
     }
-    if (nope_first < p.R && (sub & (lanes_per_tile - 1)) == 0) {
-      const int t = sub >> (__ffs(lanes_per_tile) - 1);
-      uint8_t* scales = p.scale_trailing
-                            ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
-                            : row + p.scale_off;
-      if (p.scale_ue8m0) scales[t] = static_cast<uint8_t>(byte);
-      else store_f32<ALIGNED>(scales + 4 * t, s);
-    }
-    if (p.pow2) quantise_block<ALIGNED, HW, true>(f, nope, fp16, nope_first, p.R, row + p.nope_off, s, reciprocal);
-    else quantise_block<ALIGNED, HW, false>(f, nope, fp16, nope_first, p.R, row + p.nope_off, s, reciprocal);
   }
 
   // ---- rope (k_pe) ----
-  if constexpr (ROPE == kCopy16) {
-    if (rope_first < p.P) store_copy16<ALIGNED>(row + p.rope_off, rope_first, p.P, rope.raw[0]);
-  } else {
-    quantise_block<ALIGNED, HW, false>(f, rope, fp16, rope_first, p.P, row + p.rope_off, tensor_scale, 0.0f);
+  const int64_t rc = chunk_start(0, sub);
+  if (rc < p.P) {
+    if constexpr (ROPE == kCopy16) store_copy16<ALIGNED>(row + p.rope_off, rc, p.P, rope.raw[0]);
+    else quantise_chunk<ALIGNED, HW, false>(f, rope.raw[0], fp16, rc, p.P, row + p.rope_off, tensor_scale, 0.0f);
   }
 }
 
