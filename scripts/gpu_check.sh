@@ -9,7 +9,8 @@
 #   scripts/gpu_check.sh final         kernel and mutant tests, certify (sm90 native, gfx942 emulated),
 #                                      memcheck, the bandwidth sweep and rtp-ref bench (in one call)
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
-#   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker
+#   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; then rtp-ref bench
+#                                      (no compile baseline) for the table and chart
 # Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
 set -uo pipefail
 stage=${1:?stage: correctness, kernels, probe, final, bench or pinning}
@@ -71,9 +72,10 @@ bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
   ;;
 pinning)
-  rtp certify --platform cuda-sm90 --kernel cuda --kernel triton -n 2 --report "$out/pin2" > "$out/pin2.log" 2>&1
+  # -n 2 on a 2-GPU host: one GPU per worker; -n 3 must refuse. Then the bench table and chart.
+  rtp certify --platform cuda-sm90 --kernel cuda --kernel triton -n 2 --report /tmp/pin2 > "$out/pin2.log" 2>&1
   tail -12 "$out/pin2.log"
-  python3 - "$out/pin2/report.json" <<'PY'
+  python3 - /tmp/pin2/report.json <<'PY'
 import collections, json, sys
 cases = json.load(open(sys.argv[1]))["cases"]
 seen = collections.defaultdict(set)
@@ -82,7 +84,8 @@ for c in cases:
         seen[c["worker"]].add(c.get("visible_devices"))
 print("worker -> CUDA_VISIBLE_DEVICES:", {w: sorted(map(str, v)) for w, v in sorted(seen.items())})
 PY
-  rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$out/pin3" 2>&1 | tail -2
+  rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report /tmp/pin3 2>&1 | tail -2
+  rtp bench --tokens 16384 2097152 --report "$out/bench" 2>&1 | tail -26
   ;;
 *)
   echo "unknown stage $stage: correctness, kernels, probe, final, bench or pinning" >&2; exit 2
