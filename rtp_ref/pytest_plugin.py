@@ -138,7 +138,8 @@ def gpu_for_worker(worker_id: str, visible: list[str]) -> str:
     return visible[index]
 
 
-def _visible_gpus() -> list[str]:
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use (CUDA/HIP_VISIBLE_DEVICES order), [] without a GPU."""
     import torch
 
     count = torch.cuda.device_count()
@@ -165,7 +166,7 @@ def _pin_gpus(config: pytest.Config) -> None:
     workers = getattr(config.option, "numprocesses", None)
     if not isinstance(workers, int) or workers <= 0 or config.getoption("platform") == "cpu":
         return
-    gpus = _visible_gpus()
+    gpus = visible_gpus()
     if gpus:
         gpu_for_worker(f"gw{workers - 1}", gpus)
         os.environ[GPU_LIST_ENV] = ",".join(gpus)
@@ -174,7 +175,7 @@ def _pin_gpus(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` on a GPU host means one worker per GPU; on CPU, xdist's own choice."""
-    gpus = _visible_gpus()
+    gpus = visible_gpus()
     return len(gpus) or None
 
 

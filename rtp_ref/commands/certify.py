@@ -80,6 +80,20 @@ def validate_selection(args: argparse.Namespace) -> None:
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
     discover_kernels(args.kernel or None)
+    if any(resolve_platform(name).name != "cpu" for name in platforms):
+        from rtp_ref.pytest_plugin import visible_gpus  # imports pytest: only when certifying
+
+        check_worker_count(args.workers, visible_gpus())
+
+
+def check_worker_count(workers: int, gpus: list[str]) -> None:
+    """Each worker gets a GPU of its own on a GPU host: more workers than ``gpus`` raises RtpRefError
+    (before pytest starts, so the message is the command's own). No GPUs: no limit (CPU runs)."""
+    if gpus and workers > len(gpus):
+        raise RtpRefError(
+            f"-n {workers}: {len(gpus)} GPU(s) visible ({','.join(gpus)}) and each worker needs one of its own; "
+            f"valid: -n 1 to {len(gpus)}"
+        )
 
 
 def _certify(args: argparse.Namespace) -> int:

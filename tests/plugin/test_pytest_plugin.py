@@ -125,3 +125,13 @@ def test_worker_pins_cuda_and_hip_visible_devices(pytester: pytest.Pytester, mon
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("RTP_REF_GPU_LIST", "4,5")
     pytester.runpytest_subprocess("-s", "-p", "no:xdist").stdout.fnmatch_lines(["*PINNED 5 5*"])
+
+
+def test_certify_refuses_more_workers_than_gpus_before_pytest_starts() -> None:
+    from rtp_ref.commands.certify import check_worker_count
+    from rtp_ref.errors import RtpRefError
+
+    check_worker_count(2, ["0", "1"])
+    check_worker_count(8, [])  # no GPU: CPU workers, no limit
+    with pytest.raises(RtpRefError, match=r"-n 3: 2 GPU\(s\) visible \(0,1\).*valid: -n 1 to 2"):
+        check_worker_count(3, ["0", "1"])
