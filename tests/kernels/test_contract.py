@@ -69,3 +69,10 @@ def test_check_call_refuses_unclaimed_layouts_and_devices_by_name() -> None:
 def test_layout_dims_a_layout_does_not_support_raise_rtp_ref_error() -> None:
     with pytest.raises(RtpRefError, match="fp8_model1_mla supports only kv_lora_rank=448"):
         contract("cpu").layout("fp8_model1_mla", 512, 64)
+
+
+def test_block_shift_only_for_powers_of_two() -> None:
+    from rtp_ref.kernels.contract import block_shift_of
+
+    assert [block_shift_of(n) for n in (1, 2, 16, 64, 1 << 20)] == [0, 1, 4, 6, 20]
+    assert [block_shift_of(n) for n in (0, 3, 24, 65)] == [-1, -1, -1, -1]
