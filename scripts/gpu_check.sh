@@ -8,12 +8,13 @@
 #                                      scatter-copy roofs) and ncu's DRAM bytes for a few writes
 #   scripts/gpu_check.sh final         kernel and mutant tests, certify (sm90 native, gfx942 emulated),
 #                                      memcheck, the bandwidth sweep and rtp-ref bench (in one call)
+#   scripts/gpu_check.sh quick         the cuda kernel's tests, certification and memcheck, then rtp-ref bench
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; then rtp-ref bench
 #                                      (no compile baseline) for the table and chart
 # Logs and reports go to $OUT (or ./gpu-out). Wheels the image lacks travel in .whl/.
 set -uo pipefail
-stage=${1:?stage: correctness, kernels, probe, final, bench or pinning}
+stage=${1:?stage: correctness, kernels, probe, final, quick, bench or pinning}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 site=/tmp/rtp-site
@@ -68,6 +69,14 @@ final)
   python3 -m tests.kernels.bandwidth --sweep 2>&1 | tee "$out/bandwidth.log" | grep -v " t[0-9]"
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -24
   ;;
+quick)
+  # after a change to the cuda kernel alone: its tests, certification and memcheck, then the bench
+  python3 -m pytest -q -n 8 --platform cpu tests/kernels/test_cuda.py -p no:cacheprovider 2>&1 | tail -2
+  rtp certify --platform cuda-sm90 --kernel cuda --report /tmp/quick > "$out/certify.log" 2>&1; tail -6 "$out/certify.log"
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py cuda > /tmp/memcheck.log 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" /tmp/memcheck.log
+  rtp bench --tokens 16384 2097152 --report "$out/bench" 2>&1 | tail -26
+  ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40
   ;;
@@ -88,6 +97,6 @@ PY
   rtp bench --tokens 16384 2097152 --report "$out/bench" 2>&1 | tail -26
   ;;
 *)
-  echo "unknown stage $stage: correctness, kernels, probe, final, bench or pinning" >&2; exit 2
+  echo "unknown stage $stage: correctness, kernels, probe, final, quick, bench or pinning" >&2; exit 2
   ;;
 esac

@@ -1,11 +1,14 @@
 """Run the triton and cuda kernels once per layout and input dtype, for compute-sanitizer memcheck.
 
 Usage (on a GPU host): compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py
+[KERNEL ...] (default: triton cuda)
 Covers padded block strides, non-contiguous inputs and negative slots (the cases where an
 address computation can go wrong), with the bytes checked against the reference as well.
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -20,7 +23,7 @@ from rtp_ref.platform import load_platform
 def main() -> None:
     platform = load_platform("cuda-sm90")
     contract = WriteContract.for_platform(platform)
-    kernels = discover_kernels(["triton", "cuda"])
+    kernels = discover_kernels(sys.argv[1:] or ["triton", "cuda"])
     checked = 0
     for name, entry in kernels.items():
         kernel = entry.kernel.bind(contract)  # type: ignore[attr-defined]
