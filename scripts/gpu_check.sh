@@ -8,7 +8,8 @@
 #                                      scatter-copy roofs) and ncu's DRAM bytes for a few writes
 #   scripts/gpu_check.sh final         kernel and mutant tests, certify (sm90 native, gfx942 emulated),
 #                                      memcheck, the bandwidth sweep and rtp-ref bench (in one call)
-#   scripts/gpu_check.sh quick         the cuda kernel's tests, certification and memcheck, then rtp-ref bench
+#   scripts/gpu_check.sh quick         the cuda kernel's tests, certification and memcheck, then the
+#                                      bandwidth table and rtp-ref bench (about 4 minutes with the start)
 #   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; then rtp-ref bench
 #                                      (no compile baseline) for the table and chart
@@ -75,7 +76,8 @@ quick)
   rtp certify --platform cuda-sm90 --kernel cuda --report /tmp/quick > "$out/certify.log" 2>&1; tail -6 "$out/certify.log"
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py cuda > /tmp/memcheck.log 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" /tmp/memcheck.log
-  rtp bench --tokens 16384 2097152 --report "$out/bench" 2>&1 | tail -26
+  python3 -m tests.kernels.bandwidth 2>&1 | tee "$out/bandwidth.log"
+  rtp bench --tokens 16384 2097152 --report "$out/bench" 2>&1 | tee "$out/bench.log"
   ;;
 bench)
   rtp bench --compile-baseline --report "$out/bench" 2>&1 | tee "$out/bench.log" | tail -40

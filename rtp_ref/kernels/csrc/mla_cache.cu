@@ -225,11 +225,7 @@ __device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, int lane
   uint32_t m = __vmaxu2(__vmaxu2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
                         __vmaxu2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
   m = max(m & 0xFFFF, m >> 16);
-  // Constant widths, unrolled: the steps of several chunks' reductions can interleave.
-#pragma unroll
-  for (int width = kLanesPerToken / 2; width > 0; width /= 2) {
-    if (width < lanes_per_tile) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));  // uniform condition
-  }
+  for (int width = lanes_per_tile / 2; width > 0; width /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));
   if (m > (fp16 ? 0x7C00u : 0x7F80u)) return __uint_as_float(0x7FC00000u);
   return fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(m))) : __uint_as_float(m << 16);
 }
@@ -267,7 +263,7 @@ __device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& 
 
 // A half warp per token. Every load of the token (its slot, its nope and rope values) is issued before
 // anything waits on one, so a token costs one memory round trip, not one per field or chunk.
-template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC, bool POW2>
+template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_cache_write(const RtpRefMlaParams p) {
   const int lane = threadIdx.x % kWarp;
   const int sub = lane % kLanesPerToken;
@@ -299,31 +295,29 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_ca
     // A tile is a power-of-two number of adjacent lanes (cuda_mla.py checks), so tile indices are shifts.
     const int lanes_per_tile = static_cast<int>(p.tile / kChunk);
     const int tile_shift = __ffs(lanes_per_tile) - 1;
-    // Every chunk's amax first: independent shuffle chains, which the compiler overlaps (chunks
-    // past the field hold zeros and store nothing).
-    float amax[NC];
-#pragma unroll
-    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(nope.raw[i], fp16, lanes_per_tile);
-    if (!writes) return;
     uint8_t* scales = p.scale_trailing
                           ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
                           : row + p.scale_off;
-    const float divisor = static_cast<float>(p.divisor), floor_value = static_cast<float>(p.floor_);
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
+      if (i * kLanesPerToken * kChunk >= p.R) break;  // uniform: no lane has chunk i
       const int64_t c = chunk_start(i, sub);
-      if (c >= p.R) continue;
-      const float raw_scale = __fdiv_rn(amax[i], divisor);
+      const float amax = tile_amax(nope.raw[i], fp16, lanes_per_tile);
+      if (!writes || c >= p.R) continue;
+      const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
+      const float floor_value = static_cast<float>(p.floor_);
       float s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
       const int byte = ue8m0_ceil(s);
-      if constexpr (POW2) s = ue8m0_value(byte);
+      if (p.pow2) s = ue8m0_value(byte);
       if ((sub & (lanes_per_tile - 1)) == 0) {
         const int t = (i * kLanesPerToken + sub) >> tile_shift;
         if (p.scale_ue8m0) scales[t] = static_cast<uint8_t>(byte);
         else store_f32<ALIGNED>(scales + 4 * t, s);
       }
-      quantise_chunk<ALIGNED, HW, POW2>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, POW2 ? ue8m0_reciprocal(byte) : 0.0f);
+      if (p.pow2) quantise_chunk<ALIGNED, HW, true>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, ue8m0_reciprocal(byte));
+      else quantise_chunk<ALIGNED, HW, false>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, 0.0f);
     }
+    if (!writes) return;
   } else {
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
@@ -342,24 +336,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_ca
   }
 }
 
-template <int NOPE, int ROPE, int NC, bool POW2>
-void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
-  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NC, POW2><<<grid, block, 0, stream>>>(p);
-  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NC, POW2><<<grid, block, 0, stream>>>(p);
-  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NC, POW2><<<grid, block, 0, stream>>>(p);
-  else mla_cache_write<NOPE, ROPE, false, false, NC, POW2><<<grid, block, 0, stream>>>(p);
-}
-
 template <int NOPE, int ROPE, int NC>
-void launch_scale_rule(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
-  // Only tile scales have a rule; a power-of-two one multiplies by the exact reciprocal.
-  if constexpr (NOPE == kTiled) {
-    if (p.pow2) {
-      launch_variant<NOPE, ROPE, NC, true>(p, grid, block, stream);
-      return;
-    }
-  }
-  launch_variant<NOPE, ROPE, NC, false>(p, grid, block, stream);
+void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NC><<<grid, block, 0, stream>>>(p);
+  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NC><<<grid, block, 0, stream>>>(p);
+  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NC><<<grid, block, 0, stream>>>(p);
+  else mla_cache_write<NOPE, ROPE, false, false, NC><<<grid, block, 0, stream>>>(p);
 }
 
 template <int NOPE, int ROPE>
@@ -368,8 +350,8 @@ cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
   const int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
   if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
-  if (p.R <= kLanesPerToken * 4 * kChunk) launch_scale_rule<NOPE, ROPE, 4>(p, grid, block, stream);
-  else launch_scale_rule<NOPE, ROPE, 8>(p, grid, block, stream);
+  if (p.R <= kLanesPerToken * 4 * kChunk) launch_variant<NOPE, ROPE, 4>(p, grid, block, stream);
+  else launch_variant<NOPE, ROPE, 8>(p, grid, block, stream);
   return cudaGetLastError();
 }
 
