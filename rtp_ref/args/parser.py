@@ -93,33 +93,15 @@ class ParseOutcome:
     extras: list[str]
 
 
-class EnvArgumentParser(argparse.ArgumentParser):
-    """An ``argparse.ArgumentParser`` whose options fall back to environment variables.
+class _EnvOptions(argparse._ActionsContainer):
+    """``add_argument`` with the environment and binding options, for the parser and its groups.
 
-    ``env_prefix`` prefixes every variable name (``RTP_LLM`` -> ``RTP_LLM_TP_SIZE``);
-    ``config_root`` is the object ``bind_to`` paths start from (bindings apply only when it is
-    set). Everything else is passed to ``argparse.ArgumentParser``, except ``parents``, which
-    would copy arguments without their env registrations (an RtpRefError says so).
+    ``_env_parser`` owns the registrations; ``_exclusive_group`` is the mutually exclusive group an
+    argument added here joins (None outside one).
     """
 
-    def __init__(
-        self, *args: Any, env_prefix: str = "", config_root: object | None = None, **kwargs: Any
-    ) -> None:
-        if kwargs.get("parents"):
-            raise RtpRefError(
-                "EnvArgumentParser does not take parents=: argparse copies the parents' arguments "
-                "without their environment registrations; add the arguments to this parser instead"
-            )
-        # Set before argparse's __init__, which adds -h/--help through self.add_argument.
-        self._env_prefix = normalize_env_prefix(env_prefix)
-        self._config_root = config_root
-        self._env = EnvRegistry()
-        self._bindings: list[Binding] = []
-        self._value_actions: list[argparse.Action] = []
-        self._env_required: list[argparse.Action] = []
-        self._env_groups: list[EnvMutuallyExclusiveGroup] = []
-        self._negative_number_options = False
-        super().__init__(*args, **kwargs)
+    _env_parser: EnvArgumentParser
+    _exclusive_group: EnvMutuallyExclusiveGroup | None = None
 
     def add_argument(
         self,
@@ -137,8 +119,47 @@ class EnvArgumentParser(argparse.ArgumentParser):
         (contradictory options, name clashes, ``type=bool``) raise RtpRefError.
         """
         action = super().add_argument(*name_or_flags, **kwargs)
-        self._adopt(action, env_name=env_name, enable_env=enable_env, bind_to=bind_to, group=None)
+        self._env_parser._adopt(
+            action, env_name=env_name, enable_env=enable_env, bind_to=bind_to, group=self._exclusive_group
+        )
         return action
+
+    def add_mutually_exclusive_group(self, *, required: bool = False) -> EnvMutuallyExclusiveGroup:
+        """A mutually exclusive group; the exclusion and ``required`` also count environment values."""
+        group = EnvMutuallyExclusiveGroup(self, self._env_parser, required=required)
+        self._mutually_exclusive_groups.append(group)
+        self._env_parser._env_groups.append(group)
+        return group
+
+
+class EnvArgumentParser(_EnvOptions, argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose options fall back to environment variables.
+
+    ``env_prefix`` prefixes every variable name (``RTP_LLM`` -> ``RTP_LLM_TP_SIZE``);
+    ``config_root`` is the object ``bind_to`` paths start from (bindings apply only when it is
+    set). Everything else is passed to ``argparse.ArgumentParser``, except ``parents``, which
+    would copy arguments without their env registrations (an RtpRefError says so).
+    """
+
+    def __init__(
+        self, *args: Any, env_prefix: str = "", config_root: object | None = None, **kwargs: Any
+    ) -> None:
+        if kwargs.get("parents"):
+            raise RtpRefError(
+                "EnvArgumentParser does not take parents=: argparse copies the parents' arguments "
+                "without their environment registrations; add the arguments to this parser instead"
+            )
+        # Set before argparse's __init__, which adds -h/--help through self.add_argument.
+        self._env_parser = self
+        self._env_prefix = normalize_env_prefix(env_prefix)
+        self._config_root = config_root
+        self._env = EnvRegistry()
+        self._bindings: list[Binding] = []
+        self._value_actions: list[argparse.Action] = []
+        self._env_required: list[argparse.Action] = []
+        self._env_groups: list[EnvMutuallyExclusiveGroup] = []
+        self._negative_number_options = False
+        super().__init__(*args, **kwargs)
 
     def add_argument_group(
         self, title: str | None = None, description: str | None = None, **kwargs: Any
@@ -146,13 +167,6 @@ class EnvArgumentParser(argparse.ArgumentParser):
         """A titled group whose ``add_argument`` takes the same environment and binding options."""
         group = EnvArgumentGroup(self, title, description, **kwargs)
         self._action_groups.append(group)
-        return group
-
-    def add_mutually_exclusive_group(self, *, required: bool = False) -> EnvMutuallyExclusiveGroup:
-        """A mutually exclusive group; the exclusion and ``required`` also count environment values."""
-        group = EnvMutuallyExclusiveGroup(self, self, required=required)
-        self._mutually_exclusive_groups.append(group)
-        self._env_groups.append(group)
         return group
 
     def add_subparsers(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -511,7 +525,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
         raise err
 
 
-class EnvArgumentGroup(argparse._ArgumentGroup):
+class EnvArgumentGroup(_EnvOptions, argparse._ArgumentGroup):
     """An argument group of an ``EnvArgumentParser``; ``add_argument`` takes the env options too."""
 
     def __init__(
@@ -524,28 +538,8 @@ class EnvArgumentGroup(argparse._ArgumentGroup):
         super().__init__(parser, title, description, **kwargs)
         self._env_parser = parser
 
-    def add_argument(
-        self,
-        *name_or_flags: str,
-        env_name: str | None = None,
-        enable_env: bool = True,
-        bind_to: BindSpec | None = None,
-        **kwargs: Any,
-    ) -> argparse.Action:
-        """Same contract as ``EnvArgumentParser.add_argument``."""
-        action = super().add_argument(*name_or_flags, **kwargs)
-        self._env_parser._adopt(action, env_name=env_name, enable_env=enable_env, bind_to=bind_to, group=None)
-        return action
 
-    def add_mutually_exclusive_group(self, *, required: bool = False) -> EnvMutuallyExclusiveGroup:
-        """Same contract as ``EnvArgumentParser.add_mutually_exclusive_group``."""
-        group = EnvMutuallyExclusiveGroup(self, self._env_parser, required=required)
-        self._mutually_exclusive_groups.append(group)
-        self._env_parser._env_groups.append(group)
-        return group
-
-
-class EnvMutuallyExclusiveGroup(argparse._MutuallyExclusiveGroup):
+class EnvMutuallyExclusiveGroup(_EnvOptions, argparse._MutuallyExclusiveGroup):
     """A mutually exclusive group whose exclusion and ``required`` also count environment values.
 
     A flag given on the command line makes the variables of the other members ignored (logged);
@@ -557,18 +551,6 @@ class EnvMutuallyExclusiveGroup(argparse._MutuallyExclusiveGroup):
     ) -> None:
         super().__init__(container, required=required)
         self._env_parser = parser
+        self._exclusive_group = self
         self._members: list[argparse.Action] = []
         self._env_required = False
-
-    def add_argument(
-        self,
-        *name_or_flags: str,
-        env_name: str | None = None,
-        enable_env: bool = True,
-        bind_to: BindSpec | None = None,
-        **kwargs: Any,
-    ) -> argparse.Action:
-        """Same contract as ``EnvArgumentParser.add_argument``."""
-        action = super().add_argument(*name_or_flags, **kwargs)
-        self._env_parser._adopt(action, env_name=env_name, enable_env=enable_env, bind_to=bind_to, group=self)
-        return action
