@@ -8,9 +8,20 @@ import math
 from typing import Any
 
 
-def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    """Add the ``--json`` flag every data-printing command takes."""
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of text")
+def add_json_flag(parser: argparse.ArgumentParser, what: str = "machine-readable JSON instead of text") -> None:
+    """Add the ``--json`` flag every data-printing command takes; its help says ``print <what>``."""
+    parser.add_argument("--json", action="store_true", help=f"print {what}")
+
+
+def add_layout_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--layout-flag KEY=VALUE`` (repeatable), the layout-flag override every platform command takes."""
+    parser.add_argument(
+        "--layout-flag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a layout flag of the platform table (repeatable)",
+    )
 
 
 def json_number(value: float) -> float | str:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from rtp_ref.bench.run import run_bench, write_outputs
-from rtp_ref.commands._output import print_json
+from rtp_ref.commands._output import add_json_flag, add_layout_flag, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import PlannedKernel, WriteContract, WritePlan
 from rtp_ref.kernels.discovery import discover_kernels
@@ -99,13 +99,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--platform", default="auto", help="platform table whose contract kernels are bound to")
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME", help="only this kernel (repeatable)")
     parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT", help="only this layout (repeatable)")
-    parser.add_argument("--layout-flag", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a layout flag (repeatable)")
+    add_layout_flag(parser)
     parser.add_argument("--tokens", type=int, nargs="+", metavar="N",
                         help=f"write sizes in tokens (default: {GPU_SIZES} on a GPU, {CPU_SIZES} on the CPU)")
     parser.add_argument("--compile-baseline", action="store_true",
                         help="also time torch-eager under torch.compile (the baseline kernels are compared with)")
     parser.add_argument("--report", default="reports/bench", metavar="DIR",
                         help="where bench.json, bench.md and bench.png go (default: reports/bench)")
-    parser.add_argument("--json", action="store_true", help="print the bench document as JSON")
+    add_json_flag(parser, "the bench document as JSON")
     parser.set_defaults(func=_bench)

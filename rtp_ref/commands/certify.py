@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rtp_ref.certify.report import certification_failed, load_report, merge_reports, render_scoreboard
-from rtp_ref.commands._output import print_json
+from rtp_ref.commands._output import add_json_flag, add_layout_flag, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kv.flags import parse_overrides, resolve_flags
@@ -216,13 +216,7 @@ def register(sub: Any) -> None:
         metavar="LAYOUT",
         help="certify only this layout (repeatable; default: every claimed layout)",
     )
-    parser.add_argument(
-        "--layout-flag",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a layout flag of the platform table (repeatable)",
-    )
+    add_layout_flag(parser)
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
     parser.add_argument(
         "-n",
@@ -241,6 +235,6 @@ def register(sub: Any) -> None:
         "case of a kernel may include its build)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json_flag(parser, "the summary as JSON")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.set_defaults(func=_certify)

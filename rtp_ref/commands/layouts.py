@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rtp_ref.commands._output import add_json_flag, json_number, print_json
+from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.describe import layout_as_dict, layout_table
 from rtp_ref.kv.flags import parse_overrides, resolve_flags
@@ -16,13 +16,7 @@ from rtp_ref.platform import resolve_platform
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     """``--layout-flag`` (repeatable), ``--kv-lora-rank`` and ``--rope-dim``, shared with ``golden``."""
-    parser.add_argument(
-        "--layout-flag",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a layout flag of the platform table (repeatable)",
-    )
+    add_layout_flag(parser)
     parser.add_argument(
         "--kv-lora-rank", type=int, metavar="R", help="latent rank (default: 512; 448 for fp8_model1_mla)"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rtp_ref.certify.report import load_report, merge_reports, render_scoreboard
-from rtp_ref.commands._output import print_json
+from rtp_ref.commands._output import add_json_flag, print_json
 from rtp_ref.errors import RtpRefError
 
 
@@ -60,5 +60,5 @@ def register(sub: Any) -> None:
     p_merge = actions.add_parser("merge", help="merge report.json files into one scoreboard (markdown and json)")
     p_merge.add_argument("reports", nargs="+", metavar="REPORT.json")
     p_merge.add_argument("--out", metavar="DIR", help="also write scoreboard.json and scoreboard.md into DIR")
-    p_merge.add_argument("--json", action="store_true", help="print the scoreboard as JSON")
+    add_json_flag(p_merge, "the scoreboard as JSON")
     p_merge.set_defaults(func=_merge)
