@@ -4,8 +4,8 @@
 #                                      cuda-sm90 (native) and rocm-gfx942 (emulated), memcheck of triton+cuda
 #   scripts/gpu_check.sh speed         tests/kernels/bandwidth.py with the triton launch sweep, then
 #                                      rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
-#   scripts/gpu_check.sh probe         kernel tests, scripts/perf_probe.py and ncu's DRAM bytes and
-#                                      instruction counts for a few writes
+#   scripts/gpu_check.sh probe         kernel tests, the bandwidth table with random and sequential slots,
+#                                      and ncu's DRAM bytes and instruction counts for a few writes
 #   scripts/gpu_check.sh quick         after a cuda-kernel change: its tests, certification and memcheck,
 #                                      then the bandwidth table and rtp-ref bench (about 4 minutes with the start)
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; -n 3 refused
@@ -60,11 +60,11 @@ for stage in "$@"; do
     ;;
   probe)
     unit_tests tests/kernels
-    python3 scripts/perf_probe.py 2>&1 | tee "$out/probe.log"
+    bandwidth --sequential
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_write.sum
     for lk in "fp8 triton" "fp8_ds_mla triton" "fp8 cuda" "fp8_ds_mla cuda"; do
       echo "== ncu $lk" | tee -a "$out/ncu.log"
-      ncu --clock-control none -k regex:mla_cache_write --metrics "$metrics" python3 scripts/perf_probe.py --one $lk 2>&1 \
+      ncu --clock-control none -k regex:mla_cache_write --metrics "$metrics" python3 -m tests.kernels.bandwidth --one $lk 2>&1 \
         | grep -E "^\s+(gpu__|dram__|sm__|lts__)" | tee -a "$out/ncu.log"
     done
     ;;

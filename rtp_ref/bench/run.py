@@ -43,7 +43,10 @@ class BenchRow:
     note: str = ""
 
 
-def _inputs(layout: MlaLayout, tokens: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def bench_inputs(layout: MlaLayout, tokens: int, device: torch.device,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """(kv_c, k_pe, cache, slots, scale) of a bench point: random values, slots a random permutation over a
+    cache twice as large, scale 0.05; the same for the same arguments."""
     g = torch.Generator(device="cpu").manual_seed(tokens)
     kv_c = torch.randn(tokens, layout.kv_lora_rank, generator=g, dtype=torch.float32).to(device, dtype)
     k_pe = torch.randn(tokens, layout.rope_dim, generator=g, dtype=torch.float32).to(device, dtype)
@@ -58,7 +61,7 @@ def bench_point(kernel: KVCacheKernel, name: str, layout: MlaLayout, tokens: int
                 roof: float) -> BenchRow:
     """Time one kernel on one layout and size; a kernel that raises gives a row with its error."""
     dtype = torch.bfloat16
-    kv_c, k_pe, cache, slots, scale = _inputs(layout, tokens, device, dtype)
+    kv_c, k_pe, cache, slots, scale = bench_inputs(layout, tokens, device, dtype)
     nbytes = minimum_bytes(layout, tokens, dtype)
 
     # The arguments are validated once through the protocol call; then the write alone is timed when
