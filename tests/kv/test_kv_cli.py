@@ -197,40 +197,12 @@ def test_golden_is_deterministic_across_runs(tmp_path: Path, capsys: pytest.Capt
     first = _golden_subprocess(tmp_path / "a.safetensors", "--seed", "5")
     second = _golden_subprocess(tmp_path / "b.safetensors", "--seed", "5")
     assert hashlib.sha256(first).digest() == hashlib.sha256(second).digest()
-    assert (
-        main(
-            [
-                "golden",
-                "--layout",
-                "fp8_model1_mla",
-                "--platform",
-                "cpu",
-                "--seed",
-                "5",
-                "--out",
-                str(tmp_path / "c.safetensors"),
-            ]
-        )
-        == 0
-    )
-    assert (tmp_path / "c.safetensors").read_bytes() == first
-    assert (
-        main(
-            [
-                "golden",
-                "--layout",
-                "fp8_model1_mla",
-                "--platform",
-                "cpu",
-                "--seed",
-                "6",
-                "--out",
-                str(tmp_path / "d.safetensors"),
-            ]
-        )
-        == 0
-    )
-    assert (tmp_path / "d.safetensors").read_bytes() != first
+    in_process = {seed: tmp_path / f"seed{seed}.safetensors" for seed in ("5", "6")}
+    for seed, path in in_process.items():
+        argv = ["golden", "--layout", "fp8_model1_mla", "--platform", "cpu", "--seed", seed, "--out", str(path)]
+        assert main(argv) == 0
+    assert in_process["5"].read_bytes() == first
+    assert in_process["6"].read_bytes() != first
 
 
 @pytest.mark.parametrize(

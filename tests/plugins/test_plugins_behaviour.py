@@ -193,16 +193,23 @@ def test_loader_takes_an_injected_importer(plugins_kit: PluginsKit) -> None:
     assert imported == ["vendor.models", "vendor.extra"]
 
 
-def test_plugin_architecture_is_inferred_without_a_model_type(
-    plugins_kit: PluginsKit, packages: PackageDir, checkpoint: Path
-) -> None:
-    """Review P2: loading must come before model-type inference, so a plugin's architecture is known."""
+def _fake_arch_plugin_args(plugins_kit: PluginsKit, packages: PackageDir, checkpoint: Path) -> tuple[str, Any]:
+    """A plugin package registering model type fake_arch_model for architecture FakeArch, and model args
+    that name the package and a checkpoint of that architecture but no model type."""
     name = packages.write(plugins_kit.plugin_source("fake_arch_model", "FakeModel", ["FakeArch"]))
     args = plugins_kit.new_model_args(
         ckpt_path=str(_write_config(checkpoint, architectures=["FakeArch"])),
         model_type="",
         external_model_packages=[name],
     )
+    return name, args
+
+
+def test_plugin_architecture_is_inferred_without_a_model_type(
+    plugins_kit: PluginsKit, packages: PackageDir, checkpoint: Path
+) -> None:
+    """Review P2: loading must come before model-type inference, so a plugin's architecture is known."""
+    name, args = _fake_arch_plugin_args(plugins_kit, packages, checkpoint)
     model_type, model_cls = _no_exception(lambda: plugins_kit.resolve_model(args))
     assert (model_type, model_cls.__module__, model_cls.__name__) == ("fake_arch_model", name, "FakeModel")
 
@@ -217,12 +224,7 @@ def _in_spawned_worker(args: Any, package: str) -> dict[str, Any]:
 def test_spawned_worker_loads_the_plugin_and_resolves_the_model(
     plugins_kit: PluginsKit, packages: PackageDir, checkpoint: Path
 ) -> None:
-    name = packages.write(plugins_kit.plugin_source("fake_arch_model", "FakeModel", ["FakeArch"]))
-    args = plugins_kit.new_model_args(
-        ckpt_path=str(_write_config(checkpoint, architectures=["FakeArch"])),
-        model_type="",
-        external_model_packages=[name],
-    )
+    name, args = _fake_arch_plugin_args(plugins_kit, packages, checkpoint)
     result = _in_spawned_worker(args, name)
     assert result == {
         "model_type": "fake_arch_model",
