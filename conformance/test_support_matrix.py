@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from rtp_ref.certify.cases import CaseSpec, build_case, num_blocks_for
+from rtp_ref.certify.cases import CaseInputs, CaseSpec, build_case, num_blocks_for
 from rtp_ref.kv.layouts import default_dims
 
 from .matrix import KernelUnderTest, suite
@@ -23,18 +23,27 @@ def _case(layout: str, kind: str = "random", tokens: int = 9, seed: int = 7) -> 
     return CaseSpec(layout, kind, tokens, 16, num_blocks_for(tokens, 16), torch.bfloat16, seed)
 
 
+def _call_expecting_refusal(k: KernelUnderTest, layout_name: str, inputs: CaseInputs, record_case: Callable[..., None],
+                            kind: str, case: str, check: str) -> tuple[BaseException | None, bool]:
+    """Call the kernel on inputs it must refuse; record the case (``check`` failed unless it raised and
+    left the cache untouched) and return (its error, whether the cache is untouched)."""
+    before = inputs.storage.cpu().clone()
+    result = call_kernel(k.kernel, inputs, layout_name, k.device)
+    untouched = torch.equal(before, inputs.storage.cpu())
+    ok = result.error is not None and untouched
+    record_case(kernel=k.name, layout=layout_name, kind=kind, case=case, execution=k.execution,
+                failed_checks=[] if ok else [check])
+    return result.error, untouched
+
+
 def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
                                  record_case: Callable[..., None]) -> None:
     k, layout_name = unclaimed_pair
     layout = suite(pytestconfig).contract.layout(layout_name, *default_dims(layout_name))
     inputs = build_case(_case(layout_name), layout, k.device)
-    before = inputs.storage.cpu().clone()
-    result = call_kernel(k.kernel, inputs, layout_name, k.device)
-    untouched = torch.equal(before, inputs.storage.cpu())
-    ok = result.error is not None and untouched
-    record_case(**dict(kernel=k.name, layout=layout_name, kind="unclaimed", case="unclaimed-layout",
-                              execution=k.execution, failed_checks=[] if ok else ["support.unclaimed_layout_raises"]))
-    assert result.error is not None, f"{k.name} does not claim {layout_name} but accepted it without an error"
+    error, untouched = _call_expecting_refusal(k, layout_name, inputs, record_case, "unclaimed", "unclaimed-layout",
+                                               "support.unclaimed_layout_raises")
+    assert error is not None, f"{k.name} does not claim {layout_name} but accepted it without an error"
     assert untouched, f"{k.name} raised for unclaimed {layout_name} but had already written to the cache"
 
 
@@ -46,14 +55,10 @@ def test_out_of_range_slot_raises_before_writing(claimed_pair: tuple[KernelUnder
     inputs = build_case(_case(layout_name), layout, k.device)
     capacity = inputs.kv_cache.shape[0] * inputs.kv_cache.shape[1]
     inputs.slot_mapping[-1] = capacity  # one past the end
-    before = inputs.storage.cpu().clone()
-    result = call_kernel(k.kernel, inputs, layout_name, k.device)
-    untouched = torch.equal(before, inputs.storage.cpu())
-    ok = result.error is not None and untouched
-    record_case(**dict(kernel=k.name, layout=layout_name, kind="bad_input", case="slot-out-of-range",
-                              execution=k.execution, failed_checks=[] if ok else ["support.rejects_bad_input"]))
-    assert result.error is not None, f"{k.name} accepted slot {capacity} in a cache of {capacity} slots"
-    assert untouched, (f"{k.name} raised ({describe_error(result.error)}) but only after writing to the cache; "
+    error, untouched = _call_expecting_refusal(k, layout_name, inputs, record_case, "bad_input", "slot-out-of-range",
+                                               "support.rejects_bad_input")
+    assert error is not None, f"{k.name} accepted slot {capacity} in a cache of {capacity} slots"
+    assert untouched, (f"{k.name} raised ({describe_error(error)}) but only after writing to the cache; "
                        "validate before touching memory")
 
 
@@ -68,8 +73,8 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
         assert result.error is None, describe_error(result.error)
         images.append(inputs.storage.cpu())
     same = torch.equal(images[0], images[1])
-    record_case(**dict(kernel=k.name, layout=layout_name, kind="determinism", case="twice-same-inputs",
-                              execution=k.execution, failed_checks=[] if same else ["support.deterministic"]))
+    record_case(kernel=k.name, layout=layout_name, kind="determinism", case="twice-same-inputs",
+                execution=k.execution, failed_checks=[] if same else ["support.deterministic"])
     assert same, f"{k.name} wrote different bytes for identical inputs ({int((images[0] != images[1]).sum())} bytes)"
 
 
