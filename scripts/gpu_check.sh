@@ -8,12 +8,14 @@
 #                                      and ncu's DRAM bytes and instruction counts for a few writes
 #   scripts/gpu_check.sh quick         after a cuda-kernel change: its tests, certification and memcheck,
 #                                      then the bandwidth table and rtp-ref bench (about 4 minutes with the start)
+#   scripts/gpu_check.sh tune          after a kernel change: the triton and cuda kernel tests, then the
+#                                      bandwidth table with every launch-tuning variant
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; -n 3 refused
 # Several stages run in order: scripts/gpu_check.sh correctness speed.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, speed, probe, quick or pinning" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, speed, probe, quick, tune or pinning" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -75,6 +77,10 @@ for stage in "$@"; do
     bandwidth
     bench --tokens 16384 2097152
     ;;
+  tune)
+    unit_tests tests/kernels/test_cuda.py tests/kernels/test_triton.py
+    bandwidth --sweep
+    ;;
   pinning)
     certify cuda-sm90 --kernel cuda --kernel triton -n 2
     python3 - "$reports/cuda-sm90/report.json" <<'PY' | tee -a "$out/certify.log"
@@ -89,7 +95,7 @@ PY
     rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$reports/pin3" 2>&1 | tail -3
     ;;
   *)
-    echo "unknown stage $stage: correctness, speed, probe, quick or pinning" >&2; exit 2
+    echo "unknown stage $stage: correctness, speed, probe, quick, tune or pinning" >&2; exit 2
     ;;
   esac
 done

@@ -47,7 +47,7 @@ _MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
 
 
 class _Params(ctypes.Structure):
-    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 36 int64 then 2 doubles, no padding."""
+    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 37 int64 then 2 doubles, no padding."""
 
     _fields_ = [
         (name, ctypes.c_int64)
@@ -57,7 +57,7 @@ class _Params(ctypes.Structure):
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
             "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
-            "input_fp16", "aligned", "hardware", "block_shift",
+            "input_fp16", "aligned", "hardware", "block_shift", "blocks_per_sm",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
@@ -134,22 +134,35 @@ def _aligned(plan: WritePlan, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: 
     return inputs and fields
 
 
+#: ``blocks_per_sm`` of a persistent grid: as many blocks as are resident at once, each warp looping over
+#: token pairs (the kernel's default); 0 gives one block per 16 tokens instead
+RESIDENT = -1
+
+
 class CudaMlaKernel(PlannedKernel):
-    """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only."""
+    """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only.
+
+    ``blocks_per_sm`` is launch tuning and never changes the bytes written: ``RESIDENT`` (a persistent
+    grid of the blocks that fit on the GPU at once), 0 (one block per 16 tokens) or a positive cap.
+    """
 
     name = "cuda"
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cuda",)
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: Literal["auto", "software"] = "auto") -> None:
+                 conversion: Literal["auto", "software"] = "auto", *, blocks_per_sm: int = RESIDENT) -> None:
+        if blocks_per_sm < RESIDENT:
+            raise ValueError(f"blocks_per_sm={blocks_per_sm}: valid are {RESIDENT} (resident), 0 (one block "
+                             "per 16 tokens) or a positive cap")
         self.contract = contract
         self.conversion = conversion
+        self.blocks_per_sm = blocks_per_sm
 
     def bind(self, contract: WriteContract, *,
              conversion: Literal["auto", "software"] | None = None) -> CudaMlaKernel:
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
-        return CudaMlaKernel(contract, conversion or self.conversion)
+        return CudaMlaKernel(contract, conversion or self.conversion, blocks_per_sm=self.blocks_per_sm)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
@@ -193,7 +206,7 @@ class CudaMlaKernel(PlannedKernel):
             neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract) == "hardware",
-            block_shift=block_shift_of(block_size),
+            block_shift=block_shift_of(block_size), blocks_per_sm=self.blocks_per_sm,
             divisor=plan.divisor, floor_=plan.floor,
         )
         with torch.cuda.device(kv_cache.device):

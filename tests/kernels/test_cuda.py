@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.cuda_mla import CudaMlaKernel, unavailable_reason
+from rtp_ref.kernels.cuda_mla import RESIDENT, CudaMlaKernel, unavailable_reason
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from tests.kernels.cases import CONTRACTS, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
@@ -64,12 +64,21 @@ def test_bit_exact_with_misaligned_inputs(layout: str) -> None:
     assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda misaligned {layout}")
 
 
-@pytest.mark.parametrize("layout", ["fp8_ds_mla", "fp8_model1_mla"])
-def test_bit_exact_with_many_tokens(layout: str) -> None:
-    """More tokens than one launch wave covers, block size 64, about a third of the slots padding."""
+@pytest.mark.parametrize("blocks_per_sm", [RESIDENT, 0, 1])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bit_exact_with_many_tokens(layout: str, blocks_per_sm: int) -> None:
+    """More tokens than one wave of resident blocks (so each warp of the persistent grid loops over several
+    token pairs; with one block per multiprocessor, many), an odd count (a warp's last pair is half
+    padding), block size 64, about a third of the slots padding."""
     c = contract("cuda-sm90")
-    case = make_case(c, layout, tokens=5000, block_size=64, num_blocks=100, seed=11).to("cuda")
-    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda many tokens {layout}")
+    case = make_case(c, layout, tokens=13_001, block_size=64, num_blocks=300, seed=11).to("cuda")
+    kernel = CudaMlaKernel(c, blocks_per_sm=blocks_per_sm)
+    assert_bit_exact(case, case.run(kernel), f"cuda many tokens {layout} blocks_per_sm={blocks_per_sm}")
+
+
+def test_grid_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="blocks_per_sm=-2: valid are -1"):
+        CudaMlaKernel(blocks_per_sm=-2)
 
 
 def test_unclaimed_layout_and_cpu_tensors_raise() -> None:

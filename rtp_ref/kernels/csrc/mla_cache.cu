@@ -29,7 +29,7 @@ struct RtpRefMlaParams {
   int64_t R, P, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
   int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
-  int64_t input_fp16, aligned, hardware, block_shift;
+  int64_t input_fp16, aligned, hardware, block_shift, blocks_per_sm;
   double divisor, floor_;
 };
 
@@ -43,9 +43,12 @@ constexpr int kWarpsPerBlock = 8;
 // layout's default) or, in a second build, 8 (up to 1024), and one chunk of rope (rope_dim up to 128);
 // cuda_mla.py checks before launching. Fixed sizes keep the values in registers.
 constexpr int kLanesPerToken = 16, kTokensPerWarp = kWarp / kLanesPerToken;
-// At most 64 registers a thread, so that 4 blocks (32 warps, each with its token's loads in flight) fit
-// on a multiprocessor: the bytes in flight, not the arithmetic, set a memory-bound kernel's speed.
-constexpr int kMinBlocksPerSm = 4;
+// Blocks resident per multiprocessor: 3 of 8 warps (at most 80 registers a thread) hold a warp's two token
+// pairs (the one being written and the next one's loads) without spilling when a lane has 4 nope
+// chunks; 2 (128 registers) when it has 8. The bytes in flight, not the arithmetic, set a memory-bound
+// kernel's speed: fewer warps, each always loading, beat more warps that wait between tokens.
+template <int NC>
+constexpr int resident_blocks() { return NC <= 4 ? 3 : 2; }
 
 // Per-launch constants in registers (float copies of the doubles, int32 format traits).
 struct Fmt {
@@ -225,7 +228,11 @@ __device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, int lane
   uint32_t m = __vmaxu2(__vmaxu2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
                         __vmaxu2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
   m = max(m & 0xFFFF, m >> 16);
-  for (int width = lanes_per_tile / 2; width > 0; width /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));
+  // Constant widths, unrolled: the steps of several chunks' reductions can interleave.
+#pragma unroll
+  for (int width = kLanesPerToken / 2; width > 0; width /= 2) {
+    if (width < lanes_per_tile) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));  // uniform condition
+  }
   if (m > (fp16 ? 0x7C00u : 0x7F80u)) return __uint_as_float(0x7FC00000u);
   return fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(m))) : __uint_as_float(m << 16);
 }
@@ -261,31 +268,40 @@ __device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& 
   }
 }
 
-// A half warp per token. Every load of the token (its slot, its nope and rope values) is issued before
-// anything waits on one, so a token costs one memory round trip, not one per field or chunk.
-template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_cache_write(const RtpRefMlaParams p) {
-  const int lane = threadIdx.x % kWarp;
-  const int sub = lane % kLanesPerToken;
-  const int64_t token = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kTokensPerWarp +
-                        lane / kLanesPerToken;
-  const bool in_range = token < p.num_tokens;
-  const int64_t slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
+// What a half warp loads for one token: its slot (-1: write nothing) and its lanes' input chunks.
+template <int NC>
+struct TokenInputs {
+  int64_t slot;
   Block<NC> nope;
   Block<1> rope;
-  load_block<NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, nope);
-  load_block<1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, rope);
-  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
-                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
-  const bool writes = slot >= 0;  // padding tokens (and lanes past the last token) write nothing
-  // Lanes stay until after the tile shuffles, in which all 32 take part.
-  if (NOPE != kTiled && !writes) return;
+};
+
+// Issues every load of `token` (its slot, its nope and rope values); nothing waits on them here.
+template <int NC, bool ALIGNED>
+__device__ __forceinline__ void load_token(const RtpRefMlaParams& p, int64_t token, int sub, TokenInputs<NC>& in) {
+  const bool in_range = token < p.num_tokens;
+  in.slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
+  load_block<NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, in.nope);
+  load_block<1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, in.rope);
+}
+
+// Writes one token's entry from its loaded inputs. Called by all 32 lanes of a warp together: the
+// tile amax shuffles need every lane, those of padding tokens too.
+template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC, bool POW2>
+__device__ __forceinline__ void write_token(const RtpRefMlaParams& p, const Fmt& f, float tensor_scale, int sub,
+                                            const TokenInputs<NC>& in) {
+  const bool writes = in.slot >= 0;  // padding tokens (and lanes past the last token) write nothing
   const bool fp16 = p.input_fp16 != 0;
-  const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
-              static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
-              p.has_inf != 0, p.satfinite != 0};
+  float amax[NC];
+  if constexpr (NOPE == kTiled) {
+    // Every chunk's amax first: independent shuffle chains, which the compiler overlaps (chunks past
+    // the field hold zeros and store nothing).
+#pragma unroll
+    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(in.nope.raw[i], fp16, static_cast<int>(p.tile / kChunk));
+  }
+  if (!writes) return;
   int64_t block = 0, offset = 0;
-  if (writes) split_slot(slot, p, block, offset);
+  split_slot(in.slot, p, block, offset);
   uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
   uint8_t* row = block_base + offset * p.data_bytes;
   uint8_t* nope_dst = row + p.nope_off;
@@ -298,61 +314,120 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kMinBlocksPerSm) mla_ca
     uint8_t* scales = p.scale_trailing
                           ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
                           : row + p.scale_off;
+    const float divisor = static_cast<float>(p.divisor), floor_value = static_cast<float>(p.floor_);
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-      if (i * kLanesPerToken * kChunk >= p.R) break;  // uniform: no lane has chunk i
       const int64_t c = chunk_start(i, sub);
-      const float amax = tile_amax(nope.raw[i], fp16, lanes_per_tile);
-      if (!writes || c >= p.R) continue;
-      const float raw_scale = __fdiv_rn(amax, static_cast<float>(p.divisor));
-      const float floor_value = static_cast<float>(p.floor_);
+      if (c >= p.R) continue;
+      const float raw_scale = __fdiv_rn(amax[i], divisor);
       float s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
       const int byte = ue8m0_ceil(s);
-      if (p.pow2) s = ue8m0_value(byte);
+      if constexpr (POW2) s = ue8m0_value(byte);
       if ((sub & (lanes_per_tile - 1)) == 0) {
         const int t = (i * kLanesPerToken + sub) >> tile_shift;
         if (p.scale_ue8m0) scales[t] = static_cast<uint8_t>(byte);
         else store_f32<ALIGNED>(scales + 4 * t, s);
       }
-      if (p.pow2) quantise_chunk<ALIGNED, HW, true>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, ue8m0_reciprocal(byte));
-      else quantise_chunk<ALIGNED, HW, false>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, 0.0f);
+      quantise_chunk<ALIGNED, HW, POW2>(f, in.nope.raw[i], fp16, c, p.R, nope_dst, s, POW2 ? ue8m0_reciprocal(byte) : 0.0f);
     }
-    if (!writes) return;
   } else {
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int64_t c = chunk_start(i, sub);
       if (c >= p.R) continue;
-      if constexpr (NOPE == kCopy16) store_copy16<ALIGNED>(nope_dst, c, p.R, nope.raw[i]);
-      else quantise_chunk<ALIGNED, HW, false>(f, nope.raw[i], fp16, c, p.R, nope_dst, tensor_scale, 0.0f);
+      if constexpr (NOPE == kCopy16) store_copy16<ALIGNED>(nope_dst, c, p.R, in.nope.raw[i]);
+      else quantise_chunk<ALIGNED, HW, false>(f, in.nope.raw[i], fp16, c, p.R, nope_dst, tensor_scale, 0.0f);
     }
   }
 
   // ---- rope (k_pe) ----
   const int64_t rc = chunk_start(0, sub);
   if (rc < p.P) {
-    if constexpr (ROPE == kCopy16) store_copy16<ALIGNED>(row + p.rope_off, rc, p.P, rope.raw[0]);
-    else quantise_chunk<ALIGNED, HW, false>(f, rope.raw[0], fp16, rc, p.P, row + p.rope_off, tensor_scale, 0.0f);
+    if constexpr (ROPE == kCopy16) store_copy16<ALIGNED>(row + p.rope_off, rc, p.P, in.rope.raw[0]);
+    else quantise_chunk<ALIGNED, HW, false>(f, in.rope.raw[0], fp16, rc, p.P, row + p.rope_off, tensor_scale, 0.0f);
   }
 }
 
-template <int NOPE, int ROPE, int NC>
+// A half warp per token, over a grid that may be smaller than the tokens (a persistent grid: each warp
+// then takes every (grid's warps)-th pair of tokens). The loads of a warp's next pair are issued before
+// the current pair is written, so a warp always has a pair's bytes in flight, however long its
+// quantisation takes; a token still costs one memory round trip.
+template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC, bool POW2>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<NC>()) mla_cache_write(const RtpRefMlaParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int sub = lane % kLanesPerToken;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * kTokensPerWarp;
+  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
+                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
+  const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
+              static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
+              p.has_inf != 0, p.satfinite != 0};
+  // The loop bound is the warp's first token, the same for all its lanes (write_token shuffles).
+  int64_t first = warp * kTokensPerWarp;
+  int64_t token = first + lane / kLanesPerToken;
+  TokenInputs<NC> current;
+  load_token<NC, ALIGNED>(p, token, sub, current);
+  for (; first < p.num_tokens; first += stride, token += stride) {
+    TokenInputs<NC> next;
+    load_token<NC, ALIGNED>(p, token + stride, sub, next);
+    write_token<NOPE, ROPE, ALIGNED, HW, NC, POW2>(p, f, tensor_scale, sub, current);
+    current = next;
+  }
+}
+
+template <int NOPE, int ROPE, int NC, bool POW2>
 void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
-  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NC><<<grid, block, 0, stream>>>(p);
-  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NC><<<grid, block, 0, stream>>>(p);
-  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NC><<<grid, block, 0, stream>>>(p);
-  else mla_cache_write<NOPE, ROPE, false, false, NC><<<grid, block, 0, stream>>>(p);
+  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NC, POW2><<<grid, block, 0, stream>>>(p);
+  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NC, POW2><<<grid, block, 0, stream>>>(p);
+  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NC, POW2><<<grid, block, 0, stream>>>(p);
+  else mla_cache_write<NOPE, ROPE, false, false, NC, POW2><<<grid, block, 0, stream>>>(p);
+}
+
+template <int NOPE, int ROPE, int NC>
+void launch_scale_rule(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
+  // Only tile scales have a rule; a power-of-two one multiplies by the exact reciprocal.
+  if constexpr (NOPE == kTiled) {
+    if (p.pow2) {
+      launch_variant<NOPE, ROPE, NC, true>(p, grid, block, stream);
+      return;
+    }
+  }
+  launch_variant<NOPE, ROPE, NC, false>(p, grid, block, stream);
+}
+
+// Grid of a launch: one block per 16 tokens, capped at `blocks_per_sm` blocks per multiprocessor when
+// that is positive, or at the blocks that are resident at once (a persistent grid) when it is negative.
+template <int NC>
+cudaError_t grid_for(const RtpRefMlaParams& p, dim3& grid) {
+  const int64_t tokens_per_block = kWarpsPerBlock * kTokensPerWarp;
+  int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
+  if (p.blocks_per_sm != 0) {
+    int device = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    const int64_t cap = sms * (p.blocks_per_sm > 0 ? p.blocks_per_sm : resident_blocks<NC>());
+    blocks = blocks < cap ? blocks : cap;
+  }
+  if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  grid = dim3(static_cast<unsigned>(blocks));
+  return cudaSuccess;
+}
+
+template <int NOPE, int ROPE, int NC>
+cudaError_t launch_chunks(const RtpRefMlaParams& p, cudaStream_t stream) {
+  dim3 grid;
+  const cudaError_t err = grid_for<NC>(p, grid);
+  if (err != cudaSuccess) return err;
+  launch_scale_rule<NOPE, ROPE, NC>(p, grid, dim3(kWarp * kWarpsPerBlock), stream);
+  return cudaGetLastError();
 }
 
 template <int NOPE, int ROPE>
 cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
-  const int64_t tokens_per_block = kWarpsPerBlock * kTokensPerWarp;
-  const int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
-  if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
-  if (p.R <= kLanesPerToken * 4 * kChunk) launch_variant<NOPE, ROPE, 4>(p, grid, block, stream);
-  else launch_variant<NOPE, ROPE, 8>(p, grid, block, stream);
-  return cudaGetLastError();
+  if (p.R <= kLanesPerToken * 4 * kChunk) return launch_chunks<NOPE, ROPE, 4>(p, stream);
+  return launch_chunks<NOPE, ROPE, 8>(p, stream);
 }
 
 }  // namespace
