@@ -57,7 +57,7 @@ class _Params(ctypes.Structure):
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
             "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
-            "input_fp16", "aligned", "hardware", "block_shift", "blocks_per_sm",
+            "input_fp16", "aligned", "hardware", "block_shift", "lanes_per_token",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
@@ -134,35 +134,25 @@ def _aligned(plan: WritePlan, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: 
     return inputs and fields
 
 
-#: ``blocks_per_sm`` of a persistent grid: as many blocks as are resident at once, each warp looping over
-#: token pairs (the kernel's default); 0 gives one block per 16 tokens instead
-RESIDENT = -1
-
-
 class CudaMlaKernel(PlannedKernel):
-    """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only.
-
-    ``blocks_per_sm`` is launch tuning and never changes the bytes written: ``RESIDENT`` (a persistent
-    grid of the blocks that fit on the GPU at once), 0 (one block per 16 tokens) or a positive cap.
-    """
+    """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only."""
 
     name = "cuda"
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cuda",)
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: Literal["auto", "software"] = "auto", *, blocks_per_sm: int = RESIDENT) -> None:
-        if blocks_per_sm < RESIDENT:
-            raise ValueError(f"blocks_per_sm={blocks_per_sm}: valid are {RESIDENT} (resident), 0 (one block "
-                             "per 16 tokens) or a positive cap")
+                 conversion: Literal["auto", "software"] = "auto", *, lanes_per_token: int = 16) -> None:
+        if lanes_per_token not in (16, 32):
+            raise ValueError(f"lanes_per_token={lanes_per_token}: valid are 16 and 32")
         self.contract = contract
         self.conversion = conversion
-        self.blocks_per_sm = blocks_per_sm
+        self.lanes_per_token = lanes_per_token
 
     def bind(self, contract: WriteContract, *,
              conversion: Literal["auto", "software"] | None = None) -> CudaMlaKernel:
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
-        return CudaMlaKernel(contract, conversion or self.conversion, blocks_per_sm=self.blocks_per_sm)
+        return CudaMlaKernel(contract, conversion or self.conversion, lanes_per_token=self.lanes_per_token)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
@@ -206,7 +196,7 @@ class CudaMlaKernel(PlannedKernel):
             neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract) == "hardware",
-            block_shift=block_shift_of(block_size), blocks_per_sm=self.blocks_per_sm,
+            block_shift=block_shift_of(block_size), lanes_per_token=self.lanes_per_token,
             divisor=plan.divisor, floor_=plan.floor,
         )
         with torch.cuda.device(kv_cache.device):

@@ -169,36 +169,21 @@ def _store32(cache: tl.tensor, base: tl.tensor, cols: tl.tensor, value: tl.tenso
 
 
 @triton.jit
-def _widen(bits: tl.tensor, IN_BF16: tl.constexpr) -> tl.tensor:
-    """float32 values of 16-bit input bits. bf16 is widened by placing its bits in the top half of a
-    float32: exact for every value, subnormals included (Triton 3.9's interpreter flushes bf16
-    subnormals to zero in ``.to(tl.float32)``)."""
+def _load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.constexpr) -> tl.tensor:
+    """Load 16-bit inputs as float32. bf16 is widened by placing its bits in the top half of a float32:
+    exact for every value, subnormals included (Triton 3.9's interpreter flushes bf16 subnormals to
+    zero in ``.to(tl.float32)``)."""
     if IN_BF16:
+        bits = tl.load(ptr.to(tl.pointer_type(tl.int16)) + offs, mask=mask, other=0)
         return ((bits.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
-    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+    return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _load_tokens(t: tl.tensor, num_tokens: tl.tensor, slots: tl.tensor, kv_c: tl.tensor, k_pe: tl.tensor,
-                 kv_c_row: tl.tensor, k_pe_row: tl.tensor, R: tl.constexpr, P: tl.constexpr,
-                 R_PAD: tl.constexpr, P_PAD: tl.constexpr) -> tuple[tl.tensor, tl.tensor, tl.tensor]:
-    """Issue the loads of tokens ``t``: their slots (-1 past the last token) and their nope and rope
-    input bits (0 in padding columns and past the last token). None is predicated on a slot."""
-    in_range = t < num_tokens
-    slot = tl.load(slots + t, mask=in_range, other=-1)
-    cols = tl.arange(0, R_PAD)
-    nload = in_range[:, None] & (cols < R)[None, :]
-    nbits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + t[:, None] * kv_c_row + cols[None, :], mask=nload, other=0)
-    pcols = tl.arange(0, P_PAD)
-    pload = in_range[:, None] & (pcols < P)[None, :]
-    pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + t[:, None] * k_pe_row + pcols[None, :], mask=pload, other=0)
-    return slot, nbits, pbits
-
-
-@triton.jit
-def _write_tokens(
-    slot: tl.tensor, nbits: tl.tensor, pbits: tl.tensor, tensor_scale: tl.tensor, cache: tl.tensor,
-    block_size: tl.tensor, block_shift: tl.tensor, block_bytes: tl.tensor, divisor: tl.tensor, floor: tl.tensor,
+def _mla_cache_write(
+    kv_c: tl.tensor, k_pe: tl.tensor, cache: tl.tensor, slots: tl.tensor, scale_ptr: tl.tensor,
+    num_tokens: tl.tensor, kv_c_row: tl.tensor, k_pe_row: tl.tensor, block_size: tl.tensor,
+    block_shift: tl.tensor, block_bytes: tl.tensor, divisor: tl.tensor, floor: tl.tensor,
     R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
     NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr, ROPE_OFF: tl.constexpr,
     DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr,
@@ -208,9 +193,34 @@ def _write_tokens(
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
     SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
 ) -> None:
-    """Write the entries of tokens with loaded ``slot``/``nbits``/``pbits`` (negative slots: nothing)."""
+    """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
+
+    ``cache`` is the cache's bytes; ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit
+    copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales (nope only).
+    """
+    t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    in_range = t < num_tokens
+    # Every load comes first and none is predicated on a slot: a program then waits for memory once,
+    # not once for the slots, again for kv_c and again for k_pe (the stores below are; see
+    # docs/performance.md for what this ordering is worth).
+    slot = tl.load(slots + t, mask=in_range, other=-1)
     cols = tl.arange(0, R_PAD)
+    nload = in_range[:, None] & (cols < R)[None, :]
+    nsrc = t[:, None] * kv_c_row + cols[None, :]
+    if NOPE_MODE == 0:
+        nbits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nload)
+    else:
+        x = _load_f32(kv_c, nsrc, nload, IN_BF16)
     pcols = tl.arange(0, P_PAD)
+    pload = in_range[:, None] & (pcols < P)[None, :]
+    psrc = t[:, None] * k_pe_row + pcols[None, :]
+    if ROPE_MODE == 0:
+        pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pload)
+    else:
+        y = _load_f32(k_pe, psrc, pload, IN_BF16)
+    if NOPE_MODE == 1 or ROPE_MODE == 1:
+        tensor_scale = tl.load(scale_ptr)
+
     valid = slot >= 0
     slot = tl.where(valid, slot, 0)
     # Block sizes are usually powers of two; a shift then replaces the 64-bit division (a long
@@ -228,7 +238,6 @@ def _write_tokens(
     if NOPE_MODE == 0:
         _store16(cache, row + NOPE_OFF, cols, nbits, nmask, SPLIT)
     else:
-        x = _widen(nbits, IN_BF16)
         if NOPE_MODE == 1:
             q = tl.math.div_rn(x, tensor_scale)
         else:
@@ -270,52 +279,10 @@ def _write_tokens(
     if ROPE_MODE == 0:
         _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
     else:
-        pq = tl.math.div_rn(_widen(pbits, IN_BF16), tensor_scale)
+        pq = tl.math.div_rn(y, tensor_scale)
         pcode = _fp8(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                      MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
-
-
-@triton.jit
-def _mla_cache_write(
-    kv_c: tl.tensor, k_pe: tl.tensor, cache: tl.tensor, slots: tl.tensor, scale_ptr: tl.tensor,
-    num_tokens: tl.tensor, kv_c_row: tl.tensor, k_pe_row: tl.tensor, block_size: tl.tensor,
-    block_shift: tl.tensor, block_bytes: tl.tensor, divisor: tl.tensor, floor: tl.tensor,
-    R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
-    NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr, ROPE_OFF: tl.constexpr,
-    DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr,
-    TILE: tl.constexpr, N_TILES: tl.constexpr, NT_PAD: tl.constexpr, POW2: tl.constexpr,
-    SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, SPLIT: tl.constexpr,
-    HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
-    NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
-    SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
-) -> None:
-    """Write every ``num_programs * BLOCK_T``-th group of ``BLOCK_T`` tokens from this program's first;
-    see the module doc.
-
-    The grid may be smaller than the tokens (a persistent grid). Each group's loads are issued before
-    the previous group is written, so a program always has a group's bytes in flight, however long its
-    quantisation takes; no load is predicated on a slot. ``cache`` is the cache's bytes;
-    ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit copy, 1 = fp8 with the per-tensor
-    scale, 2 = fp8 with per-tile scales (nope only).
-    """
-    first = tl.program_id(0) * BLOCK_T
-    step = tl.num_programs(0) * BLOCK_T
-    t = (first + tl.arange(0, BLOCK_T)).to(tl.int64)
-    slot, nbits, pbits = _load_tokens(t, num_tokens, slots, kv_c, k_pe, kv_c_row, k_pe_row, R, P, R_PAD, P_PAD)
-    tensor_scale = 1.0
-    if NOPE_MODE == 1 or ROPE_MODE == 1:
-        tensor_scale = tl.load(scale_ptr)
-    for _ in range(first, num_tokens, step):
-        t += step
-        next_slot, next_nbits, next_pbits = _load_tokens(t, num_tokens, slots, kv_c, k_pe, kv_c_row, k_pe_row,
-                                                         R, P, R_PAD, P_PAD)
-        _write_tokens(slot, nbits, pbits, tensor_scale, cache, block_size, block_shift, block_bytes, divisor,
-                      floor, R, P, R_PAD, P_PAD, BLOCK_T, NOPE_MODE, ROPE_MODE, NOPE_OFF, ROPE_OFF, DATA_BYTES,
-                      TRAIL_BYTES, TILE, N_TILES, NT_PAD, POW2, SCALE_UE8M0, SCALE_TRAILING, SCALE_OFF, SPLIT,
-                      HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
-                      MAX_VALUE, IN_BF16, CLAMP)
-        slot, nbits, pbits = next_slot, next_nbits, next_pbits
 
 
 def interpreted() -> bool:
@@ -410,8 +377,6 @@ def _format_constexprs(f: FormatTraits) -> dict[str, Any]:
 #: layout on an H200 at 2M tokens (``python -m tests.kernels.bandwidth --sweep``)
 BLOCK_T = 8
 NUM_WARPS = 4
-#: programs per multiprocessor of the persistent grid (0: one program per BLOCK_T tokens)
-PROGRAMS_PER_SM = 0
 
 
 class TritonMlaKernel(PlannedKernel):
@@ -420,9 +385,7 @@ class TritonMlaKernel(PlannedKernel):
     Unbound, it follows the platform table of the tensors' device (``default_contract``); ``bind``
     returns a copy following another contract. ``conversion`` ``"software"`` forces the integer
     conversion path even where the hardware one exists (to test it on a GPU). ``tokens_per_program``
-    (a power of two), ``num_warps`` and ``programs_per_sm`` (a persistent grid of that many programs
-    per multiprocessor, or per CPU under the interpreter; 0: one program per ``tokens_per_program``
-    tokens) are launch tuning; they never change the bytes written.
+    (a power of two) and ``num_warps`` are launch tuning; they never change the bytes written.
     """
 
     name = "triton"
@@ -430,17 +393,14 @@ class TritonMlaKernel(PlannedKernel):
 
     def __init__(self, contract: WriteContract | None = None,
                  conversion: Literal["auto", "software"] = "auto", *,
-                 tokens_per_program: int = BLOCK_T, num_warps: int = NUM_WARPS,
-                 programs_per_sm: int = PROGRAMS_PER_SM) -> None:
+                 tokens_per_program: int = BLOCK_T, num_warps: int = NUM_WARPS, max_registers: int = 0) -> None:
         if tokens_per_program < 1 or tokens_per_program & (tokens_per_program - 1):
             raise ValueError(f"tokens_per_program={tokens_per_program}: must be a power of two (tl.arange)")
-        if programs_per_sm < 0:
-            raise ValueError(f"programs_per_sm={programs_per_sm}: valid are 0 (no persistent grid) or a positive count")
         self.contract = contract
         self.conversion = conversion
         self.tokens_per_program = tokens_per_program
         self.num_warps = num_warps
-        self.programs_per_sm = programs_per_sm
+        self.max_registers = max_registers
         # The interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch).
         self.devices: Collection[str] = ("cpu",) if interpreted() else ("cuda",)
 
@@ -448,7 +408,7 @@ class TritonMlaKernel(PlannedKernel):
              conversion: Literal["auto", "software"] | None = None) -> TritonMlaKernel:
         """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
         return TritonMlaKernel(contract, conversion or self.conversion, tokens_per_program=self.tokens_per_program,
-                               num_warps=self.num_warps, programs_per_sm=self.programs_per_sm)
+                               num_warps=self.num_warps, max_registers=self.max_registers)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""
@@ -474,27 +434,15 @@ class TritonMlaKernel(PlannedKernel):
         block_size = kv_cache.shape[1]
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
-        programs = triton.cdiv(tokens, block_t)
-        if self.programs_per_sm:
-            programs = min(programs, self.programs_per_sm * _multiprocessors(kv_cache.device))
         with on_gpu:
-            _mla_cache_write[(programs,)](
+            _mla_cache_write[(triton.cdiv(tokens, block_t),)](
                 kv_c, k_pe, cache_bytes, slot_mapping, scale,
                 tokens, kv_c.stride(0), k_pe.stride(0), block_size, block_shift_of(block_size),
                 kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
                 num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
+                **({"maxnreg": self.max_registers} if self.max_registers else {}),
             )
         self.launch_count += 1
-
-
-def _multiprocessors(device: torch.device) -> int:
-    """Multiprocessors of a GPU (1 for the interpreter's CPU), for the persistent grid."""
-    return _gpu_multiprocessors(device.index or 0) if device.type == "cuda" else 1
-
-
-@functools.cache
-def _gpu_multiprocessors(index: int) -> int:
-    return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
 @functools.cache

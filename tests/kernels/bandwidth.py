@@ -4,8 +4,7 @@
 the time of one write and its share of the device copy roof, on ``rtp-ref bench``'s inputs and
 measure (rtp_ref.bench): random slots over a cache twice as large, median of back-to-back calls
 through ``write_unchecked`` after one validated call. torch-eager is left out (``rtp-ref bench``
-times it). ``--sweep`` adds the triton kernel over ``tokens_per_program``, ``num_warps`` and
-``programs_per_sm``, and the cuda kernel over ``blocks_per_sm``;
+times it). ``--sweep`` adds the triton kernel over ``tokens_per_program`` x ``num_warps``;
 ``--sequential`` adds each write with slots in order (same bytes: what the scatter itself costs).
 ``--one LAYOUT KERNEL`` makes one write and exits, for ``ncu``.
 """
@@ -19,16 +18,14 @@ import torch
 from rtp_ref.bench.measure import copy_roof, minimum_bytes, time_call
 from rtp_ref.bench.run import bench_inputs
 from rtp_ref.kernels.contract import PlannedKernel
-from rtp_ref.kernels.cuda_mla import RESIDENT, CudaMlaKernel
+from rtp_ref.kernels.cuda_mla import CudaMlaKernel
 from rtp_ref.kernels.triton_mla import TritonMlaKernel
 from rtp_ref.kv.layouts import default_dims
 from tests.kernels.cases import contract
 
 LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla")
-#: triton (tokens per program, warps, programs per multiprocessor: 0 = no persistent grid)
-TRITON_SWEEP = [(8, 4, 0), (8, 4, 2), (8, 4, 4), (4, 4, 0), (4, 4, 4), (4, 4, 8), (4, 2, 8), (16, 8, 2)]
-#: cuda blocks per multiprocessor (RESIDENT: as many as fit at once; 0: one block per 16 tokens)
-CUDA_SWEEP = [RESIDENT, 0, 2, 6]
+#: triton (tokens per program, warps, register cap: 0 = the compiler's choice)
+TRITON_SWEEP = [(8, 4, 64), (8, 4, 56), (4, 4, 0), (4, 2, 0), (8, 8, 0), (16, 8, 64)]
 CUDA = torch.device("cuda")
 
 
@@ -38,9 +35,9 @@ def main(tokens: int, sweep: bool, sequential: bool) -> None:
     print(f"device copy: {roof / 1e12:.2f} TB/s; {tokens} tokens, block 64, bf16 inputs, random slots")
     kernels: list[tuple[str, PlannedKernel]] = [("triton", TritonMlaKernel(c)), ("cuda", CudaMlaKernel(c))]
     if sweep:
-        kernels += [(f"triton t{t} w{w} p{p}", TritonMlaKernel(c, tokens_per_program=t, num_warps=w, programs_per_sm=p))
-                    for t, w, p in TRITON_SWEEP]
-        kernels += [(f"cuda b{b}", CudaMlaKernel(c, blocks_per_sm=b)) for b in CUDA_SWEEP]
+        kernels += [(f"triton t{t} w{w} r{r}", TritonMlaKernel(c, tokens_per_program=t, num_warps=w, max_registers=r))
+                    for t, w, r in TRITON_SWEEP]
+        kernels += [("cuda lanes 32", CudaMlaKernel(c, lanes_per_token=32))]
     for layout_name in LAYOUTS:
         layout = c.layout(layout_name, *default_dims(layout_name))
         kv_c, k_pe, cache, slots, scale = bench_inputs(layout, tokens, CUDA, torch.bfloat16)

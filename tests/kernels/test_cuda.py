@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.cuda_mla import RESIDENT, CudaMlaKernel, unavailable_reason
+from rtp_ref.kernels.cuda_mla import CudaMlaKernel, unavailable_reason
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from tests.kernels.cases import CONTRACTS, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 KERNEL = CudaMlaKernel()
+#: lanes per token of the kernel under test: a half warp (the default) or a whole warp
+LANES = pytest.mark.parametrize("lanes", [16, 32])
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 needs_build = pytest.mark.skipif(unavailable_reason() is not None, reason=f"cuda kernel: {unavailable_reason()}")
 pytestmark = [pytest.mark.cuda, needs_build]
@@ -33,52 +35,47 @@ def test_conversion_path_is_hardware_only_for_ocp_satfinite() -> None:
     assert KERNEL.bind(CONTRACTS["e4m3fn-nonsat"]()).conversion_path == "software"
 
 
+@LANES
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("contract_id", ["cuda-sm90", "cuda-sm90/software", "rocm-gfx942", "e5m2fnuz-nonsat"])
-def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str) -> None:
+def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str, lanes: int) -> None:
     base, _, forced = contract_id.partition("/")
     c = CONTRACTS[base]()
-    kernel = KERNEL.bind(c, conversion="software") if forced else KERNEL.bind(c)
+    kernel = CudaMlaKernel(lanes_per_token=lanes).bind(c, conversion="software" if forced else None)
     seed = zlib.crc32(f"{contract_id}{layout}{dtype}".encode())
     case = make_case(c, layout, dtype=DTYPES[dtype], seed=seed).to("cuda")
     assert_bit_exact(case, case.run(kernel), f"cuda {contract_id} {layout} {dtype}")
 
 
+@LANES
 @pytest.mark.parametrize(("contract_id", "layout", "dims", "flags"), SHAPES,
                          ids=[f"{s[1]}-{s[2][0]}x{s[2][1]}" for s in SHAPES])
 def test_bit_exact_on_odd_shapes(contract_id: str, layout: str, dims: tuple[int, int],
-                                 flags: dict[str, str]) -> None:
+                                 flags: dict[str, str], lanes: int) -> None:
     c = contract(contract_id, **flags)
     case = make_case(c, layout, dims=dims, dtype=torch.float16, tokens=13, block_size=3).to("cuda")
-    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda {layout} {dims}")
+    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda {layout} {dims}")
 
 
+@LANES
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bit_exact_with_misaligned_inputs(layout: str) -> None:
+def test_bit_exact_with_misaligned_inputs(layout: str, lanes: int) -> None:
     """Rows starting off a 16-byte boundary take the scalar path, with the same bytes."""
     c = contract("cuda-sm90")
     case = make_case(c, layout, seed=3).to("cuda")
     case.kv_c = torch.cat([case.kv_c.new_zeros(case.kv_c.shape[0], 1), case.kv_c], dim=1)[:, 1:]
     assert case.kv_c.data_ptr() % 16 != 0
-    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda misaligned {layout}")
+    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda misaligned {layout}")
 
 
-@pytest.mark.parametrize("blocks_per_sm", [RESIDENT, 0, 1])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_bit_exact_with_many_tokens(layout: str, blocks_per_sm: int) -> None:
-    """More tokens than one wave of resident blocks (so each warp of the persistent grid loops over several
-    token pairs; with one block per multiprocessor, many), an odd count (a warp's last pair is half
-    padding), block size 64, about a third of the slots padding."""
+@LANES
+@pytest.mark.parametrize("layout", ["fp8_ds_mla", "fp8_model1_mla"])
+def test_bit_exact_with_many_tokens(layout: str, lanes: int) -> None:
+    """More tokens than one launch wave covers, block size 64, about a third of the slots padding."""
     c = contract("cuda-sm90")
-    case = make_case(c, layout, tokens=13_001, block_size=64, num_blocks=300, seed=11).to("cuda")
-    kernel = CudaMlaKernel(c, blocks_per_sm=blocks_per_sm)
-    assert_bit_exact(case, case.run(kernel), f"cuda many tokens {layout} blocks_per_sm={blocks_per_sm}")
-
-
-def test_grid_option_is_checked() -> None:
-    with pytest.raises(ValueError, match="blocks_per_sm=-2: valid are -1"):
-        CudaMlaKernel(blocks_per_sm=-2)
+    case = make_case(c, layout, tokens=5000, block_size=64, num_blocks=100, seed=11).to("cuda")
+    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda many tokens {layout}")
 
 
 def test_unclaimed_layout_and_cpu_tensors_raise() -> None:
@@ -99,8 +96,9 @@ def test_invalid_arguments_raise_before_any_byte_is_written() -> None:
     assert torch.equal(case.cache, before)
 
 
+@LANES
 @pytest.mark.parametrize("tokens", [0, 1])
-def test_zero_and_one_token(tokens: int) -> None:
+def test_zero_and_one_token(tokens: int, lanes: int) -> None:
     c = contract("cuda-sm90")
     case = make_case(c, "fp8_ds_mla", tokens=tokens).to("cuda")
-    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda tokens={tokens}")
+    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda tokens={tokens}")

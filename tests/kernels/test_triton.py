@@ -127,32 +127,12 @@ def test_invalid_arguments_raise_before_any_byte_is_written(problem: str) -> Non
     assert torch.equal(cache, before)
 
 
-@pytest.mark.parametrize(("tokens_per_program", "num_warps", "programs_per_sm"),
-                         [(1, 1, 0), (2, 2, 0), (16, 8, 0), (2, 4, 1), (4, 4, 3)])
-def test_launch_tuning_never_changes_the_bytes(tokens_per_program: int, num_warps: int, programs_per_sm: int) -> None:
-    """Including persistent grids that leave each program several token groups (21 tokens: the last
-    group is partly past the end)."""
+@pytest.mark.parametrize(("tokens_per_program", "num_warps"), [(1, 1), (2, 2), (16, 8)])
+def test_launch_tuning_never_changes_the_bytes(tokens_per_program: int, num_warps: int) -> None:
     c = contract("rocm-gfx942")
-    kernel = TritonMlaKernel(c, tokens_per_program=tokens_per_program, num_warps=num_warps,
-                             programs_per_sm=programs_per_sm)
+    kernel = TritonMlaKernel(c, tokens_per_program=tokens_per_program, num_warps=num_warps)
     case = make_case(c, "fp8_ds_mla", tokens=21, seed=5).to(DEVICE)
-    assert_bit_exact(case, case.run(kernel), f"triton t{tokens_per_program} w{num_warps} p{programs_per_sm}")
-
-
-@pytest.mark.skipif(DEVICE == "cpu", reason="a wave of a GPU's persistent grid; the interpreter's is one program")
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("programs_per_sm", [1, 4])
-def test_persistent_grid_with_many_tokens(layout: str, programs_per_sm: int) -> None:
-    """More tokens than one wave of the persistent grid, an odd count, about a third of them padding."""
-    c = contract("cuda-sm90")
-    kernel = TritonMlaKernel(c, programs_per_sm=programs_per_sm)
-    case = make_case(c, layout, tokens=13_001, block_size=64, num_blocks=300, seed=11).to(DEVICE)
-    assert_bit_exact(case, case.run(kernel), f"triton persistent p{programs_per_sm} {layout}")
-
-
-def test_grid_options_are_checked() -> None:
-    with pytest.raises(ValueError, match="programs_per_sm=-1: valid are 0"):
-        TritonMlaKernel(programs_per_sm=-1)
+    assert_bit_exact(case, case.run(kernel), f"triton t{tokens_per_program} w{num_warps}")
 
 
 def test_tokens_per_program_must_be_a_power_of_two() -> None:

@@ -29,7 +29,7 @@ struct RtpRefMlaParams {
   int64_t R, P, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
   int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
-  int64_t input_fp16, aligned, hardware, block_shift, blocks_per_sm;
+  int64_t input_fp16, aligned, hardware, block_shift, lanes_per_token;
   double divisor, floor_;
 };
 
@@ -39,16 +39,15 @@ constexpr int kCopy16 = 0, kPerTensor = 1, kTiled = 2;
 constexpr int kChunk = 8;  // values per lane per step: 16 bytes of bf16/fp16
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
-// A token is written by 16 lanes: each holds 4 chunks of nope (kv_lora_rank up to 16 * 4 * 8 = 512, every
-// layout's default) or, in a second build, 8 (up to 1024), and one chunk of rope (rope_dim up to 128);
+// A token is written by L lanes (16: a half warp, or 32): each holds NC chunks of nope (kv_lora_rank up
+// to L * NC * 8; 512 or 1024) and one chunk of rope (rope_dim up to 128; lanes past it hold none);
 // cuda_mla.py checks before launching. Fixed sizes keep the values in registers.
-constexpr int kLanesPerToken = 16, kTokensPerWarp = kWarp / kLanesPerToken;
-// Blocks resident per multiprocessor: 3 of 8 warps (at most 80 registers a thread) hold a warp's two token
-// pairs (the one being written and the next one's loads) without spilling when a lane has 4 nope
-// chunks; 2 (128 registers) when it has 8. The bytes in flight, not the arithmetic, set a memory-bound
-// kernel's speed: fewer warps, each always loading, beat more warps that wait between tokens.
-template <int NC>
-constexpr int resident_blocks() { return NC <= 4 ? 3 : 2; }
+constexpr int kRopeLanes = 16;
+// Blocks resident per multiprocessor: at most 64 registers a thread for 4 blocks (32 warps), 40 for 6
+// (48 warps), each warp with its tokens' loads in flight: the bytes in flight, not the arithmetic, set
+// a memory-bound kernel's speed.
+template <int L, int NC>
+constexpr int resident_blocks() { return L == 32 && NC <= 2 ? 6 : 4; }
 
 // Per-launch constants in registers (float copies of the doubles, int32 format traits).
 struct Fmt {
@@ -145,19 +144,20 @@ struct Block {
   uint4 raw[NC];
 };
 
-// First value of chunk i of lane `sub`.
+// First value of chunk i of lane `sub` of the L lanes of a token.
+template <int L>
 __device__ __forceinline__ int64_t chunk_start(int i, int sub) {
-  return static_cast<int64_t>(i * kLanesPerToken + sub) * kChunk;
+  return static_cast<int64_t>(i * L + sub) * kChunk;
 }
 
 // Issues the loads of a lane's NC chunks of a row of n values; values past `n` read as 0 bits (0.0,
 // which never raises an amax, as the reference pads). Nothing here waits on a load.
-template <int NC, bool ALIGNED>
+template <int L, int NC, bool ALIGNED>
 __device__ __forceinline__ void load_block(const uint16_t* __restrict__ row, int64_t n, int sub, bool in_range,
                                            Block<NC>& out) {
 #pragma unroll
   for (int i = 0; i < NC; ++i) {
-    const int64_t c = chunk_start(i, sub);
+    const int64_t c = chunk_start<L>(i, sub);
     out.raw[i] = make_uint4(0, 0, 0, 0);
     if (!in_range || c >= n) continue;
     if constexpr (ALIGNED) {
@@ -230,7 +230,7 @@ __device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, int lane
   m = max(m & 0xFFFF, m >> 16);
   // Constant widths, unrolled: the steps of several chunks' reductions can interleave.
 #pragma unroll
-  for (int width = kLanesPerToken / 2; width > 0; width /= 2) {
+  for (int width = kRopeLanes / 2; width > 0; width /= 2) {
     if (width < lanes_per_tile) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));  // uniform condition
   }
   if (m > (fp16 ? 0x7C00u : 0x7F80u)) return __uint_as_float(0x7FC00000u);
@@ -268,40 +268,31 @@ __device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& 
   }
 }
 
-// What a half warp loads for one token: its slot (-1: write nothing) and its lanes' input chunks.
-template <int NC>
-struct TokenInputs {
-  int64_t slot;
+// A half warp per token. Every load of the token (its slot, its nope and rope values) is issued before
+// anything waits on one, so a token costs one memory round trip, not one per field or chunk.
+template <int NOPE, int ROPE, bool ALIGNED, bool HW, int L, int NC, bool POW2>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>()) mla_cache_write(const RtpRefMlaParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int sub = lane % L;
+  const int64_t token = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * (kWarp / L) +
+                        lane / L;
+  const bool in_range = token < p.num_tokens;
+  const int64_t slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
   Block<NC> nope;
   Block<1> rope;
-};
-
-// Issues every load of `token` (its slot, its nope and rope values); nothing waits on them here.
-template <int NC, bool ALIGNED>
-__device__ __forceinline__ void load_token(const RtpRefMlaParams& p, int64_t token, int sub, TokenInputs<NC>& in) {
-  const bool in_range = token < p.num_tokens;
-  in.slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
-  load_block<NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, in.nope);
-  load_block<1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, in.rope);
-}
-
-// Writes one token's entry from its loaded inputs. Called by all 32 lanes of a warp together: the
-// tile amax shuffles need every lane, those of padding tokens too.
-template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC, bool POW2>
-__device__ __forceinline__ void write_token(const RtpRefMlaParams& p, const Fmt& f, float tensor_scale, int sub,
-                                            const TokenInputs<NC>& in) {
-  const bool writes = in.slot >= 0;  // padding tokens (and lanes past the last token) write nothing
+  load_block<L, NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, nope);
+  load_block<L, 1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, rope);
+  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
+                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
+  const bool writes = slot >= 0;  // padding tokens (and lanes past the last token) write nothing
+  // Lanes stay until after the tile shuffles, in which all 32 take part.
+  if (NOPE != kTiled && !writes) return;
   const bool fp16 = p.input_fp16 != 0;
-  float amax[NC];
-  if constexpr (NOPE == kTiled) {
-    // Every chunk's amax first: independent shuffle chains, which the compiler overlaps (chunks past
-    // the field hold zeros and store nothing).
-#pragma unroll
-    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(in.nope.raw[i], fp16, static_cast<int>(p.tile / kChunk));
-  }
-  if (!writes) return;
+  const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
+              static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
+              p.has_inf != 0, p.satfinite != 0};
   int64_t block = 0, offset = 0;
-  split_slot(in.slot, p, block, offset);
+  if (writes) split_slot(slot, p, block, offset);
   uint8_t* block_base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
   uint8_t* row = block_base + offset * p.data_bytes;
   uint8_t* nope_dst = row + p.nope_off;
@@ -311,123 +302,85 @@ __device__ __forceinline__ void write_token(const RtpRefMlaParams& p, const Fmt&
     // A tile is a power-of-two number of adjacent lanes (cuda_mla.py checks), so tile indices are shifts.
     const int lanes_per_tile = static_cast<int>(p.tile / kChunk);
     const int tile_shift = __ffs(lanes_per_tile) - 1;
+    // Every chunk's amax first: independent shuffle chains, which the compiler overlaps (chunks
+    // past the field hold zeros and store nothing).
+    float amax[NC];
+#pragma unroll
+    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(nope.raw[i], fp16, lanes_per_tile);
+    if (!writes) return;
     uint8_t* scales = p.scale_trailing
                           ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
                           : row + p.scale_off;
     const float divisor = static_cast<float>(p.divisor), floor_value = static_cast<float>(p.floor_);
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-      const int64_t c = chunk_start(i, sub);
+      const int64_t c = chunk_start<L>(i, sub);
       if (c >= p.R) continue;
       const float raw_scale = __fdiv_rn(amax[i], divisor);
       float s = raw_scale < floor_value ? floor_value : raw_scale;  // max(raw, floor) keeping a NaN raw
       const int byte = ue8m0_ceil(s);
       if constexpr (POW2) s = ue8m0_value(byte);
       if ((sub & (lanes_per_tile - 1)) == 0) {
-        const int t = (i * kLanesPerToken + sub) >> tile_shift;
+        const int t = (i * L + sub) >> tile_shift;
         if (p.scale_ue8m0) scales[t] = static_cast<uint8_t>(byte);
         else store_f32<ALIGNED>(scales + 4 * t, s);
       }
-      quantise_chunk<ALIGNED, HW, POW2>(f, in.nope.raw[i], fp16, c, p.R, nope_dst, s, POW2 ? ue8m0_reciprocal(byte) : 0.0f);
+      quantise_chunk<ALIGNED, HW, POW2>(f, nope.raw[i], fp16, c, p.R, nope_dst, s, POW2 ? ue8m0_reciprocal(byte) : 0.0f);
     }
   } else {
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-      const int64_t c = chunk_start(i, sub);
+      const int64_t c = chunk_start<L>(i, sub);
       if (c >= p.R) continue;
-      if constexpr (NOPE == kCopy16) store_copy16<ALIGNED>(nope_dst, c, p.R, in.nope.raw[i]);
-      else quantise_chunk<ALIGNED, HW, false>(f, in.nope.raw[i], fp16, c, p.R, nope_dst, tensor_scale, 0.0f);
+      if constexpr (NOPE == kCopy16) store_copy16<ALIGNED>(nope_dst, c, p.R, nope.raw[i]);
+      else quantise_chunk<ALIGNED, HW, false>(f, nope.raw[i], fp16, c, p.R, nope_dst, tensor_scale, 0.0f);
     }
   }
 
   // ---- rope (k_pe) ----
-  const int64_t rc = chunk_start(0, sub);
+  const int64_t rc = chunk_start<L>(0, sub);
   if (rc < p.P) {
-    if constexpr (ROPE == kCopy16) store_copy16<ALIGNED>(row + p.rope_off, rc, p.P, in.rope.raw[0]);
-    else quantise_chunk<ALIGNED, HW, false>(f, in.rope.raw[0], fp16, rc, p.P, row + p.rope_off, tensor_scale, 0.0f);
+    if constexpr (ROPE == kCopy16) store_copy16<ALIGNED>(row + p.rope_off, rc, p.P, rope.raw[0]);
+    else quantise_chunk<ALIGNED, HW, false>(f, rope.raw[0], fp16, rc, p.P, row + p.rope_off, tensor_scale, 0.0f);
   }
 }
 
-// A half warp per token, over a grid that may be smaller than the tokens (a persistent grid: each warp
-// then takes every (grid's warps)-th pair of tokens). The loads of a warp's next pair are issued before
-// the current pair is written, so a warp always has a pair's bytes in flight, however long its
-// quantisation takes; a token still costs one memory round trip.
-template <int NOPE, int ROPE, bool ALIGNED, bool HW, int NC, bool POW2>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<NC>()) mla_cache_write(const RtpRefMlaParams p) {
-  const int lane = threadIdx.x % kWarp;
-  const int sub = lane % kLanesPerToken;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * kTokensPerWarp;
-  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
-                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
-  const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
-              static_cast<int>(p.nan_code), static_cast<int>(p.inf_code), p.neg_zero != 0,
-              p.has_inf != 0, p.satfinite != 0};
-  // The loop bound is the warp's first token, the same for all its lanes (write_token shuffles).
-  int64_t first = warp * kTokensPerWarp;
-  int64_t token = first + lane / kLanesPerToken;
-  TokenInputs<NC> current;
-  load_token<NC, ALIGNED>(p, token, sub, current);
-  for (; first < p.num_tokens; first += stride, token += stride) {
-    TokenInputs<NC> next;
-    load_token<NC, ALIGNED>(p, token + stride, sub, next);
-    write_token<NOPE, ROPE, ALIGNED, HW, NC, POW2>(p, f, tensor_scale, sub, current);
-    current = next;
-  }
-}
-
-template <int NOPE, int ROPE, int NC, bool POW2>
+template <int NOPE, int ROPE, int L, int NC, bool POW2>
 void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
-  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, NC, POW2><<<grid, block, 0, stream>>>(p);
-  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, NC, POW2><<<grid, block, 0, stream>>>(p);
-  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, NC, POW2><<<grid, block, 0, stream>>>(p);
-  else mla_cache_write<NOPE, ROPE, false, false, NC, POW2><<<grid, block, 0, stream>>>(p);
+  if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, L, NC, POW2><<<grid, block, 0, stream>>>(p);
+  else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, L, NC, POW2><<<grid, block, 0, stream>>>(p);
+  else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, L, NC, POW2><<<grid, block, 0, stream>>>(p);
+  else mla_cache_write<NOPE, ROPE, false, false, L, NC, POW2><<<grid, block, 0, stream>>>(p);
 }
 
-template <int NOPE, int ROPE, int NC>
+template <int NOPE, int ROPE, int L, int NC>
 void launch_scale_rule(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   // Only tile scales have a rule; a power-of-two one multiplies by the exact reciprocal.
   if constexpr (NOPE == kTiled) {
     if (p.pow2) {
-      launch_variant<NOPE, ROPE, NC, true>(p, grid, block, stream);
+      launch_variant<NOPE, ROPE, L, NC, true>(p, grid, block, stream);
       return;
     }
   }
-  launch_variant<NOPE, ROPE, NC, false>(p, grid, block, stream);
+  launch_variant<NOPE, ROPE, L, NC, false>(p, grid, block, stream);
 }
 
-// Grid of a launch: one block per 16 tokens, capped at `blocks_per_sm` blocks per multiprocessor when
-// that is positive, or at the blocks that are resident at once (a persistent grid) when it is negative.
-template <int NC>
-cudaError_t grid_for(const RtpRefMlaParams& p, dim3& grid) {
-  const int64_t tokens_per_block = kWarpsPerBlock * kTokensPerWarp;
-  int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
-  if (p.blocks_per_sm != 0) {
-    int device = 0, sms = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    const int64_t cap = sms * (p.blocks_per_sm > 0 ? p.blocks_per_sm : resident_blocks<NC>());
-    blocks = blocks < cap ? blocks : cap;
-  }
+template <int NOPE, int ROPE, int L>
+cudaError_t launch_lanes(const RtpRefMlaParams& p, cudaStream_t stream) {
+  const int64_t tokens_per_block = kWarpsPerBlock * (kWarp / L);
+  const int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
   if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
-  grid = dim3(static_cast<unsigned>(blocks));
-  return cudaSuccess;
-}
-
-template <int NOPE, int ROPE, int NC>
-cudaError_t launch_chunks(const RtpRefMlaParams& p, cudaStream_t stream) {
-  dim3 grid;
-  const cudaError_t err = grid_for<NC>(p, grid);
-  if (err != cudaSuccess) return err;
-  launch_scale_rule<NOPE, ROPE, NC>(p, grid, dim3(kWarp * kWarpsPerBlock), stream);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
+  constexpr int kSmall = 512 / (L * kChunk);  // chunks a lane holds for kv_lora_rank <= 512
+  if (p.R <= L * kSmall * kChunk) launch_scale_rule<NOPE, ROPE, L, kSmall>(p, grid, block, stream);
+  else launch_scale_rule<NOPE, ROPE, L, 2 * kSmall>(p, grid, block, stream);
   return cudaGetLastError();
 }
 
 template <int NOPE, int ROPE>
 cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
-  if (p.R <= kLanesPerToken * 4 * kChunk) return launch_chunks<NOPE, ROPE, 4>(p, stream);
-  return launch_chunks<NOPE, ROPE, 8>(p, stream);
+  if (p.lanes_per_token == 32) return launch_lanes<NOPE, ROPE, 32>(p, stream);
+  return launch_lanes<NOPE, ROPE, 16>(p, stream);
 }
 
 }  // namespace
