@@ -42,7 +42,6 @@ constexpr int kWarpsPerBlock = 8;
 // A token is written by L lanes (16: a half warp, or 32): each holds NC chunks of nope (kv_lora_rank up
 // to L * NC * 8; 512 or 1024) and one chunk of rope (rope_dim up to 128; lanes past it hold none);
 // cuda_mla.py checks before launching. Fixed sizes keep the values in registers.
-constexpr int kRopeLanes = 16;
 // Blocks resident per multiprocessor: at most 64 registers a thread for 4 blocks (32 warps), 40 for 6
 // (48 warps), each warp with its tokens' loads in flight: the bytes in flight, not the arithmetic, set
 // a memory-bound kernel's speed.
@@ -222,17 +221,13 @@ __device__ __forceinline__ void store_f32(uint8_t* dst, float value) {
 
 // Largest |x| of a tile from the raw 16-bit inputs of a lane's chunk. |x| bits order like the values
 // for bf16 and fp16, and every NaN's bits exceed inf's, so packed unsigned maxima find both the amax
-// and a NaN (torch's amax is NaN if any value is). All 32 lanes take part in the shuffles (a tile's
-// lanes are adjacent and within one half warp).
-__device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, int lanes_per_tile) {
+// and a NaN (torch's amax is NaN if any value is). Every lane of `tile_mask` (the tile's lanes, adjacent
+// and within one half warp) takes part: one warp reduction (redux.sync, sm_80 on) instead of a chain of
+// shuffles, whose latency the tiled layouts were waiting on.
+__device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, unsigned tile_mask) {
   uint32_t m = __vmaxu2(__vmaxu2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
                         __vmaxu2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
-  m = max(m & 0xFFFF, m >> 16);
-  // Constant widths, unrolled: the steps of several chunks' reductions can interleave.
-#pragma unroll
-  for (int width = kRopeLanes / 2; width > 0; width /= 2) {
-    if (width < lanes_per_tile) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));  // uniform condition
-  }
+  m = __reduce_max_sync(tile_mask, max(m & 0xFFFF, m >> 16));
   if (m > (fp16 ? 0x7C00u : 0x7F80u)) return __uint_as_float(0x7FC00000u);
   return fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(m))) : __uint_as_float(m << 16);
 }
@@ -302,11 +297,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>(
     // A tile is a power-of-two number of adjacent lanes (cuda_mla.py checks), so tile indices are shifts.
     const int lanes_per_tile = static_cast<int>(p.tile / kChunk);
     const int tile_shift = __ffs(lanes_per_tile) - 1;
+    const unsigned tile_mask = ((1u << lanes_per_tile) - 1u) << (lane & ~(lanes_per_tile - 1));
     // Every chunk's amax first: independent shuffle chains, which the compiler overlaps (chunks
     // past the field hold zeros and store nothing).
     float amax[NC];
 #pragma unroll
-    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(nope.raw[i], fp16, lanes_per_tile);
+    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(nope.raw[i], fp16, tile_mask);
     if (!writes) return;
     uint8_t* scales = p.scale_trailing
                           ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
