@@ -39,15 +39,17 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 ConversionPath = Literal["hardware", "software"]
 
-#: values per 16-byte chunk of bf16/fp16 input, and lanes per token (kChunk, kLanesPerToken in the source)
+#: values per 16-byte chunk of bf16/fp16 input (kChunk in the source), and the fewest lanes per token
+#: (a half warp: copies and per-tensor fp8; tile-scaled layouts take a whole warp)
 _CHUNK = 8
 _LANES_PER_TOKEN = 16
-#: the most values per token field the kernel holds in registers (8 chunks a lane for nope, 1 for rope)
+#: the most values per token field the kernel holds in registers (8 chunks a lane of a half warp or 4 of
+#: a warp for nope, 1 chunk of the first 16 lanes for rope)
 _MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
 
 
 class _Params(ctypes.Structure):
-    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 37 int64 then 2 doubles, no padding."""
+    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 36 int64 then 2 doubles, no padding."""
 
     _fields_ = [
         (name, ctypes.c_int64)
@@ -57,7 +59,7 @@ class _Params(ctypes.Structure):
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
             "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
-            "input_fp16", "aligned", "hardware", "block_shift", "lanes_per_token",
+            "input_fp16", "aligned", "hardware", "block_shift",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
@@ -142,17 +144,14 @@ class CudaMlaKernel(PlannedKernel):
     devices: Collection[str] = ("cuda",)
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: Literal["auto", "software"] = "auto", *, lanes_per_token: int = 16) -> None:
-        if lanes_per_token not in (16, 32):
-            raise ValueError(f"lanes_per_token={lanes_per_token}: valid are 16 and 32")
+                 conversion: Literal["auto", "software"] = "auto") -> None:
         self.contract = contract
         self.conversion = conversion
-        self.lanes_per_token = lanes_per_token
 
     def bind(self, contract: WriteContract, *,
              conversion: Literal["auto", "software"] | None = None) -> CudaMlaKernel:
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
-        return CudaMlaKernel(contract, conversion or self.conversion, lanes_per_token=self.lanes_per_token)
+        return CudaMlaKernel(contract, conversion or self.conversion)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
@@ -169,7 +168,7 @@ class CudaMlaKernel(PlannedKernel):
         if plan.kv_lora_rank > _MAX_R or plan.rope_dim > _MAX_P:
             raise UnsupportedLayoutError(
                 f"kernel cuda: kv_lora_rank={plan.kv_lora_rank}, rope_dim={plan.rope_dim}: it holds a token in "
-                f"{_LANES_PER_TOKEN} lanes' registers, so it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
+                f"a half warp's or a warp's registers: it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
             )
         lanes_per_tile = plan.tile // _CHUNK
         if plan.nope_mode is ValueMode.TILED and (
@@ -196,7 +195,7 @@ class CudaMlaKernel(PlannedKernel):
             neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract) == "hardware",
-            block_shift=block_shift_of(block_size), lanes_per_token=self.lanes_per_token,
+            block_shift=block_shift_of(block_size),
             divisor=plan.divisor, floor_=plan.floor,
         )
         with torch.cuda.device(kv_cache.device):

@@ -373,10 +373,11 @@ def _format_constexprs(f: FormatTraits) -> dict[str, Any]:
     }
 
 
-#: tokens per program and warps: 8 x 4 was the fastest of tokens {2, 4, 8, 16} x warps {4, 8} for every
-#: layout on an H200 at 2M tokens (``python -m tests.kernels.bandwidth --sweep``)
-BLOCK_T = 8
-NUM_WARPS = 4
+#: tokens per program and warps: on an H200 at 2M tokens 4 x 2 was within 1 point of the best of the
+#: configurations tried for every layout and 2.5-3 points ahead of 8 x 4 (the earlier choice) for
+#: fp8_model1_mla, over two runs (``python -m tests.kernels.bandwidth --sweep``; docs/performance.md)
+BLOCK_T = 4
+NUM_WARPS = 2
 
 
 class TritonMlaKernel(PlannedKernel):
@@ -393,22 +394,21 @@ class TritonMlaKernel(PlannedKernel):
 
     def __init__(self, contract: WriteContract | None = None,
                  conversion: Literal["auto", "software"] = "auto", *,
-                 tokens_per_program: int = BLOCK_T, num_warps: int = NUM_WARPS, max_registers: int = 0) -> None:
+                 tokens_per_program: int = BLOCK_T, num_warps: int = NUM_WARPS) -> None:
         if tokens_per_program < 1 or tokens_per_program & (tokens_per_program - 1):
             raise ValueError(f"tokens_per_program={tokens_per_program}: must be a power of two (tl.arange)")
         self.contract = contract
         self.conversion = conversion
         self.tokens_per_program = tokens_per_program
         self.num_warps = num_warps
-        self.max_registers = max_registers
         # The interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch).
         self.devices: Collection[str] = ("cpu",) if interpreted() else ("cuda",)
 
     def bind(self, contract: WriteContract, *,
              conversion: Literal["auto", "software"] | None = None) -> TritonMlaKernel:
         """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
-        return TritonMlaKernel(contract, conversion or self.conversion, tokens_per_program=self.tokens_per_program,
-                               num_warps=self.num_warps, max_registers=self.max_registers)
+        return TritonMlaKernel(contract, conversion or self.conversion,
+                               tokens_per_program=self.tokens_per_program, num_warps=self.num_warps)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""
@@ -440,7 +440,6 @@ class TritonMlaKernel(PlannedKernel):
                 tokens, kv_c.stride(0), k_pe.stride(0), block_size, block_shift_of(block_size),
                 kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
                 num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
-                **({"maxnreg": self.max_registers} if self.max_registers else {}),
             )
         self.launch_count += 1
 

@@ -16,8 +16,6 @@ from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from tests.kernels.cases import CONTRACTS, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 KERNEL = CudaMlaKernel()
-#: lanes per token of the kernel under test: a half warp (the default) or a whole warp
-LANES = pytest.mark.parametrize("lanes", [16, 32])
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 needs_build = pytest.mark.skipif(unavailable_reason() is not None, reason=f"cuda kernel: {unavailable_reason()}")
 pytestmark = [pytest.mark.cuda, needs_build]
@@ -35,47 +33,43 @@ def test_conversion_path_is_hardware_only_for_ocp_satfinite() -> None:
     assert KERNEL.bind(CONTRACTS["e4m3fn-nonsat"]()).conversion_path == "software"
 
 
-@LANES
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("contract_id", ["cuda-sm90", "cuda-sm90/software", "rocm-gfx942", "e5m2fnuz-nonsat"])
-def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str, lanes: int) -> None:
+def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str) -> None:
     base, _, forced = contract_id.partition("/")
     c = CONTRACTS[base]()
-    kernel = CudaMlaKernel(lanes_per_token=lanes).bind(c, conversion="software" if forced else None)
+    kernel = KERNEL.bind(c, conversion="software") if forced else KERNEL.bind(c)
     seed = zlib.crc32(f"{contract_id}{layout}{dtype}".encode())
     case = make_case(c, layout, dtype=DTYPES[dtype], seed=seed).to("cuda")
     assert_bit_exact(case, case.run(kernel), f"cuda {contract_id} {layout} {dtype}")
 
 
-@LANES
 @pytest.mark.parametrize(("contract_id", "layout", "dims", "flags"), SHAPES,
                          ids=[f"{s[1]}-{s[2][0]}x{s[2][1]}" for s in SHAPES])
 def test_bit_exact_on_odd_shapes(contract_id: str, layout: str, dims: tuple[int, int],
-                                 flags: dict[str, str], lanes: int) -> None:
+                                 flags: dict[str, str]) -> None:
     c = contract(contract_id, **flags)
     case = make_case(c, layout, dims=dims, dtype=torch.float16, tokens=13, block_size=3).to("cuda")
-    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda {layout} {dims}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda {layout} {dims}")
 
 
-@LANES
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bit_exact_with_misaligned_inputs(layout: str, lanes: int) -> None:
+def test_bit_exact_with_misaligned_inputs(layout: str) -> None:
     """Rows starting off a 16-byte boundary take the scalar path, with the same bytes."""
     c = contract("cuda-sm90")
     case = make_case(c, layout, seed=3).to("cuda")
     case.kv_c = torch.cat([case.kv_c.new_zeros(case.kv_c.shape[0], 1), case.kv_c], dim=1)[:, 1:]
     assert case.kv_c.data_ptr() % 16 != 0
-    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda misaligned {layout}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda misaligned {layout}")
 
 
-@LANES
 @pytest.mark.parametrize("layout", ["fp8_ds_mla", "fp8_model1_mla"])
-def test_bit_exact_with_many_tokens(layout: str, lanes: int) -> None:
+def test_bit_exact_with_many_tokens(layout: str) -> None:
     """More tokens than one launch wave covers, block size 64, about a third of the slots padding."""
     c = contract("cuda-sm90")
     case = make_case(c, layout, tokens=5000, block_size=64, num_blocks=100, seed=11).to("cuda")
-    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda many tokens {layout}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda many tokens {layout}")
 
 
 def test_unclaimed_layout_and_cpu_tensors_raise() -> None:
@@ -96,9 +90,8 @@ def test_invalid_arguments_raise_before_any_byte_is_written() -> None:
     assert torch.equal(case.cache, before)
 
 
-@LANES
 @pytest.mark.parametrize("tokens", [0, 1])
-def test_zero_and_one_token(tokens: int, lanes: int) -> None:
+def test_zero_and_one_token(tokens: int) -> None:
     c = contract("cuda-sm90")
     case = make_case(c, "fp8_ds_mla", tokens=tokens).to("cuda")
-    assert_bit_exact(case, case.run(CudaMlaKernel(lanes_per_token=lanes).bind(c)), f"cuda tokens={tokens}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda tokens={tokens}")

@@ -1,11 +1,12 @@
 // concat_and_cache_mla for every rtp-ref MLA layout: the `cuda` built-in kernel (rtp_ref/kernels/cuda_mla.py).
 //
 // The layout arrives as numbers taken from the reference field table (WritePlan): offsets, value
-// modes, the tile-scale rule and the fp8 format's traits. A half warp writes one token: each lane owns
-// every 16th chunk of 8 values (16-byte loads of bf16/fp16, 8-byte fp8 stores, coalesced across the
-// half warp) and the lanes of a scale tile reduce its amax with shuffles. Inputs are read once and entries written once; there are
-// no atomics. Each lane issues all of its token's loads at once, and the per-value work is a few
-// instructions (docs/performance.md has the measurements).
+// modes, the tile-scale rule and the fp8 format's traits. A half warp (a whole warp for tile-scaled
+// layouts) writes one token: each of its L lanes owns every L-th chunk of 8 values (16-byte loads of
+// bf16/fp16, 8-byte fp8 stores, coalesced across the lanes) and the lanes of a scale tile reduce its
+// amax with shuffles. Inputs are read once and entries written once; there are no atomics. Each lane
+// issues all of its token's loads at once, and the per-value work is a few instructions
+// (docs/performance.md has the measurements).
 //
 // Numerics (the contract of rtp_ref.fp8 / rtp_ref.kv.entries):
 //  * every quotient x / scale is __fdiv_rn, a correctly rounded float32 division, except for
@@ -29,7 +30,7 @@ struct RtpRefMlaParams {
   int64_t R, P, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
   int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
-  int64_t input_fp16, aligned, hardware, block_shift, lanes_per_token;
+  int64_t input_fp16, aligned, hardware, block_shift;
   double divisor, floor_;
 };
 
@@ -39,9 +40,15 @@ constexpr int kCopy16 = 0, kPerTensor = 1, kTiled = 2;
 constexpr int kChunk = 8;  // values per lane per step: 16 bytes of bf16/fp16
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
-// A token is written by L lanes (16: a half warp, or 32): each holds NC chunks of nope (kv_lora_rank up
-// to L * NC * 8; 512 or 1024) and one chunk of rope (rope_dim up to 128; lanes past it hold none);
-// cuda_mla.py checks before launching. Fixed sizes keep the values in registers.
+// A token is written by L lanes: each holds NC chunks of nope (kv_lora_rank up to L * NC * 8 = 512 for
+// every layout's default, or 1024 in a second build) and one chunk of rope (rope_dim up to 128; lanes
+// past it hold none); cuda_mla.py checks before launching. Fixed sizes keep the values in registers.
+// Copies and per-tensor fp8 take a half warp per token (L = 16); tile-scaled fp8 a whole warp (L = 32),
+// which halves each lane's chain of dependent work (tile amax, shuffles, scale, quantisation) and fits
+// in 40 registers: measured on an H200, +6 points of the copy roof for fp8_ds_mla, +3 for model1, and
+// -10 for per-tensor fp8 (docs/performance.md, v7).
+template <int NOPE>
+constexpr int lanes_per_token() { return NOPE == kTiled ? 32 : 16; }
 // Blocks resident per multiprocessor: at most 64 registers a thread for 4 blocks (32 warps), 40 for 6
 // (48 warps), each warp with its tokens' loads in flight: the bytes in flight, not the arithmetic, set
 // a memory-bound kernel's speed.
@@ -134,10 +141,10 @@ __device__ __forceinline__ float ue8m0_reciprocal(int byte) {
   return __uint_as_float(static_cast<uint32_t>(254 - byte) << 23);
 }
 
-// A token's values are split among the 16 lanes of a half warp: chunk i of lane `sub` holds values
-// [(16 i + sub) * 8, +8), so each load and store instruction of the half warp covers 16 consecutive
-// chunks (256 input bytes, 128 fp8 bytes) and a scale tile of up to 128 values is one chunk index
-// across adjacent lanes. Lanes hold NC nope chunks and one rope chunk.
+// A token's values are split among its L lanes: chunk i of lane `sub` holds values [(L i + sub) * 8, +8),
+// so each load and store instruction covers L consecutive chunks (16 L input bytes, 8 L fp8 bytes) and
+// a scale tile of up to 128 values is one chunk index across adjacent lanes. Lanes hold NC nope chunks
+// and one rope chunk.
 template <int NC>
 struct Block {
   uint4 raw[NC];
@@ -221,13 +228,18 @@ __device__ __forceinline__ void store_f32(uint8_t* dst, float value) {
 
 // Largest |x| of a tile from the raw 16-bit inputs of a lane's chunk. |x| bits order like the values
 // for bf16 and fp16, and every NaN's bits exceed inf's, so packed unsigned maxima find both the amax
-// and a NaN (torch's amax is NaN if any value is). Every lane of `tile_mask` (the tile's lanes, adjacent
-// and within one half warp) takes part: one warp reduction (redux.sync, sm_80 on) instead of a chain of
-// shuffles, whose latency the tiled layouts were waiting on.
-__device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, unsigned tile_mask) {
+// and a NaN (torch's amax is NaN if any value is). All 32 lanes take part in the shuffles (a tile's
+// lanes are adjacent and within one half warp). One warp reduction (redux.sync) per tile was slower on
+// an H200: with a mask per tile the compiler serialises the tiles of a warp.
+__device__ __forceinline__ float tile_amax(const uint4& raw, bool fp16, int lanes_per_tile) {
   uint32_t m = __vmaxu2(__vmaxu2(raw.x & 0x7FFF7FFFu, raw.y & 0x7FFF7FFFu),
                         __vmaxu2(raw.z & 0x7FFF7FFFu, raw.w & 0x7FFF7FFFu));
-  m = __reduce_max_sync(tile_mask, max(m & 0xFFFF, m >> 16));
+  m = max(m & 0xFFFF, m >> 16);
+  // Constant widths, unrolled: the steps of several chunks' reductions can interleave.
+#pragma unroll
+  for (int width = 8; width > 0; width /= 2) {  // a tile spans at most 16 lanes
+    if (width < lanes_per_tile) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, width));  // uniform condition
+  }
   if (m > (fp16 ? 0x7C00u : 0x7F80u)) return __uint_as_float(0x7FC00000u);
   return fp16 ? __half2float(__ushort_as_half(static_cast<uint16_t>(m))) : __uint_as_float(m << 16);
 }
@@ -263,7 +275,7 @@ __device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& 
   }
 }
 
-// A half warp per token. Every load of the token (its slot, its nope and rope values) is issued before
+// L lanes per token. Every load of the token (its slot, its nope and rope values) is issued before
 // anything waits on one, so a token costs one memory round trip, not one per field or chunk.
 template <int NOPE, int ROPE, bool ALIGNED, bool HW, int L, int NC, bool POW2>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>()) mla_cache_write(const RtpRefMlaParams p) {
@@ -297,12 +309,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>(
     // A tile is a power-of-two number of adjacent lanes (cuda_mla.py checks), so tile indices are shifts.
     const int lanes_per_tile = static_cast<int>(p.tile / kChunk);
     const int tile_shift = __ffs(lanes_per_tile) - 1;
-    const unsigned tile_mask = ((1u << lanes_per_tile) - 1u) << (lane & ~(lanes_per_tile - 1));
     // Every chunk's amax first: independent shuffle chains, which the compiler overlaps (chunks
     // past the field hold zeros and store nothing).
     float amax[NC];
 #pragma unroll
-    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(nope.raw[i], fp16, tile_mask);
+    for (int i = 0; i < NC; ++i) amax[i] = tile_amax(nope.raw[i], fp16, lanes_per_tile);
     if (!writes) return;
     uint8_t* scales = p.scale_trailing
                           ? block_base + p.block_size * p.data_bytes + offset * p.trail_bytes + p.scale_off
@@ -375,8 +386,7 @@ cudaError_t launch_lanes(const RtpRefMlaParams& p, cudaStream_t stream) {
 
 template <int NOPE, int ROPE>
 cudaError_t launch_modes(const RtpRefMlaParams& p, cudaStream_t stream) {
-  if (p.lanes_per_token == 32) return launch_lanes<NOPE, ROPE, 32>(p, stream);
-  return launch_lanes<NOPE, ROPE, 16>(p, stream);
+  return launch_lanes<NOPE, ROPE, lanes_per_token<NOPE>()>(p, stream);
 }
 
 }  // namespace
