@@ -4,6 +4,7 @@
 #                                      cuda-sm90 (native) and rocm-gfx942 (emulated), memcheck of triton+cuda
 #   scripts/gpu_check.sh speed         tests/kernels/bandwidth.py with the triton launch sweep, then
 #                                      rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
+#   scripts/gpu_check.sh sweep, bench  the two halves of speed
 #   scripts/gpu_check.sh probe         kernel tests, the bandwidth table with random and sequential slots,
 #                                      and ncu's DRAM bytes and instruction counts for a few writes
 #   scripts/gpu_check.sh quick         after a cuda-kernel change: its tests, certification and memcheck,
@@ -15,7 +16,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, speed, probe, quick, tune or pinning" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, speed, sweep, bench, probe, quick, tune or pinning" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -60,6 +61,12 @@ for stage in "$@"; do
     bandwidth --sweep
     bench --compile-baseline
     ;;
+  sweep)
+    bandwidth --sweep
+    ;;
+  bench)
+    bench --compile-baseline
+    ;;
   probe)
     unit_tests tests/kernels
     bandwidth --sequential
@@ -95,7 +102,7 @@ PY
     rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$reports/pin3" 2>&1 | tail -3
     ;;
   *)
-    echo "unknown stage $stage: correctness, speed, probe, quick, tune or pinning" >&2; exit 2
+    echo "unknown stage $stage: correctness, speed, sweep, bench, probe, quick, tune or pinning" >&2; exit 2
     ;;
   esac
 done
