@@ -150,7 +150,7 @@ def _chart(rows: list[BenchRow], doc: dict[str, Any], path: Path) -> None:
     shown = [r for r in rows if r.tokens == largest]
     layouts = sorted({r.layout for r in shown})
     kernels = sorted({r.kernel for r in shown})
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(layouts)), 4.0))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(layouts)) + 1.8, 4.0))
     width = 0.8 / max(len(kernels), 1)
     for i, kernel in enumerate(kernels):
         values = [next((100 * (r.roof_fraction or 0.0) for r in shown if r.kernel == kernel and r.layout == lay), 0.0)
@@ -162,7 +162,8 @@ def _chart(rows: list[BenchRow], doc: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("% of device copy bandwidth")
     ax.set_title(f"KV-cache write, {largest} tokens, {doc['platform']} ({doc['environment'].get('device')}); "
                  f"roof {doc['roof_bytes_per_s'] / 1e12:.2f} TB/s", fontsize=9)
-    ax.legend(fontsize=8)
+    # Outside the axes: inside, it hid the tops of bars.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
