@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -40,6 +40,11 @@ from rtp_ref.kv.validate import validate_write_args
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
+
+#: how a compiled kernel converts values to fp8: the GPU's instruction, or integer round-half-even
+ConversionPath = Literal["hardware", "software"]
+#: what a caller asks of a compiled kernel: the hardware path where it exists, or the software one always
+ConversionChoice = Literal["auto", "software"]
 
 
 @dataclass(frozen=True)

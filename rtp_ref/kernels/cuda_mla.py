@@ -21,12 +21,13 @@ import hashlib
 import os
 from collections.abc import Collection
 from importlib import resources
-from typing import Literal
 
 import torch
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.contract import (
+    ConversionChoice,
+    ConversionPath,
     PlannedKernel,
     ValueMode,
     WriteContract,
@@ -36,8 +37,6 @@ from rtp_ref.kernels.contract import (
 )
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.platform import MLA_LAYOUT_NAMES
-
-ConversionPath = Literal["hardware", "software"]
 
 #: values per 16-byte chunk of bf16/fp16 input (kChunk in the source), and the fewest lanes per token
 #: (a half warp: copies and per-tensor fp8; tile-scaled layouts take a whole warp)
@@ -144,12 +143,12 @@ class CudaMlaKernel(PlannedKernel):
     devices: Collection[str] = ("cuda",)
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: Literal["auto", "software"] = "auto") -> None:
+                 conversion: ConversionChoice = "auto") -> None:
         self.contract = contract
         self.conversion = conversion
 
     def bind(self, contract: WriteContract, *,
-             conversion: Literal["auto", "software"] | None = None) -> CudaMlaKernel:
+             conversion: ConversionChoice | None = None) -> CudaMlaKernel:
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
         return CudaMlaKernel(contract, conversion or self.conversion)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import triton
@@ -38,6 +38,8 @@ import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import (
+    ConversionChoice,
+    ConversionPath,
     FormatTraits,
     PlannedKernel,
     ValueMode,
@@ -47,8 +49,6 @@ from rtp_ref.kernels.contract import (
     default_contract,
 )
 from rtp_ref.platform import MLA_LAYOUT_NAMES
-
-ConversionPath = Literal["hardware", "software"]
 
 #: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
 _SW, _HW_E4M3FN, _HW_E4M3FNUZ = 0, 1, 2
@@ -393,7 +393,7 @@ class TritonMlaKernel(PlannedKernel):
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: Literal["auto", "software"] = "auto", *,
+                 conversion: ConversionChoice = "auto", *,
                  tokens_per_program: int = BLOCK_T, num_warps: int = NUM_WARPS) -> None:
         if tokens_per_program < 1 or tokens_per_program & (tokens_per_program - 1):
             raise ValueError(f"tokens_per_program={tokens_per_program}: must be a power of two (tl.arange)")
@@ -405,7 +405,7 @@ class TritonMlaKernel(PlannedKernel):
         self.devices: Collection[str] = ("cpu",) if interpreted() else ("cuda",)
 
     def bind(self, contract: WriteContract, *,
-             conversion: Literal["auto", "software"] | None = None) -> TritonMlaKernel:
+             conversion: ConversionChoice | None = None) -> TritonMlaKernel:
         """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
         return TritonMlaKernel(contract, conversion or self.conversion,
                                tokens_per_program=self.tokens_per_program, num_warps=self.num_warps)
