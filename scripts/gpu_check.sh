@@ -2,9 +2,8 @@
 # One device-machine session: install rtp-ref next to the machine's own torch, then run stages.
 #   scripts/gpu_check.sh correctness   unit tests on CUDA (mutants and fault isolation included), certify
 #                                      cuda-sm90 (native) and rocm-gfx942 (emulated), memcheck of triton+cuda
-#   scripts/gpu_check.sh speed         tests/kernels/bandwidth.py with the triton launch sweep, then
-#                                      rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
-#   scripts/gpu_check.sh sweep, bench  the two halves of speed
+#   scripts/gpu_check.sh sweep         tests/kernels/bandwidth.py with every launch-tuning variant
+#   scripts/gpu_check.sh bench         rtp-ref bench at 16K and 2M tokens with the torch.compile baseline
 #   scripts/gpu_check.sh probe         kernel tests, the bandwidth table with random and sequential slots,
 #                                      and ncu's DRAM bytes and instruction counts for a few writes
 #   scripts/gpu_check.sh quick         after a cuda-kernel change: its tests, certification and memcheck,
@@ -12,11 +11,11 @@
 #   scripts/gpu_check.sh tune          after a kernel change: the triton and cuda kernel tests, then the
 #                                      bandwidth table with every launch-tuning variant
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; -n 3 refused
-# Several stages run in order: scripts/gpu_check.sh correctness speed.
+# Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, speed, sweep, bench, probe, quick, tune or pinning" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune or pinning" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -56,10 +55,6 @@ for stage in "$@"; do
     certify cuda-sm90
     certify rocm-gfx942
     memcheck
-    ;;
-  speed)
-    bandwidth --sweep
-    bench --compile-baseline
     ;;
   sweep)
     bandwidth --sweep
@@ -102,7 +97,7 @@ PY
     rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$reports/pin3" 2>&1 | tail -3
     ;;
   *)
-    echo "unknown stage $stage: correctness, speed, sweep, bench, probe, quick, tune or pinning" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune or pinning" >&2; exit 2
     ;;
   esac
 done
