@@ -48,7 +48,7 @@ _MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
 
 
 class _Params(ctypes.Structure):
-    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 38 int64 then 2 doubles, no padding."""
+    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 36 int64 then 2 doubles, no padding."""
 
     _fields_ = [
         (name, ctypes.c_int64)
@@ -58,7 +58,7 @@ class _Params(ctypes.Structure):
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
             "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
-            "input_fp16", "aligned", "hardware", "block_shift", "stages", "blocks_per_sm",
+            "input_fp16", "aligned", "hardware", "block_shift",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
@@ -142,19 +142,15 @@ class CudaMlaKernel(PlannedKernel):
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cuda",)
 
-    def __init__(self, contract: WriteContract | None = None, conversion: ConversionChoice = "auto",
-                 stages: int = 0, blocks_per_sm: int = 0) -> None:
-        if stages < 0 or blocks_per_sm < 0:
-            raise ValueError(f"stages={stages}, blocks_per_sm={blocks_per_sm}: both must be >= 0")
+    def __init__(self, contract: WriteContract | None = None,
+                 conversion: ConversionChoice = "auto") -> None:
         self.contract = contract
         self.conversion = conversion
-        self.stages = stages
-        self.blocks_per_sm = blocks_per_sm
 
     def bind(self, contract: WriteContract, *,
              conversion: ConversionChoice | None = None) -> CudaMlaKernel:
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
-        return CudaMlaKernel(contract, conversion or self.conversion, self.stages, self.blocks_per_sm)
+        return CudaMlaKernel(contract, conversion or self.conversion)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
@@ -198,7 +194,7 @@ class CudaMlaKernel(PlannedKernel):
             neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract) == "hardware",
-            block_shift=block_shift_of(block_size), stages=self.stages, blocks_per_sm=self.blocks_per_sm,
+            block_shift=block_shift_of(block_size),
             divisor=plan.divisor, floor_=plan.floor,
         )
         with torch.cuda.device(kv_cache.device):

@@ -4,8 +4,7 @@
 the time of one write and its share of the device copy roof, on ``rtp-ref bench``'s inputs and
 measure (rtp_ref.bench): random slots over a cache twice as large, median of back-to-back calls
 through ``write_unchecked`` after one validated call. torch-eager is left out (``rtp-ref bench``
-times it). ``--sweep`` adds the triton kernel over ``tokens_per_program`` x ``num_warps`` and the cuda
-kernel over ``stages`` x ``blocks_per_sm``;
+times it). ``--sweep`` adds the triton kernel over ``tokens_per_program`` x ``num_warps``;
 ``--sequential`` adds each write with slots in order (same bytes: what the scatter itself costs).
 ``--one LAYOUT KERNEL`` makes one write and exits, for ``ncu``.
 """
@@ -26,8 +25,6 @@ from tests.kernels.cases import contract
 
 LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla")
 SWEEP = [(t, w) for t in (2, 4, 8) for w in (2, 4)]
-#: cuda (stages, blocks_per_sm): the pipelined kernel's ring depth, and a cap on its resident blocks (0: none)
-CUDA_SWEEP = [(2, 0), (3, 0), (4, 0), (2, 4), (4, 2)]
 CUDA = torch.device("cuda")
 
 
@@ -38,7 +35,6 @@ def main(tokens: int, sweep: bool, sequential: bool) -> None:
     kernels: list[tuple[str, PlannedKernel]] = [("triton", TritonMlaKernel(c)), ("cuda", CudaMlaKernel(c))]
     if sweep:
         kernels += [(f"triton t{t} w{w}", TritonMlaKernel(c, tokens_per_program=t, num_warps=w)) for t, w in SWEEP]
-        kernels += [(f"cuda s{s} b{b}", CudaMlaKernel(c, stages=s, blocks_per_sm=b)) for s, b in CUDA_SWEEP]
     for layout_name in LAYOUTS:
         layout = c.layout(layout_name, *default_dims(layout_name))
         kv_c, k_pe, cache, slots, scale = bench_inputs(layout, tokens, CUDA, torch.bfloat16)

@@ -16,8 +16,6 @@ from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from tests.kernels.cases import CONTRACTS, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 KERNEL = CudaMlaKernel()
-#: the one-wave kernel (0) and the pipelined kernel's ring depths
-STAGES = (0, 2, 3, 4)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 needs_build = pytest.mark.skipif(unavailable_reason() is not None, reason=f"cuda kernel: {unavailable_reason()}")
 pytestmark = [pytest.mark.cuda, needs_build]
@@ -35,15 +33,13 @@ def test_conversion_path_is_hardware_only_for_ocp_satfinite() -> None:
     assert KERNEL.bind(CONTRACTS["e4m3fn-nonsat"]()).conversion_path == "software"
 
 
-@pytest.mark.parametrize("stages", STAGES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("contract_id", ["cuda-sm90", "cuda-sm90/software", "rocm-gfx942", "e5m2fnuz-nonsat"])
-def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str, stages: int) -> None:
+def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str) -> None:
     base, _, forced = contract_id.partition("/")
     c = CONTRACTS[base]()
-    staged = CudaMlaKernel(stages=stages)
-    kernel = staged.bind(c, conversion="software") if forced else staged.bind(c)
+    kernel = KERNEL.bind(c, conversion="software") if forced else KERNEL.bind(c)
     seed = zlib.crc32(f"{contract_id}{layout}{dtype}".encode())
     case = make_case(c, layout, dtype=DTYPES[dtype], seed=seed).to("cuda")
     assert_bit_exact(case, case.run(kernel), f"cuda {contract_id} {layout} {dtype}")
@@ -51,35 +47,30 @@ def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str, st
 
 @pytest.mark.parametrize(("contract_id", "layout", "dims", "flags"), SHAPES,
                          ids=[f"{s[1]}-{s[2][0]}x{s[2][1]}" for s in SHAPES])
-@pytest.mark.parametrize("stages", [0, 3])
 def test_bit_exact_on_odd_shapes(contract_id: str, layout: str, dims: tuple[int, int],
-                                 flags: dict[str, str], stages: int) -> None:
+                                 flags: dict[str, str]) -> None:
     c = contract(contract_id, **flags)
     case = make_case(c, layout, dims=dims, dtype=torch.float16, tokens=13, block_size=3).to("cuda")
-    assert_bit_exact(case, case.run(CudaMlaKernel(stages=stages).bind(c)), f"cuda {layout} {dims} stages={stages}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda {layout} {dims}")
 
 
-@pytest.mark.parametrize("stages", [0, 3])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bit_exact_with_misaligned_inputs(layout: str, stages: int) -> None:
-    """Rows starting off a 16-byte boundary take the scalar path (whatever the stages), with the same bytes."""
+def test_bit_exact_with_misaligned_inputs(layout: str) -> None:
+    """Rows starting off a 16-byte boundary take the scalar path, with the same bytes."""
     c = contract("cuda-sm90")
     case = make_case(c, layout, seed=3).to("cuda")
     case.kv_c = torch.cat([case.kv_c.new_zeros(case.kv_c.shape[0], 1), case.kv_c], dim=1)[:, 1:]
     assert case.kv_c.data_ptr() % 16 != 0
-    assert_bit_exact(case, case.run(CudaMlaKernel(stages=stages).bind(c)), f"cuda misaligned {layout}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda misaligned {layout}")
 
 
-@pytest.mark.parametrize(("stages", "blocks_per_sm"), [(0, 0), (2, 0), (3, 0), (4, 0), (2, 1), (3, 1)])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_bit_exact_with_many_tokens(layout: str, stages: int, blocks_per_sm: int) -> None:
+@pytest.mark.parametrize("layout", ["fp8_ds_mla", "fp8_model1_mla"])
+def test_bit_exact_with_many_tokens(layout: str) -> None:
     """More tokens than one wave of resident blocks covers (an H200 holds 132 x 6 blocks of 8 tiled
-    tokens: 6,336), an odd count, block size 64, about a third of the slots padding. With one block a
-    multiprocessor, each warp of the pipelined kernel goes round its ring of stages many times."""
+    tokens: 6,336), an odd count, block size 64, about a third of the slots padding."""
     c = contract("cuda-sm90")
     case = make_case(c, layout, tokens=13_001, block_size=64, num_blocks=300, seed=11).to("cuda")
-    kernel = CudaMlaKernel(stages=stages, blocks_per_sm=blocks_per_sm).bind(c)
-    assert_bit_exact(case, case.run(kernel), f"cuda many tokens {layout} stages={stages} blocks={blocks_per_sm}")
+    assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda many tokens {layout}")
 
 
 def test_unclaimed_layout_and_cpu_tensors_raise() -> None:

@@ -30,7 +30,7 @@ struct RtpRefMlaParams {
   int64_t R, P, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
   int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
-  int64_t input_fp16, aligned, hardware, block_shift, stages, blocks_per_sm;
+  int64_t input_fp16, aligned, hardware, block_shift;
   double divisor, floor_;
 };
 
@@ -275,18 +275,24 @@ __device__ __forceinline__ void split_slot(int64_t slot, const RtpRefMlaParams& 
   }
 }
 
-// The per-tensor scale, read once per lane (1.0 where no field is per-tensor).
-template <int NOPE, int ROPE>
-__device__ __forceinline__ float tensor_scale_of(const RtpRefMlaParams& p) {
-  return (NOPE == kPerTensor || ROPE == kPerTensor) ? __ldg(reinterpret_cast<const float*>(p.scale)) : 1.0f;
-}
-
-// Writes one token from its loaded chunks: `slot` < 0 writes nothing. Tile-scaled modes need all 32
-// lanes of the warp here (the tile shuffles), whether their token writes or not.
+// L lanes per token. Every load of the token (its slot, its nope and rope values) is issued before
+// anything waits on one, so a token costs one memory round trip, not one per field or chunk.
 template <int NOPE, int ROPE, bool ALIGNED, bool HW, int L, int NC, bool POW2>
-__device__ __forceinline__ void write_token(const RtpRefMlaParams& p, int64_t slot, int sub, const Block<NC>& nope,
-                                            const Block<1>& rope, float tensor_scale) {
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>()) mla_cache_write(const RtpRefMlaParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int sub = lane % L;
+  const int64_t token = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * (kWarp / L) +
+                        lane / L;
+  const bool in_range = token < p.num_tokens;
+  const int64_t slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
+  Block<NC> nope;
+  Block<1> rope;
+  load_block<L, NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, nope);
+  load_block<L, 1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, rope);
+  const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
+                                 ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
   const bool writes = slot >= 0;  // padding tokens (and lanes past the last token) write nothing
+  // Lanes stay until after the tile shuffles, in which all 32 take part.
   if (NOPE != kTiled && !writes) return;
   const bool fp16 = p.input_fp16 != 0;
   const Fmt f{static_cast<int>(p.man_bits), static_cast<int>(p.emin), static_cast<int>(p.max_code),
@@ -346,166 +352,24 @@ __device__ __forceinline__ void write_token(const RtpRefMlaParams& p, int64_t sl
   }
 }
 
-// One token per L lanes, one launch wave after another. Every load of the token (its slot, its nope
-// and rope values) is issued before anything waits on one, so a token costs one memory round trip, not
-// one per field or chunk. The only kernel for inputs or fields without 16-byte alignment.
-template <int NOPE, int ROPE, bool ALIGNED, bool HW, int L, int NC, bool POW2>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>()) mla_cache_write(const RtpRefMlaParams p) {
-  const int lane = threadIdx.x % kWarp;
-  const int sub = lane % L;
-  const int64_t token = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * (kWarp / L) +
-                        lane / L;
-  const bool in_range = token < p.num_tokens;
-  const int64_t slot = in_range ? __ldg(reinterpret_cast<const int64_t*>(p.slots) + token) : -1;
-  Block<NC> nope;
-  Block<1> rope;
-  load_block<L, NC, ALIGNED>(reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row, p.R, sub, in_range, nope);
-  load_block<L, 1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, rope);
-  write_token<NOPE, ROPE, ALIGNED, HW, L, NC, POW2>(p, slot, sub, nope, rope, tensor_scale_of<NOPE, ROPE>(p));
-}
-
-// ---- the pipelined kernel (16-byte aligned inputs and fields) ----
-// A fixed grid of warps walks the tokens; each warp keeps its next S token groups' loads in flight as
-// asynchronous copies into its own shared memory (cp.async), so the bytes in flight no longer cost
-// registers, which is what bounded the one-wave kernel (docs/performance.md, v8). Each lane copies and
-// later reads back only its own chunks and slot: no lane waits for another's copies.
-
-__device__ __forceinline__ void copy_async16(void* shared, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
-}
-
-__device__ __forceinline__ void copy_async8(void* shared, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(address), "l"(global) : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Waits until at most N of this lane's committed copy groups are still in flight.
-template <int N>
-__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// One stage of a warp's ring: NC nope chunks and a rope chunk per lane, then each lane's slot.
-template <int NC>
-struct Stage {
-  uint4 chunk[NC + 1][kWarp];
-  int64_t slot[kWarp];
-};
-
-template <int NC>
-constexpr int stage_bytes() { return static_cast<int>(sizeof(Stage<NC>)); }
-
-// Blocks of the pipelined kernel resident per multiprocessor: the register bound of the one-wave kernel,
-// or fewer where the blocks' rings fill the shared memory (an H200 has 227 KiB a multiprocessor).
-template <int L, int NC, int S>
-constexpr int pipelined_blocks() {
-  constexpr int by_shared = (227 * 1024) / (S * kWarpsPerBlock * stage_bytes<NC>() + 1024);  // 1 KiB a block reserved
-  constexpr int by_registers = resident_blocks<L, NC>();
-  return by_shared < 1 ? 1 : (by_shared < by_registers ? by_shared : by_registers);
-}
-
-// Issues the copies of token group `group` into `stage` (nothing for groups or tokens past the end), then
-// commits them as one group: every lane commits once per call, so the group counts stay in step.
-template <int L, int NC>
-__device__ __forceinline__ void fetch_group(const RtpRefMlaParams& p, int64_t group, int lane, Stage<NC>& stage) {
-  const int sub = lane % L;
-  const int64_t token = group * (kWarp / L) + lane / L;
-  if (token < p.num_tokens) {
-    copy_async8(&stage.slot[lane], reinterpret_cast<const int64_t*>(p.slots) + token);
-    const uint16_t* kv_c = reinterpret_cast<const uint16_t*>(p.kv_c) + token * p.kv_c_row;
-#pragma unroll
-    for (int i = 0; i < NC; ++i) {
-      const int64_t c = chunk_start<L>(i, sub);
-      if (c < p.R) copy_async16(&stage.chunk[i][lane], kv_c + c);
-    }
-    const int64_t rc = chunk_start<L>(0, sub);
-    if (rc < p.P) copy_async16(&stage.chunk[NC][lane], reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row + rc);
-  }
-  commit_copies();
-}
-
-template <int NOPE, int ROPE, bool HW, int L, int NC, bool POW2, int S>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, pipelined_blocks<L, NC, S>())
-    mla_cache_write_pipelined(const RtpRefMlaParams p) {
-  extern __shared__ uint4 shared_words[];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int sub = lane % L;
-  Stage<NC>* ring = reinterpret_cast<Stage<NC>*>(shared_words) + warp * S;
-  const float tensor_scale = tensor_scale_of<NOPE, ROPE>(p);
-  const int64_t groups = (p.num_tokens + kWarp / L - 1) / (kWarp / L);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-#pragma unroll
-  for (int s = 0; s < S; ++s) fetch_group<L, NC>(p, first + s * stride, lane, ring[s]);
-  int s = 0;
-  // The loop bounds are the same for every lane of a warp: all 32 reach the tile shuffles together.
-  for (int64_t group = first; group < groups; group += stride) {
-    wait_copies<S - 1>();  // this group's copies, the oldest in flight, have landed
-    Stage<NC>& stage = ring[s];
-    const int64_t token = group * (kWarp / L) + lane / L;
-    const bool in_range = token < p.num_tokens;
-    Block<NC> nope;
-    Block<1> rope;
-#pragma unroll
-    for (int i = 0; i < NC; ++i)
-      nope.raw[i] = in_range && chunk_start<L>(i, sub) < p.R ? stage.chunk[i][lane] : make_uint4(0, 0, 0, 0);
-    rope.raw[0] = in_range && chunk_start<L>(0, sub) < p.P ? stage.chunk[NC][lane] : make_uint4(0, 0, 0, 0);
-    const int64_t slot = in_range ? stage.slot[lane] : -1;
-    write_token<NOPE, ROPE, true, HW, L, NC, POW2>(p, slot, sub, nope, rope, tensor_scale);
-    // Refill the stage only now: its values were read into registers and used by the stores above.
-    fetch_group<L, NC>(p, group + S * stride, lane, stage);
-    s = s + 1 == S ? 0 : s + 1;
-  }
-}
-
-// A fixed grid for the pipelined kernel: as many blocks as fit on every multiprocessor at once (or
-// p.blocks_per_sm), never more than the tokens need.
-template <int NOPE, int ROPE, bool HW, int L, int NC, bool POW2, int S>
-cudaError_t launch_pipelined(const RtpRefMlaParams& p, int64_t blocks_needed, cudaStream_t stream) {
-  const auto kernel = mla_cache_write_pipelined<NOPE, ROPE, HW, L, NC, POW2, S>;
-  const int shared_bytes = S * kWarpsPerBlock * stage_bytes<NC>();
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
-  int device = 0, sms = 0, per_sm = 0;
-  if (e == cudaSuccess) e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarp * kWarpsPerBlock, shared_bytes);
-  if (e != cudaSuccess) return e;
-  if (p.blocks_per_sm > 0 && p.blocks_per_sm < per_sm) per_sm = static_cast<int>(p.blocks_per_sm);
-  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const dim3 grid(static_cast<unsigned>(blocks_needed < resident ? blocks_needed : resident));
-  kernel<<<grid, kWarp * kWarpsPerBlock, shared_bytes, stream>>>(p);
-  return cudaGetLastError();
-}
-
 template <int NOPE, int ROPE, int L, int NC, bool POW2>
-cudaError_t launch_variant(const RtpRefMlaParams& p, int64_t blocks, cudaStream_t stream) {
-  if (p.aligned && p.stages > 0) {
-    // Template arguments for the stage counts the sweep explores; others fall back to the nearest.
-    if (p.hardware) {
-      if (p.stages <= 2) return launch_pipelined<NOPE, ROPE, true, L, NC, POW2, 2>(p, blocks, stream);
-      if (p.stages == 3) return launch_pipelined<NOPE, ROPE, true, L, NC, POW2, 3>(p, blocks, stream);
-      return launch_pipelined<NOPE, ROPE, true, L, NC, POW2, 4>(p, blocks, stream);
-    }
-    if (p.stages <= 2) return launch_pipelined<NOPE, ROPE, false, L, NC, POW2, 2>(p, blocks, stream);
-    if (p.stages == 3) return launch_pipelined<NOPE, ROPE, false, L, NC, POW2, 3>(p, blocks, stream);
-    return launch_pipelined<NOPE, ROPE, false, L, NC, POW2, 4>(p, blocks, stream);
-  }
-  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
+void launch_variant(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   if (p.aligned && p.hardware) mla_cache_write<NOPE, ROPE, true, true, L, NC, POW2><<<grid, block, 0, stream>>>(p);
   else if (p.aligned) mla_cache_write<NOPE, ROPE, true, false, L, NC, POW2><<<grid, block, 0, stream>>>(p);
   else if (p.hardware) mla_cache_write<NOPE, ROPE, false, true, L, NC, POW2><<<grid, block, 0, stream>>>(p);
   else mla_cache_write<NOPE, ROPE, false, false, L, NC, POW2><<<grid, block, 0, stream>>>(p);
-  return cudaGetLastError();
 }
 
 template <int NOPE, int ROPE, int L, int NC>
-cudaError_t launch_scale_rule(const RtpRefMlaParams& p, int64_t blocks, cudaStream_t stream) {
+void launch_scale_rule(const RtpRefMlaParams& p, dim3 grid, dim3 block, cudaStream_t stream) {
   // Only tile scales have a rule; a power-of-two one multiplies by the exact reciprocal.
   if constexpr (NOPE == kTiled) {
-    if (p.pow2) return launch_variant<NOPE, ROPE, L, NC, true>(p, blocks, stream);
+    if (p.pow2) {
+      launch_variant<NOPE, ROPE, L, NC, true>(p, grid, block, stream);
+      return;
+    }
   }
-  return launch_variant<NOPE, ROPE, L, NC, false>(p, blocks, stream);
+  launch_variant<NOPE, ROPE, L, NC, false>(p, grid, block, stream);
 }
 
 template <int NOPE, int ROPE, int L>
@@ -513,9 +377,11 @@ cudaError_t launch_lanes(const RtpRefMlaParams& p, cudaStream_t stream) {
   const int64_t tokens_per_block = kWarpsPerBlock * (kWarp / L);
   const int64_t blocks = (p.num_tokens + tokens_per_block - 1) / tokens_per_block;
   if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarp * kWarpsPerBlock);
   constexpr int kSmall = 512 / (L * kChunk);  // chunks a lane holds for kv_lora_rank <= 512
-  if (p.R <= L * kSmall * kChunk) return launch_scale_rule<NOPE, ROPE, L, kSmall>(p, blocks, stream);
-  return launch_scale_rule<NOPE, ROPE, L, 2 * kSmall>(p, blocks, stream);
+  if (p.R <= L * kSmall * kChunk) launch_scale_rule<NOPE, ROPE, L, kSmall>(p, grid, block, stream);
+  else launch_scale_rule<NOPE, ROPE, L, 2 * kSmall>(p, grid, block, stream);
+  return cudaGetLastError();
 }
 
 template <int NOPE, int ROPE>
