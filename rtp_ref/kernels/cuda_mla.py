@@ -42,6 +42,8 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES
 #: (a half warp: copies and per-tensor fp8; tile-scaled layouts take a whole warp)
 _CHUNK = 8
 _LANES_PER_TOKEN = 16
+#: the most lanes one scale tile may span: tile_amax's shuffles stay within a half warp
+_MAX_LANES_PER_TILE = 16
 #: the most values per token field the kernel holds in registers (8 chunks a lane of a half warp or 4 of
 #: a warp for nope, 1 chunk of the first 16 lanes for rope)
 _MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
@@ -171,11 +173,11 @@ class CudaMlaKernel(PlannedKernel):
             )
         lanes_per_tile = plan.tile // _CHUNK
         if plan.nope_mode is ValueMode.TILED and (
-            plan.tile % _CHUNK or lanes_per_tile > _LANES_PER_TOKEN or lanes_per_tile & (lanes_per_tile - 1)
+            plan.tile % _CHUNK or lanes_per_tile > _MAX_LANES_PER_TILE or lanes_per_tile & (lanes_per_tile - 1)
         ):
             raise UnsupportedLayoutError(
                 f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; it supports "
-                f"tiles of {_CHUNK} x a power of two up to {_CHUNK * _LANES_PER_TOKEN} values (one chunk index "
+                f"tiles of {_CHUNK} x a power of two up to {_CHUNK * _MAX_LANES_PER_TILE} values (one chunk index "
                 f"across a half warp)"
             )
         lib = _library(_arch(kv_cache.device))

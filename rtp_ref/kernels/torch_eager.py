@@ -92,6 +92,8 @@ def write_eager(plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_
     # Each block as one row of bytes (its stride honoured), then an index_put per field.
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     raw = kv_cache.view(torch.uint8)
+    # A plain view where the cache is contiguous: under torch.compile an index_put into the as_strided
+    # view did not reach the cache (tests/bench/test_bench.py's compiled-baseline test fails without it).
     if kv_cache.is_contiguous():
         blocks = raw.view(num_blocks, -1)
     else:

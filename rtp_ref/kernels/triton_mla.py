@@ -10,7 +10,7 @@ to its own specialised kernel.
 fp8 conversion has two paths, chosen per call and reported as ``conversion_path``:
 
 * ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton
-  3.9) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. On AMD the value
+  3.8) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. On AMD the value
   is clamped to +-max first with a select that lets NaN through, so saturation never depends on the
   backend's default; on NVIDIA Triton emits the saturating ``cvt.rn.satfinite`` (a test reads the
   PTX), so the clamp would only cost instructions. NaN is written as the format's canonical code.
@@ -343,7 +343,7 @@ def _pow2_at_least(n: int) -> int:
 
 def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bool = True,
                 clamp: bool = True) -> dict[str, Any]:
-    """The kernel's constexpr arguments for a plan (also what ``amdgcn_for`` compiles).
+    """The kernel's constexpr arguments for a plan (also what ``_compile_ahead`` compiles).
 
     ``clamp``: clamp before the hardware conversion (not needed where it saturates by itself: NVIDIA).
     """
@@ -427,7 +427,8 @@ class TritonMlaKernel(PlannedKernel):
         tokens = slot_mapping.shape[0]
         if tokens == 0:
             return
-        hw = _SW if self.conversion_path_for(contract) == "software" else _hardware_selector(contract)
+        # The same choice as conversion_path_for, asking Triton for its target once.
+        hw = _SW if self.conversion == "software" else _hardware_selector(contract)
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
                                  in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _conversion_saturates())

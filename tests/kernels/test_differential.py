@@ -49,9 +49,10 @@ from tests.strategies import ValuePlan, WriteSpec, write_specs
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
 
+#: Triton runs in its CPU interpreter here (tests/kernels/conftest.py sets TRITON_INTERPRET without a GPU)
 KERNELS = {entry.kernel.name: entry.kernel for entry in builtin_kernels()}
 MISSING = unavailable_builtin_kernels()
-#: Triton runs in its CPU interpreter here (tests/kernels/conftest.py sets TRITON_INTERPRET without a GPU)
+#: the smallest normal float32, a scale floor
 FLT_MIN = torch.finfo(torch.float32).tiny
 
 #: bf16 bit patterns of values on which torch's own fp8 casts differ between builds and from the contract:

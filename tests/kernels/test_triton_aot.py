@@ -3,7 +3,7 @@
 ``hip_hardware_format`` claims which fp8 format each AMD target converts with a hardware
 instruction under this Triton; the builds check the claim both ways. gfx942 must convert fnuz
 (``tl.float8e4b8``) with ``v_cvt_pk_fp8_f32``. gfx950 converts OCP e4m3 (``tl.float8e4nv``) with
-``v_cvt_scalef32_pk_fp8_f32`` in triton 3.9, while triton 3.6 emits no conversion instruction
+``v_cvt_scalef32_pk_fp8_f32`` from triton 3.8, while triton 3.6 emits no conversion instruction
 (the kernel then takes its software path). The software path uses no conversion instruction.
 
 On NVIDIA the kernel converts without clamping first: it relies on Triton emitting the saturating
