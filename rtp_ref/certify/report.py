@@ -7,7 +7,9 @@ strict xfail and is shown as such, never as a pass.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -233,3 +235,31 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
     for (kernel, layout), by_platform in sorted(cells.items()):
         lines.append(f"| {kernel} | {layout} | " + " | ".join(by_platform.get(p, "-") for p in platforms) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_scoreboard(out: Path, board: Mapping[str, Any], option: str) -> None:
+    """Write ``scoreboard.json`` and ``scoreboard.md`` into ``out`` (created if needed).
+
+    Both files are written to temporary names first and renamed only once both are complete, so a
+    failed write (disk full, ``out`` is a file) leaves no half-written scoreboard; a directory this
+    call created is removed again. Errors raise RtpRefError naming ``option``, the command line option
+    that gave ``out``.
+    """
+    texts = {"scoreboard.json": json.dumps(board, indent=1) + "\n", "scoreboard.md": render_scoreboard(board)}
+    created = not out.exists()
+    temporary = {name: out / f".{name}.{os.getpid()}.tmp" for name in texts}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            temporary[name].write_text(text)
+        for name, tmp in temporary.items():
+            tmp.replace(out / name)
+    except OSError as exc:
+        # Best effort: when ``out`` is not a directory there is nothing of ours to remove.
+        with contextlib.suppress(OSError):
+            for tmp in temporary.values():
+                tmp.unlink(missing_ok=True)
+            if created:
+                out.rmdir()
+        problem = exc.strerror or exc
+        raise RtpRefError(f"{option} {str(out)!r} cannot be written: {problem}; valid: a directory") from exc

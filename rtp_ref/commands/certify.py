@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.certify.report import certification_failed, load_report, merge_reports, render_scoreboard
+from rtp_ref.certify.report import (
+    certification_failed,
+    load_report,
+    merge_reports,
+    render_scoreboard,
+    write_scoreboard,
+)
 from rtp_ref.commands._output import add_json_flag, add_layout_flag, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.discovery import discover_kernels
@@ -172,8 +177,7 @@ def _certify_all(args: argparse.Namespace) -> int:
         return 0
     written = [out / name / "report.json" for name in codes if (out / name / "report.json").exists()]
     board = merge_reports([load_report(p) for p in written], [str(p) for p in written])
-    (out / "scoreboard.json").write_text(json.dumps(board, indent=1) + "\n")
-    (out / "scoreboard.md").write_text(render_scoreboard(board))
+    write_scoreboard(out, board, option="--report")
     print(render_scoreboard(board), end="")
     failed = [name for name, code in codes.items() if code != 0]
     print(
