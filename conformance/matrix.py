@@ -16,7 +16,7 @@ from rtp_ref.certify.cases import CaseSpec, num_blocks_for
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
-from rtp_ref.kernels.protocol import KVCacheKernel
+from rtp_ref.kernels.protocol import KVCacheKernel, device_to_run
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Deviation, Platform
 
@@ -49,13 +49,10 @@ _SUITE = pytest.StashKey["Suite"]()
 
 def _device_for(kernel: KVCacheKernel, platform: Platform) -> tuple[str, str | None]:
     """Where the kernel runs: the CPU for the cpu table, else the GPU when there is one."""
-    if platform.backend == "cpu" and "cpu" in kernel.devices:
-        return "cpu", None
-    if torch.cuda.is_available() and "cuda" in kernel.devices:
-        return "cuda", None
-    if "cpu" in kernel.devices:
-        return "cpu", None
-    return "cuda", f"{kernel.name} runs on {', '.join(kernel.devices)} only; torch sees no such device here"
+    device = device_to_run(kernel.devices, prefer_gpu=platform.backend != "cpu")
+    if device is None:
+        return "cuda", f"{kernel.name} runs on {', '.join(kernel.devices)} only; torch sees no such device here"
+    return device, None
 
 
 def _bind(kernel: KVCacheKernel, contract: WriteContract, execution: str) -> tuple[KVCacheKernel, str | None]:

@@ -13,21 +13,19 @@ from rtp_ref.commands._output import add_json_flag, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
-from rtp_ref.kernels.protocol import KernelEntry
+from rtp_ref.kernels.protocol import KernelEntry, device_to_run
 from rtp_ref.kv.golden_read import CacheComparison, GoldenFile, compare_cache, read_golden, reference_cache
 
 
 def _device_for(entry: KernelEntry) -> torch.device:
-    """The device the kernel runs on here: the CPU when it claims it, else a GPU torch sees."""
-    devices = list(entry.kernel.devices)
-    if "cpu" in devices:
-        return torch.device("cpu")
-    if "cuda" in devices and torch.cuda.is_available():
-        return torch.device("cuda")
-    raise RtpRefError(
-        f"kernel {entry.kernel.name!r} runs on {', '.join(devices)}, and torch sees no such device here; "
-        "valid: a kernel that runs on cpu, or a machine with its GPU"
-    )
+    """The device the kernel runs on here: a GPU torch sees when it claims one, else the CPU."""
+    device = device_to_run(entry.kernel.devices)
+    if device is None:
+        raise RtpRefError(
+            f"kernel {entry.kernel.name!r} runs on {', '.join(entry.kernel.devices)}, and torch sees no such "
+            "device here; valid: a kernel that runs on cpu, or a machine with its GPU"
+        )
+    return torch.device(device)
 
 
 @dataclass(frozen=True)

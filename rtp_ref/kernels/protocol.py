@@ -86,6 +86,18 @@ def check_kernel(obj: Any, origin: str) -> KVCacheKernel:
     return kernel
 
 
+def device_to_run(devices: Collection[str], prefer_gpu: bool = True) -> str | None:
+    """The torch device type a kernel claiming ``devices`` runs on here, or None when torch sees none.
+
+    A GPU torch sees (``cuda``, also on ROCm builds) when the kernel claims it, unless ``prefer_gpu`` is
+    False and the kernel also claims the CPU; otherwise the CPU when the kernel claims it.
+    """
+    gpu = torch.cuda.is_available() and "cuda" in devices
+    if "cpu" in devices and not (gpu and prefer_gpu):
+        return "cpu"
+    return "cuda" if gpu else None
+
+
 @dataclass(frozen=True)
 class KernelEntry:
     """A discovered kernel and where it came from (``builtin`` or ``entry point NAME = VALUE (dist)``)."""

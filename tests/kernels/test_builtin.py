@@ -6,7 +6,7 @@ import torch
 
 from rtp_ref.kernels.builtin import available_builtin_kernels, unavailable_builtin_kernels
 from rtp_ref.kernels.cuda_mla import unavailable_reason
-from rtp_ref.kernels.protocol import check_kernel
+from rtp_ref.kernels.protocol import check_kernel, device_to_run
 
 
 def test_every_builtin_is_either_available_or_has_a_reason() -> None:
@@ -34,3 +34,14 @@ def test_builtins_are_bindable_kernels() -> None:
     from rtp_ref.kernels.protocol import BindableKernel
 
     assert all(isinstance(k, BindableKernel) for k in available_builtin_kernels())
+
+
+
+def test_device_to_run_prefers_a_gpu_only_when_asked_and_present() -> None:
+    gpu = torch.cuda.is_available()
+    assert device_to_run(["cpu"]) == "cpu"
+    assert device_to_run(["cpu", "cuda"], prefer_gpu=False) == "cpu"
+    assert device_to_run(["cpu", "cuda"]) == ("cuda" if gpu else "cpu")
+    assert device_to_run(["cuda"]) == ("cuda" if gpu else None)
+    assert device_to_run(["cuda"], prefer_gpu=False) == ("cuda" if gpu else None)
+    assert device_to_run([]) is None
