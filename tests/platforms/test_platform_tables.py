@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +19,8 @@ from rtp_ref.platform import (
     platform_names,
 )
 
-REPO_PLATFORMS = Path(__file__).resolve().parents[2] / "platforms"
+REPO = Path(__file__).resolve().parents[2]
+REPO_PLATFORMS = REPO / "platforms"
 
 # Facts from shared/reference/mla-kv-layouts.md ("fp8 formats" table), written here by hand.
 EXPECTED_ELEMENT_FORMAT = {
@@ -35,13 +40,24 @@ def test_the_five_targets_are_bundled_and_valid() -> None:
         assert len(p.sha256) == 64
 
 
-def test_bundled_tables_are_the_repository_files() -> None:
-    """The installed data package must carry exactly the files engine developers read in platforms/."""
-    import hashlib
-
-    assert sorted(f.stem for f in REPO_PLATFORMS.glob("*.toml")) == platform_names()
-    for p in all_platforms():
-        assert p.sha256 == hashlib.sha256((REPO_PLATFORMS / f"{p.name}.toml").read_bytes()).hexdigest(), p.name
+def test_the_wheel_carries_exactly_the_repository_tables(tmp_path: Path) -> None:
+    """A wheel built from this source must carry, byte for byte, the files engine developers read in
+    platforms/ (in a source checkout the loader reads those files themselves, so only a real build shows
+    what users get)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for folder in ("rtp_ref", "platforms", "conformance"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-q", "-w", str(tmp_path / "dist"), str(source)], check=True)
+    (wheel,) = (tmp_path / "dist").glob("rtp_ref-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        bundled = {Path(n).name: z.read(n) for n in z.namelist()
+                   if n.startswith("rtp_ref/platform_tables/") and n.endswith(".toml")}
+    assert bundled == {f.name: f.read_bytes() for f in REPO_PLATFORMS.glob("*.toml")}
+    assert sorted(Path(n).stem for n in bundled) == platform_names()
 
 
 def _write_variant(tmp_path: Path, old: str, new: str, name: str = "cpu") -> Path:
