@@ -109,7 +109,7 @@ BAD_INPUTS = [
         "unknown layout flag 'x'; valid flags", output="{tmp}/rep"),
     Bad("certify-report-is-a-file", ("certify", "--platform", "cpu", "--kernel", "reference", "--layout", "auto",
                                      "--report", "{tmp}/rep"),
-        "--report", output="{tmp}/rep", keep=True),
+        "--report '{tmp}/rep' is a file; valid: a directory", output="{tmp}/rep", keep=True),
     # report merge: every report is checked before anything is written
     Bad("merge-truncated", ("report", "merge", "{report}", "{truncated_report}", "--out", "{tmp}/board"),
         "report '{truncated_report}' is not valid JSON", output="{tmp}/board"),
@@ -119,10 +119,10 @@ BAD_INPUTS = [
         "key 'complete' is 'yes'; valid: true or false", output="{tmp}/board"),
     Bad("merge-out-is-a-file", ("report", "merge", "{report}", "--out", "{tmp}/board"),
         "--out '{tmp}/board' cannot be written", output="{tmp}/board", keep=True),
+    # bench: checked before anything is timed or written
+    Bad("bench-unknown-layout", ("bench", "--layout", "fp9", "--report", "{tmp}/rep"),
+        "--layout 'fp9': unknown layout; valid: auto, fp8", output="{tmp}/rep"),
 ]
-
-#: rows the command does not pass yet: id -> what has to change (strict: they fail loudly once fixed)
-NOT_YET: dict[str, str] = {}
 
 
 def _toml_with(path: Path, old: str, new: str) -> Path:
@@ -212,11 +212,7 @@ def _error_line(stderr: str) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [pytest.param(b, id=b.id, marks=[pytest.mark.xfail(strict=True, reason=NOT_YET[b.id])] if b.id in NOT_YET else [])
-     for b in BAD_INPUTS],
-)
+@pytest.mark.parametrize("bad", [pytest.param(b, id=b.id) for b in BAD_INPUTS])
 def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str], tmp_path: Path) -> None:
     values = {**inputs, "tmp": str(tmp_path)}
     argv = [arg.format(**values) for arg in bad.argv]
@@ -250,4 +246,4 @@ def test_every_command_has_bad_input_rows() -> None:
     from rtp_ref.cli import COMMAND_MODULES
 
     commands = {name.replace("_", "-") for name in COMMAND_MODULES}
-    assert commands - {b.argv[0] for b in BAD_INPUTS} == {"bench"}
+    assert commands - {b.argv[0] for b in BAD_INPUTS} == set()
