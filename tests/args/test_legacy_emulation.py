@@ -16,7 +16,6 @@ docs/args-and-plugins.md shows the same table; ``test_docs_show_the_same_mapping
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.processes import child_env
 
 BEHAVIOUR_MODULES = (
     "tests/args/test_args_behaviour.py",
@@ -319,9 +320,8 @@ def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 
 def test_legacy_emulation_fails_exactly_the_bug_tests(pytestconfig: pytest.Config, tmp_path: Path) -> None:
     report = tmp_path / "legacy.xml"
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
-    environ |= LEGACY_KITS
-    environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path / "hypothesis")  # keep its failures out of ours
+    # its own hypothesis storage: keep its failures out of ours
+    environ = child_env(**LEGACY_KITS, HYPOTHESIS_STORAGE_DIRECTORY=str(tmp_path / "hypothesis"))
     command = [
         sys.executable,
         "-m",

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 from rtp_ref.certify.report import build_report
 from rtp_ref.kv.golden import make_golden, write_golden
 from rtp_ref.platform import load_platform
+from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_TOML = REPO / "platforms" / "cpu.toml"
@@ -221,8 +222,7 @@ def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str],
         output.write_bytes(OLD_BYTES)
     before = sorted(os.listdir(tmp_path))
     # From the repository, tests.mutants is importable for the rows that name its kernels.
-    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **bad.env}
+    env = child_env(REPO, **bad.env)
     done = subprocess.run(
         [sys.executable, "-m", "rtp_ref.cli", *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
         timeout=300, check=False,

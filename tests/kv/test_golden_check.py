@@ -10,7 +10,6 @@ command line); the cases here that need a file built by hand use the safetensors
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from rtp_ref.cli import main
 from rtp_ref.kv.golden import make_golden
 from rtp_ref.kv.golden_read import METADATA_KEYS, TENSOR_KEYS, read_golden
 from rtp_ref.platform import load_platform
+from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
 
 def check_subprocess(*argv: str, kernels_env: str) -> subprocess.CompletedProcess[str]:
     """``rtp-ref golden-check ARGV`` as a real process with ``$RTP_REF_KERNELS`` set (run from the repo)."""
-    env = {**os.environ, "RTP_REF_KERNELS": kernels_env, "PYTHONPATH": str(REPO)}
+    env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
     return subprocess.run([sys.executable, "-m", "rtp_ref.cli", "golden-check", *argv], capture_output=True,
                           text=True, env=env, cwd=REPO, check=False, timeout=120)
 

@@ -8,12 +8,12 @@ score is printed in the run summary and must be 100%.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.mutants.kernels import EXPECTED
+from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
@@ -29,9 +29,7 @@ def certify(
 ) -> dict[str, object]:
     """Run ``rtp-ref certify`` in a fresh process and return its report."""
     # A fresh process, not an xdist worker of this run: drop pytest's own variables.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
-    env.update(RTP_REF_KERNELS=kernels_env,
-               PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
     argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", platform, "--report", str(out)]
     for k in kernels:
         argv += ["--kernel", k]

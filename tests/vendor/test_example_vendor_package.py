@@ -7,12 +7,13 @@ environment); a fresh process with that directory on its path runs ``rtp-ref cer
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,16 +30,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def _env(site: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RTP_REF_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return env
-
-
 def test_entry_point_is_discovered(installed: Path) -> None:
     code = ("from rtp_ref.kernels.discovery import discover_kernels; "
             "e = discover_kernels(['acme-mla'])['acme-mla']; print(e.origin); print(sorted(e.kernel.kv_cache_dtypes))")
-    out = subprocess.run([sys.executable, "-c", code], env=_env(installed), capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(installed), capture_output=True, text=True,
                          check=True, timeout=120).stdout.splitlines()
     assert out[0] == "entry point acme = acme_mla:kernels (acme-mla)"
     assert out[1] == "['auto', 'fp8']"
@@ -48,7 +43,7 @@ def test_vendor_kernel_is_certified(installed: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--kernel", "acme-mla",
          "--report", str(tmp_path)],
-        env=_env(installed), cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
+        env=child_env(installed), cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
     )
     report = json.loads((tmp_path / "report.json").read_text())
     verdicts = {r["layout"]: r["verdict"] for r in report["summary"]["by_kernel_layout"] if r["kernel"] == "acme-mla"}
