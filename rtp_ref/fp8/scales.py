@@ -49,7 +49,8 @@ def scale_from_amax(amax: torch.Tensor, rule: ScaleRule | str, fp8_max: float, f
 
     ``floor`` keeps an all-zero tile's scale positive and finite (a zero scale would make
     ``x / s`` NaN). The result is always > 0 for finite amax; NaN amax gives the canonical quiet
-    NaN (bits 0x7FC00000, what CUDA and Triton produce), whatever NaN the input carried.
+    NaN (bits 0x7FC00000), whatever NaN the input carried: one answer on every device. The contract
+    leaves a NaN scale's bits open (kernels' hardware division may give another NaN).
     """
     if fp8_max <= 0:
         raise ValueError(f"scale_from_amax: fp8_max={fp8_max} must be positive")

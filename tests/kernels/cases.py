@@ -15,7 +15,7 @@ from rtp_ref.fp8.formats import ConversionMode, fp8_format
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.kv.cache import reference_write
-from rtp_ref.kv.fields import Source
+from rtp_ref.kv.fields import ELEMENT_FP32, Placement, Source
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import load_platform
 
@@ -105,6 +105,31 @@ def full_bytes(cache: torch.Tensor) -> torch.Tensor:
         .contiguous().view(torch.uint8)
 
 
+def nan_scale_bytes(case: WriteCase, got: torch.Tensor) -> torch.Tensor:
+    """Mask of storage bytes of per-token fp32 tile scales where both caches hold a NaN.
+
+    The contract puts NaN inputs only where it defines their bytes (per-tensor fp8 and 16-bit fields), so
+    a NaN in a tile leaves its fp32 scale's NaN bits open: the reference writes 0x7FC00000, while on an
+    H200 the cuda and triton kernels' correctly rounded division gives another NaN for the ``amax_div``
+    rule (13 kernel tests failed there without this mask). Any NaN is accepted there, nothing else.
+    """
+    exp, out = full_bytes(case.expected), full_bytes(got)
+    mask = torch.zeros_like(out, dtype=torch.bool)
+    layout = case.layout
+    block_bytes = case.cache.stride(0) * case.cache.element_size()
+    blocks, block_size = case.cache.shape[0], case.cache.shape[1]
+    for f in layout.fields:
+        if f.source is not Source.SCALE or f.element != ELEMENT_FP32 or f.placement is not Placement.PER_TOKEN:
+            continue
+        token_starts = (torch.arange(blocks).unsqueeze(1) * block_bytes
+                        + torch.arange(block_size).unsqueeze(0) * layout.data_bytes_per_token).reshape(-1)
+        at = (token_starts.unsqueeze(1) + f.offset + 4 * torch.arange(f.count).unsqueeze(0)).reshape(-1)
+        byte_at = at.unsqueeze(1) + torch.arange(4).unsqueeze(0)
+        both_nan = exp[byte_at].view(torch.float32).isnan() & out[byte_at].view(torch.float32).isnan()
+        mask[byte_at[both_nan.reshape(-1)]] = True
+    return mask
+
+
 def target_bytes(case: WriteCase) -> torch.Tensor:
     """Mask of the storage bytes the call may write: the entries of its non-negative slots (for
     fp8_model1_mla also their block-trailing scale bytes), pad bytes excluded."""
@@ -123,13 +148,13 @@ def target_bytes(case: WriteCase) -> torch.Tensor:
 
 def differences(case: WriteCase, got: torch.Tensor) -> tuple[int, int]:
     """(bytes differing inside the target entries, bytes changed outside them) versus the reference."""
-    diff = full_bytes(case.expected) != full_bytes(got)
+    diff = (full_bytes(case.expected) != full_bytes(got)) & ~nan_scale_bytes(case, got)
     inside = target_bytes(case)
     return int((diff & inside).sum()), int((diff & ~inside).sum())
 
 
 def assert_bit_exact(case: WriteCase, got: torch.Tensor, what: str) -> None:
-    """Fail unless ``got`` is the reference's cache image byte for byte."""
+    """Fail unless ``got`` is the reference's cache image byte for byte (see ``nan_scale_bytes``)."""
     inside, outside = differences(case, got)
     assert (inside, outside) == (0, 0), (
         f"{what}: {inside} byte(s) of the target entries differ from the reference and {outside} byte(s) "

@@ -39,6 +39,7 @@ from tests.kernels.cases import (
     contract,
     full_bytes,
     make_case,
+    nan_scale_bytes,
     target_bytes,
 )
 from tests.strategies import ValuePlan, WriteSpec, write_specs
@@ -155,7 +156,7 @@ def fp8_value_bytes(case: WriteCase) -> torch.Tensor:
 def test_torch_eager_on_the_cpu_is_bit_exact_but_for_torchs_cast(spec: WriteSpec) -> None:
     case, got = run("torch-eager", spec)
     expected, written = full_bytes(case.expected), full_bytes(got)
-    differ = expected != written
+    differ = (expected != written) & ~nan_scale_bytes(case, got)
     assert not (differ & ~target_bytes(case)).any(), "torch-eager changed bytes outside the target entries"
     assert not (differ & ~fp8_value_bytes(case)).any(), "torch-eager differs in a scale or a 16-bit field"
     pairs = set(zip(expected[differ].tolist(), written[differ].tolist(), strict=True))
