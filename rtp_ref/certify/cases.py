@@ -21,7 +21,7 @@ CANARY = 0xA5
 #: a second canary, so a byte that the kernel happens to write with CANARY's value still shows up
 ALT_CANARY = 0x5A
 
-#: The kinds of case (``rtp_ref.platform.CASE_KINDS``) are described in docs/conformance.md.
+# The kinds of case (``rtp_ref.platform.CASE_KINDS``) are described in docs/conformance.md.
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,10 @@ def _values(g: torch.Generator, rows: int, width: int, dtype: torch.dtype) -> to
     return (x * spread).to(dtype)
 
 
+#: edge cases put their special rows (0-3 below) first: those tokens are always written
+EDGE_ROWS = 4
+
+
 def _edge_values(x: torch.Tensor, layout: MlaLayout, scale: float, source: Source) -> torch.Tensor:
     """Overwrite parts of ``x`` with the edge values the layout's contract defines."""
     if x.shape[0] == 0:
@@ -87,10 +91,6 @@ def _edge_values(x: torch.Tensor, layout: MlaLayout, scale: float, source: Sourc
         quiet = 0x7FC0 if x.dtype == torch.bfloat16 else 0x7E00
         bits[3, 0], bits[3, 3] = quiet, (quiet | 0x8000) - 0x10000  # +NaN; -NaN (sign bit set) as an int16
     return x
-
-
-#: edge cases put their special rows first: those tokens are always written
-EDGE_ROWS = 4
 
 
 def _slots(g: torch.Generator, spec: CaseSpec) -> torch.Tensor:

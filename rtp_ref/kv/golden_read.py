@@ -62,7 +62,6 @@ class GoldenFile:
     tensors: dict[str, torch.Tensor]
     metadata: dict[str, str]
     layout: MlaLayout
-    input_dtype: torch.dtype
     block_size: int
     num_blocks: int
 
@@ -254,7 +253,7 @@ def read_golden(path: str | Path) -> GoldenFile:
         "kv_cache_before": cache,
         "kv_cache_expected": cache,
     })
-    return GoldenFile(text, tensors, metadata, layout, input_dtype, block_size, num_blocks)
+    return GoldenFile(text, tensors, metadata, layout, block_size, num_blocks)
 
 
 def reference_cache(golden: GoldenFile) -> torch.Tensor:
