@@ -28,6 +28,7 @@ from rtp_ref.kv.fields import Placement
 from rtp_ref.kv.flags import check_flag_table
 from rtp_ref.kv.golden import GOLDEN_FORMAT, GOLDEN_INPUT_DTYPES
 from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, build_layout
+from rtp_ref.kv.validate import dtype_name
 
 #: Tensor keys of a golden file, in the order docs/layouts.md lists them.
 TENSOR_KEYS = ("kv_c", "k_pe", "slot_mapping", "scale", "kv_cache_before", "kv_cache_expected")
@@ -202,10 +203,6 @@ def _layout(where: str, metadata: dict[str, str]) -> MlaLayout:
     return layout
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 _TensorSpec = tuple[torch.dtype, tuple[int, ...]]
 
 
@@ -220,8 +217,8 @@ def _check_tensors(where: str, tensors: dict[str, torch.Tensor], expected: dict[
         tensor = tensors[key]
         if tensor.dtype != dtype or tuple(tensor.shape) != shape:
             raise RtpRefError(
-                f"{where}: tensor {key!r} is {_dtype_name(tensor.dtype)} {list(tensor.shape)}; "
-                f"valid: {_dtype_name(dtype)} {list(shape)} (from the metadata)"
+                f"{where}: tensor {key!r} is {dtype_name(tensor.dtype)} {list(tensor.shape)}; "
+                f"valid: {dtype_name(dtype)} {list(shape)} (from the metadata)"
             )
 
 

@@ -90,6 +90,12 @@ class _BytesFromElements(ABC):
     """Byte sizes as rtp-llm's ``KVCacheSpecBase`` derives them: element counts times the dtype's size."""
 
     dtype: KvDtype
+    seq_size_per_block: int
+
+    @property
+    def tokens_per_block(self) -> int:
+        """S: ``seq_size_per_block`` with 0 read as 1."""
+        return effective_seq_size_per_block(self.seq_size_per_block)
 
     @property
     @abstractmethod
@@ -136,11 +142,6 @@ class MhaSpec(_BytesFromElements):
         for name in ("head_num_kv", "size_per_head", "tp_size"):
             _positive(name, getattr(self, name))
         effective_seq_size_per_block(self.seq_size_per_block)
-
-    @property
-    def tokens_per_block(self) -> int:
-        """S: ``seq_size_per_block`` with 0 read as 1."""
-        return effective_seq_size_per_block(self.seq_size_per_block)
 
     @property
     def local_head_num_kv(self) -> int:
@@ -226,11 +227,6 @@ class MlaSpec(_BytesFromElements):
                 f"MLA dtype {self.dtype.value!r} does not match layout {self.layout.name!r}; "
                 "16-bit dtypes store 'auto', fp8 dtypes (e4m3, e8m0) an fp8 layout"
             )
-
-    @property
-    def tokens_per_block(self) -> int:
-        """S: ``seq_size_per_block`` with 0 read as 1."""
-        return effective_seq_size_per_block(self.seq_size_per_block)
 
     @property
     def elems_per_token(self) -> int:

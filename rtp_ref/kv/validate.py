@@ -21,12 +21,13 @@ def _fail(arg: str, problem: str) -> NoReturn:
     raise RtpRefError(f"{arg}: {problem}")
 
 
-def _name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """``bfloat16`` for ``torch.bfloat16``: how error messages name a dtype."""
     return str(dtype).removeprefix("torch.")
 
 
 def _valid_inputs() -> str:
-    return ", ".join(_name(d) for d in INPUT_DTYPES)
+    return ", ".join(dtype_name(d) for d in INPUT_DTYPES)
 
 
 def _check_tensor(arg: str, x: object, device: torch.device | None) -> torch.Tensor:
@@ -61,7 +62,8 @@ def validate_cache(layout: MlaLayout, kv_cache: object, input_dtype: torch.dtype
         why = "the inputs' dtype" if layout.stores_input_dtype else "fp8 layouts store bytes"
         _fail(
             "kv_cache",
-            f"dtype {_name(cache.dtype)} is not valid for layout {layout.name}; valid: {_name(expected)} ({why})",
+            f"dtype {dtype_name(cache.dtype)} is not valid for layout {layout.name}; "
+            f"valid: {dtype_name(expected)} ({why})",
         )
     if cache.shape[2] != entry:
         size = "too small" if cache.shape[2] < entry else "not the entry size"
@@ -108,7 +110,7 @@ def validate_scale(layout: MlaLayout, scale: object, device: torch.device) -> No
     """``scale`` is a float32 tensor of one element; positive and finite when the layout uses it."""
     s = _check_tensor("scale", scale, device)
     if s.dtype != torch.float32 or s.numel() != 1:
-        _fail("scale", f"{_name(s.dtype)} with {s.numel()} elements; valid: float32 with 1 element")
+        _fail("scale", f"{dtype_name(s.dtype)} with {s.numel()} elements; valid: float32 with 1 element")
     if layout.external_scale is not None:
         value = float(s.reshape(()).item())
         if not (value > 0 and value != float("inf")):
@@ -133,12 +135,12 @@ def validate_write_args(
     if rope.dtype != nope.dtype:
         _fail(
             "k_pe",
-            f"dtype {_name(rope.dtype)} differs from kv_c's {_name(nope.dtype)}; valid: the same dtype",
+            f"dtype {dtype_name(rope.dtype)} differs from kv_c's {dtype_name(nope.dtype)}; valid: the same dtype",
         )
     _check_value_input("kv_c", nope, layout.kv_lora_rank, "kv_lora_rank", layout)
     _check_value_input("k_pe", rope, layout.rope_dim, "rope_dim", layout)
     if slots.dim() != 1 or slots.dtype != torch.int64:
-        _fail("slot_mapping", f"{_name(slots.dtype)} {list(slots.shape)}; valid: int64 [num_tokens]")
+        _fail("slot_mapping", f"{dtype_name(slots.dtype)} {list(slots.shape)}; valid: int64 [num_tokens]")
     tokens = slots.shape[0]
     for arg, x in (("kv_c", nope), ("k_pe", rope)):
         if x.shape[0] < tokens:
@@ -183,7 +185,7 @@ def validate_read_args(
     cache = validate_cache(layout, kv_cache, input_dtype)
     s = _check_tensor("slots", slots, cache.device)
     if s.dim() != 1 or s.dtype != torch.int64:
-        _fail("slots", f"{_name(s.dtype)} {list(s.shape)}; valid: int64 [n]")
+        _fail("slots", f"{dtype_name(s.dtype)} {list(s.shape)}; valid: int64 [n]")
     capacity = cache_capacity(cache)
     for i, slot in enumerate(s.tolist()):
         if not 0 <= slot < capacity:
