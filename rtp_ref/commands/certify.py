@@ -74,9 +74,8 @@ def validate_selection(args: argparse.Namespace) -> None:
 
     (Inside pytest the same mistakes would surface as collection errors and a partial report.)
     """
-    platforms = platform_names() if args.platform == ALL else [args.platform]
-    for name in platforms:
-        platform = resolve_platform(name)
+    platforms = [resolve_platform(name) for name in (platform_names() if args.platform == ALL else [args.platform])]
+    for platform in platforms:
         resolve_flags(platform, parse_overrides(args.layout_flag))
     report = Path(args.report)
     if report.exists() and not report.is_dir():
@@ -85,7 +84,7 @@ def validate_selection(args: argparse.Namespace) -> None:
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
     discover_kernels(args.kernel or None)
-    if any(resolve_platform(name).name != "cpu" for name in platforms):
+    if any(platform.name != "cpu" for platform in platforms):
         from rtp_ref.pytest_plugin import visible_gpus  # imports pytest: only when certifying
 
         check_worker_count(args.workers, visible_gpus())
