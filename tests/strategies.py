@@ -26,10 +26,9 @@ from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Source
 from rtp_ref.kv.layouts import MODEL1_DIMS, MlaLayout
 from rtp_ref.platform import MLA_LAYOUT_NAMES, platform_names
-from tests.kernels.cases import WriteCase, contract
+from tests.kernels.cases import DTYPES, WriteCase, contract, copy_to
 
 #: input dtypes by name (hypothesis prints the name)
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 ROW_KINDS = ("normal", "zero", "subnormal", "huge")
 #: NaN with the sign bit set is what torch's own float32 -> bfloat16 cast makes of any NaN on the CPU
 SPECIALS = ("nan", "-nan", "inf", "-inf")
@@ -96,7 +95,7 @@ class WriteSpec:
     def case(self) -> WriteCase:
         """Tensors on the CPU: strided inputs, a padded canary cache, and the reference's image of it."""
         layout, kv_c, k_pe, cache, slots, scale = self.arguments()
-        expected = _copy(cache)
+        expected = copy_to(cache, str(cache.device))
         reference_write(layout, kv_c, k_pe, expected, slots, scale)
         return WriteCase(layout, kv_c, k_pe, cache, slots, scale, expected)
 
@@ -121,12 +120,6 @@ class WriteSpec:
         cache = raw.view(layout.cache_dtype(dtype))[:, :self.block_size]
         scale = _scale(layout, kv_c[:tokens], k_pe[:tokens], self.values.scale_factor)
         return layout, kv_c, k_pe, cache, torch.tensor(self.slots, dtype=torch.int64), scale
-
-
-def _copy(cache: torch.Tensor) -> torch.Tensor:
-    """A copy of a (block-padded) cache view: same strides, its own storage, padding rows included."""
-    storage = torch.as_strided(cache, (cache.untyped_storage().nbytes() // cache.element_size(),), (1,), 0)
-    return torch.as_strided(storage.clone(), cache.shape, cache.stride())
 
 
 def _rows(g: torch.Generator, values: ValuePlan, rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:

@@ -20,6 +20,8 @@ from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import load_platform
 
 LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+#: the input dtypes the kernels take, by their short names
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 #: values that stress the conversion: overflow, inf, NaN, signed zero, subnormals, rounding ties
 #: and the interpreter's mis-rounded values (-31.74 -> -16, 126.48 -> 64)
@@ -46,17 +48,17 @@ class WriteCase:
 
     def to(self, device: str) -> WriteCase:
         """The same case with every tensor on ``device`` (strides and padding kept)."""
-        return WriteCase(self.layout, _move(self.kv_c, device), _move(self.k_pe, device), _move(self.cache, device),
-                         self.slots.to(device), self.scale.to(device), self.expected)
+        return WriteCase(self.layout, copy_to(self.kv_c, device), copy_to(self.k_pe, device),
+                         copy_to(self.cache, device), self.slots.to(device), self.scale.to(device), self.expected)
 
     def run(self, kernel: KVCacheKernel, name: str | None = None) -> torch.Tensor:
         """Call ``kernel`` on a copy of the cache; returns the written cache on the CPU (storage kept whole)."""
-        cache = _move(self.cache, str(self.cache.device))
+        cache = copy_to(self.cache, str(self.cache.device))
         kernel(self.kv_c, self.k_pe, cache, self.slots, self.layout.name if name is None else name, self.scale)
-        return _move(cache, "cpu")
+        return copy_to(cache, "cpu")
 
 
-def _move(x: torch.Tensor, device: str) -> torch.Tensor:
+def copy_to(x: torch.Tensor, device: str) -> torch.Tensor:
     """Copy ``x`` to ``device`` keeping its strides and storage offset (padded and sliced views stay so)."""
     base = torch.empty(x.untyped_storage().nbytes() // x.element_size(), dtype=x.dtype, device=device)
     base.copy_(torch.as_strided(x, (base.numel(),), (1,), 0).to(device))
@@ -94,7 +96,7 @@ def make_case(c: WriteContract, layout_name: str, *, dims: tuple[int, int] | Non
                         generator=g, dtype=torch.uint8)
     cache = raw.view(layout.cache_dtype(dtype))[:, :block_size]
     scale_t = torch.tensor([scale], dtype=torch.float32)
-    expected = _move(cache, "cpu")
+    expected = copy_to(cache, "cpu")
     reference_write(layout, kv_c, k_pe, expected, slots, scale_t)
     return WriteCase(layout, kv_c, k_pe, cache, slots, scale_t, expected)
 

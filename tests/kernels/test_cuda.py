@@ -13,10 +13,9 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.cuda_mla import CudaMlaKernel, unavailable_reason
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
-from tests.kernels.cases import CONTRACTS, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
+from tests.kernels.cases import CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 KERNEL = CudaMlaKernel()
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 needs_build = pytest.mark.skipif(unavailable_reason() is not None, reason=f"cuda kernel: {unavailable_reason()}")
 pytestmark = [pytest.mark.cuda, needs_build]
 

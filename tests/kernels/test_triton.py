@@ -14,7 +14,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
-from tests.kernels.cases import CONTRACTS, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
+from tests.kernels.cases import CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 pytest.importorskip("triton")
 from rtp_ref.kernels.triton_mla import TritonMlaKernel, interpreted
@@ -30,7 +30,6 @@ KERNEL = TritonMlaKernel()
 #: compiled Triton costs a second or two per specialisation, so the GPU runs fewer contracts
 RUN_CONTRACTS = (["cpu", "rocm-gfx942", "rocm-gfx950", "e4m3fn-nonsat", "e5m2-satfinite", "e5m2fnuz-nonsat"]
                  if DEVICE == "cpu" else ["cuda-sm90", "rocm-gfx942", "e5m2fnuz-nonsat"])
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def test_kernel_satisfies_the_protocol_and_claims_every_layout() -> None:
