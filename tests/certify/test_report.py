@@ -11,7 +11,6 @@ import pytest
 from rtp_ref.certify.collector import json_safe, write_report
 from rtp_ref.certify.report import (
     SCHEMA_VERSION,
-    build_report,
     certification_failed,
     load_report,
     merge_reports,
@@ -20,6 +19,7 @@ from rtp_ref.certify.report import (
     verdict,
 )
 from rtp_ref.errors import RtpRefError
+from tests.certify.reports import case_row, minimal_report
 
 
 @pytest.mark.parametrize(
@@ -38,48 +38,13 @@ def test_verdict_rules(outcomes: list[str], expected: str) -> None:
     assert verdict(outcomes) == expected
 
 
-def _case(kernel: str, layout: str, outcome: str, grade: str | None = "bit_exact", **extra: Any) -> dict[str, Any]:
-    return {
-        "nodeid": f"x::{kernel}-{layout}-{outcome}-{len(extra)}",
-        "kernel": kernel,
-        "layout": layout,
-        "outcome": outcome,
-        "grade": grade,
-        "execution": "native",
-        **extra,
-    }
-
-
-def _report(cases: list[dict[str, Any]], name: str = "cpu", complete: bool = True) -> dict[str, Any]:
-    platform = {
-        "name": name,
-        "source": f"platforms/{name}.toml",
-        "sha256": "0" * 64,
-        "execution": "native",
-        "element_format": "e4m3fn",
-        "conversion_mode": "satfinite",
-        "required_grade": "bit_exact",
-        "table": {},
-    }
-    return build_report(
-        platform=platform,
-        environment={"device": "cpu"},
-        flags={"lora_alignment": "strict"},
-        selection={},
-        cases=cases,
-        unmatched_deviations=[],
-        complete=complete,
-        exit_status=0,
-    )
-
-
 def test_summary_keeps_grades_and_failed_checks_apart() -> None:
-    report = _report(
+    report = minimal_report(
         [
-            _case("k", "fp8", "passed"),
-            _case("k", "fp8", "failed", grade="layout", failed_checks=["numerics.saturation"]),
-            _case("k", "auto", "passed"),
-            _case("k", "auto", "passed", kind="unclaimed", grade=None),
+            case_row("k", "fp8", "passed"),
+            case_row("k", "fp8", "failed", grade="layout", failed_checks=["numerics.saturation"]),
+            case_row("k", "auto", "passed"),
+            case_row("k", "auto", "passed", kind="unclaimed", grade=None),
         ]
     )
     rows = {(r["kernel"], r["layout"]): r for r in report["summary"]["by_kernel_layout"]}
@@ -97,20 +62,20 @@ def test_summary_keeps_grades_and_failed_checks_apart() -> None:
     ("cases", "complete", "problem"),
     [
         ([], True, "0 cases ran"),
-        ([_case("k", "fp8", "skipped", grade=None)], True, "0 cases ran"),
-        ([_case("k", "fp8", "passed")], False, "did not complete"),
-        ([_case("k", "fp8", "passed")], True, None),
+        ([case_row("k", "fp8", "skipped", grade=None)], True, "0 cases ran"),
+        ([case_row("k", "fp8", "passed")], False, "did not complete"),
+        ([case_row("k", "fp8", "passed")], True, None),
     ],
 )
 def test_certification_fails_on_nothing_run_or_incomplete(
     cases: list[dict[str, Any]], complete: bool, problem: str | None
 ) -> None:
-    found = certification_failed(_report(cases, complete=complete))
+    found = certification_failed(minimal_report(cases, complete=complete))
     assert (found is None) if problem is None else (problem in (found or ""))
 
 
 def test_write_and_load_round_trip_with_non_finite_stats(tmp_path: Path) -> None:
-    report = _report([_case("k", "fp8", "passed", error_stats={"max_abs_error": float("nan")})])
+    report = minimal_report([case_row("k", "fp8", "passed", error_stats={"max_abs_error": float("nan")})])
     write_report(report, tmp_path)
     loaded = load_report(tmp_path / "report.json")
     assert loaded["cases"][0]["error_stats"]["max_abs_error"] == "nan"
@@ -138,9 +103,9 @@ def test_load_report_rejects_other_schemas_and_damage(tmp_path: Path, content: s
 
 
 def test_merge_builds_one_scoreboard(tmp_path: Path) -> None:
-    a = _report([_case("triton", "fp8", "passed")], name="cuda-sm90")
-    b = _report([_case("triton", "fp8", "failed", grade="layout")], name="rocm-gfx942")
-    c = _report([_case("triton", "fp8", "passed")], name="cpu", complete=False)
+    a = minimal_report([case_row("triton", "fp8", "passed")], name="cuda-sm90")
+    b = minimal_report([case_row("triton", "fp8", "failed", grade="layout")], name="rocm-gfx942")
+    c = minimal_report([case_row("triton", "fp8", "passed")], name="cpu", complete=False)
     board = merge_reports([a, b, c], ["a.json", "b.json", "c.json"])
     verdicts = {r["platform"]: r["verdict"] for r in board["rows"]}
     assert verdicts == {"cuda-sm90": "certified", "rocm-gfx942": "failed", "cpu": "incomplete"}

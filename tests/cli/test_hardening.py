@@ -23,9 +23,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from rtp_ref.certify.report import build_report
 from rtp_ref.kv.golden import make_golden, write_golden
 from rtp_ref.platform import load_platform
+from tests.certify.reports import case_row, minimal_report
 from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,14 +146,7 @@ def _rewritten(source: Path, target: Path, change: Callable[[dict[str, torch.Ten
 
 
 def _report(path: Path, **changes: object) -> Path:
-    cases = [{"nodeid": "conformance/test_write.py::test_write_conforms[reference-fp8-random]", "outcome": "passed",
-              "kernel": "reference", "layout": "fp8", "kind": "random", "grade": "bit_exact", "execution": "native"}]
-    report = build_report(
-        platform={"name": "cpu", "execution": "native", "source": "platforms/cpu.toml", "sha256": "0" * 64,
-                  "element_format": "e4m3fn", "conversion_mode": "satfinite", "required_grade": "bit_exact"},
-        environment={"rtp_ref": "0.1.0", "device": "cpu"}, flags={}, selection={}, cases=cases,
-        unmatched_deviations=[], complete=True, exit_status=0,
-    )
+    report = minimal_report([case_row("reference", "fp8", "passed")])
     path.write_text(json.dumps({**report, **changes}, indent=1))
     return path
 
