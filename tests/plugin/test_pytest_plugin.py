@@ -116,7 +116,10 @@ def test_each_xdist_worker_gets_its_own_gpu() -> None:
 
 
 def test_worker_pins_cuda_and_hip_visible_devices(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real inner run as xdist worker gw1 of a controller that saw GPUs 4,5: it must keep GPU 5."""
+    """A real inner run as xdist worker gw1 of a controller that saw GPUs 4,5: it must keep GPU 5.
+
+    The controller's side (counting GPUs with torch) needs GPUs, so it is simulated here by the
+    environment it hands its workers; the GPU run of scripts/gpu_check.sh (stage pinning) covers it."""
     pytester.makepyfile("""
         import os
         def test_env():
