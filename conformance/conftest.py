@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
+from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.collector import write_case_index
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
-from .matrix import KernelUnderTest, case_specs, matching_deviation, suite
+from .matrix import KernelUnderTest, matching_deviation, suite
 from .runner import DEVICE_FAULT
 
 

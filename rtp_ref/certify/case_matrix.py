@@ -1,0 +1,48 @@
+"""Every conformance case of a layout: tokens, block sizes, input dtypes, shapes and edge kinds.
+
+The conformance suite and ``rtp-ref memcheck`` draw their cases from here, so both run the same
+inputs; a case is identified by its layout, ``case_id`` and (R, P).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from rtp_ref.certify.cases import CaseSpec, num_blocks_for
+from rtp_ref.kv.layouts import default_dims
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def layout_dims(layout: str) -> list[tuple[int, int]]:
+    """(R, P) pairs each layout is certified at: its default, plus a smaller pair where R is free."""
+    dims = [default_dims(layout)]
+    if layout in ("auto", "fp8", "fp8_rocm_compact"):
+        dims.append((256, 32))
+    return dims
+
+
+def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
+    """Every case of one layout: tokens 0, 1, many; block sizes 1, 16, 64; bf16 and fp16; edge kinds."""
+    seed = 0
+
+    def spec(kind: str, tokens: int, block: int, dtype: str) -> CaseSpec:
+        nonlocal seed
+        seed += 1
+        return CaseSpec(layout, kind, tokens, block, num_blocks_for(tokens, block), DTYPES[dtype], seed)
+
+    dims = layout_dims(layout)
+    for dtype in DTYPES:
+        yield spec("random", 0, 16, dtype), dims[0]
+        for tokens in (1, 37):
+            for block in (1, 16, 64):
+                yield spec("random", tokens, block, dtype), dims[0]
+        yield spec("edge", 8, 16, dtype), dims[0]
+    for extra in dims[1:]:
+        yield spec("random", 37, 16, "bf16"), extra
+    yield spec("noncontig", 37, 16, "bf16"), dims[0]
+    yield spec("padded", 37, 16, "bf16"), dims[0]
+    yield spec("padded", 20, 1, "fp16"), dims[0]
+    yield spec("padding_only", 5, 16, "bf16"), dims[0]
