@@ -14,6 +14,7 @@ from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.collector import write_case_index
 from rtp_ref.certify.faults import FaultLog
+from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -75,10 +76,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("unclaimed_pair", _pairs(metafunc.config, claimed=False))
 
 
+def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
+    """The kernel, layout and kind of a collected case (None for the suite's own sanity test)."""
+    params = getattr(item, "callspec", None)
+    case = params.params.get("write_case") if params else None
+    pair = (params.params.get("claimed_pair") or params.params.get("unclaimed_pair")) if params else None
+    if isinstance(case, WriteCase):
+        return {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
+                "case": case.spec.case_id, "execution": case.kut.execution}
+    if isinstance(pair, tuple) and params is not None:
+        kind = "unclaimed" if "unclaimed_pair" in params.params else getattr(item, "originalname", item.name)
+        return {"kernel": pair[0].name, "layout": pair[1], "kind": kind, "execution": pair[0].execution}
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the index holds exactly the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Drop the support-matrix test when every kernel claims every layout (nothing to check, and an
     empty parameter set would show as a skipped case); with ``--rtp-report``, index the collected
-    cases so a crashed case keeps its identity."""
+    cases so a crashed or never-run case keeps its identity."""
     empty = [i for i in items if "unclaimed_pair" in getattr(i, "fixturenames", ())
              and not isinstance(getattr(i, "callspec", None) and i.callspec.params.get("unclaimed_pair"), tuple)]
     if empty:
@@ -87,18 +103,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     out = config.getoption("rtp_report")
     if not out:
         return
-    index = {}
-    for item in items:
-        params = getattr(item, "callspec", None)
-        case = params.params.get("write_case") if params else None
-        pair = (params.params.get("claimed_pair") or params.params.get("unclaimed_pair")) if params else None
-        if isinstance(case, WriteCase):
-            index[item.nodeid] = {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
-                                  "case": case.spec.case_id, "execution": case.kut.execution}
-        elif isinstance(pair, tuple):
-            kind = "unclaimed" if "unclaimed_pair" in params.params else item.originalname
-            index[item.nodeid] = {"kernel": pair[0].name, "layout": pair[1], "kind": kind}
+    index = {item.nodeid: identity for item in items if (identity := _case_identity(item)) is not None}
     write_case_index(Path(out), index)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    """A case of a quarantined pair (its kernel crashed or hung ``--rtp-crash-limit`` times on that
+    layout) fails at once, without calling the kernel."""
+    out = pyfuncitem.config.getoption("rtp_report")
+    identity = _case_identity(pyfuncitem) if out else None
+    if not out or identity is None:
+        return
+    reason = quarantine_reason(Path(out), identity["kernel"], identity["layout"])
+    if reason:
+        pyfuncitem.user_properties.append(("rtp_ref_case", {**identity, "failed_checks": ["support.not_run"]}))
+        pytest.fail(reason, pytrace=False)
 
 
 _FAULT_LOG = pytest.StashKey[FaultLog]()
@@ -108,6 +128,13 @@ def pytest_configure(config: pytest.Config) -> None:
     out = config.getoption("rtp_report")
     if out:
         config.stash[_FAULT_LOG] = FaultLog(Path(out))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    log = session.config.stash.get(_FAULT_LOG, None)
+    if log is not None:
+        log.collecting()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -12,10 +12,12 @@ rtp-ref installed): torch is imported only by the fixtures that need it.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from rtp_ref.certify.quarantine import DEFAULT_CRASH_LIMIT
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
@@ -90,6 +92,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write report.json and report.md of the conformance run into DIR",
     )
     group.addoption(
+        "--rtp-crash-limit",
+        type=int,
+        default=DEFAULT_CRASH_LIMIT,
+        metavar="N",
+        help="with --rtp-report under xdist: after N worker deaths (crashes or hangs) on one kernel/layout pair, "
+        "its remaining cases fail at once as not run (default 2)",
+    )
+    group.addoption(
         "--layout-flag",
         action="append",
         default=[],
@@ -117,25 +127,59 @@ def pytest_configure(config: pytest.Config) -> None:
 
         from rtp_ref.certify.collector import ReportCollector
 
-        config.pluginmanager.register(ReportCollector(Path(report_dir)), "rtp_ref_report_collector")
+        collector = ReportCollector(config, Path(report_dir), config.getoption("rtp_crash_limit"))
+        config.pluginmanager.register(collector, "rtp_ref_report_collector")
 
 
-GPU_LIST_ENV = "RTP_REF_GPU_LIST"
+#: ``workerinput`` key carrying the GPU an xdist worker is pinned to (set by ``GpuSlots`` on the controller)
+GPU_WORKERINPUT_KEY = "rtp_ref_gpu"
 
 
-def gpu_for_worker(worker_id: str, visible: list[str]) -> str:
-    """The device id an xdist worker (``gw3``) is pinned to: the worker index into ``visible``.
+class GpuSlots:
+    """The controller's side of one-GPU-per-worker: each live xdist worker holds one slot (a GPU).
 
-    More workers than GPUs is an error that says so (two workers sharing one GPU would make a
-    device fault in one case take the other's cases with it).
+    A worker that dies frees its slot and xdist's replacement takes a free one, so pinning follows
+    the slot, never the ever-growing worker number (gw0 replaced by gw1 on a one-GPU host must get
+    GPU 0 again). The GPU reaches the worker in ``workerinput``, before its interpreter starts.
     """
-    index = int(worker_id.removeprefix("gw"))
-    if index >= len(visible):
+
+    def __init__(self, gpus: list[str]) -> None:
+        self.gpus = gpus
+        self.held: dict[str, int] = {}
+
+    def take(self, worker_id: str) -> str:
+        """Give ``worker_id`` the first free GPU; more live workers than GPUs is a UsageError."""
+        free = [i for i in range(len(self.gpus)) if i not in self.held.values()]
+        if not free:
+            raise pytest.UsageError(
+                f"xdist worker {worker_id} has no GPU of its own: {len(self.gpus)} GPU(s) visible "
+                f"({','.join(self.gpus)}) are held by {', '.join(sorted(self.held))}; "
+                f"run with -n {len(self.gpus)} or fewer"
+            )
+        self.held[worker_id] = free[0]
+        return self.gpus[free[0]]
+
+    def release(self, worker_id: str) -> None:
+        """``worker_id`` is down: its GPU is free for the next worker."""
+        self.held.pop(worker_id, None)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[GPU_WORKERINPUT_KEY] = self.take(node.gateway.id)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        self.release(node.gateway.id)
+
+
+def check_gpu_count(workers: int, visible: list[str]) -> None:
+    """More xdist workers than GPUs is a UsageError that says so (two workers sharing one GPU would
+    make a device fault in one case take the other's cases with it)."""
+    if workers > len(visible):
         raise pytest.UsageError(
-            f"xdist worker {worker_id} has no GPU of its own: {len(visible)} GPU(s) visible ({','.join(visible)}); "
-            f"run with -n {len(visible)} or fewer"
+            f"-n {workers}: {len(visible)} GPU(s) visible ({','.join(visible)}) and each xdist worker needs one "
+            f"of its own; run with -n {len(visible)} or fewer"
         )
-    return visible[index]
 
 
 def visible_gpus() -> list[str]:
@@ -150,16 +194,15 @@ def visible_gpus() -> list[str]:
 
 
 def _pin_gpus(config: pytest.Config) -> None:
-    """One GPU per xdist worker: the controller records the GPUs, each worker keeps its own.
+    """One GPU per xdist worker: the controller hands out GPU slots, each worker keeps its own.
 
     The controller checks ``-n`` against the GPU count before any worker starts; workers set
     CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES before torch initialises the device.
     """
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        listed = os.environ.get(GPU_LIST_ENV)
-        if listed:
-            gpu = gpu_for_worker(worker, listed.split(","))
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        gpu = workerinput.get(GPU_WORKERINPUT_KEY)
+        if gpu is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = gpu
             os.environ["HIP_VISIBLE_DEVICES"] = gpu
         return
@@ -168,8 +211,8 @@ def _pin_gpus(config: pytest.Config) -> None:
         return
     gpus = visible_gpus()
     if gpus:
-        gpu_for_worker(f"gw{workers - 1}", gpus)
-        os.environ[GPU_LIST_ENV] = ",".join(gpus)
+        check_gpu_count(workers, gpus)
+        config.pluginmanager.register(GpuSlots(gpus), "rtp_ref_gpu_slots")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from rtp_ref.certify.faults import read_fault_reasons
+from rtp_ref.certify.faults import read_faults
+from rtp_ref.certify.quarantine import QUARANTINE_FILE, Quarantine
 from rtp_ref.certify.report import build_report, render_markdown
+from rtp_ref.certify.worker_watch import WorkerWatch
 
 CASE_PROPERTY = "rtp_ref_case"
 #: Written at collection by each process that collects (``case_index_file``): nodeid -> the case's
@@ -37,14 +39,14 @@ def write_case_index(out_dir: Path, index: Mapping[str, Mapping[str, Any]]) -> N
     case_index_file(out_dir).write_text(json.dumps(index))
 
 
-def _read_case_indexes(out_dir: Path) -> dict[str, dict[str, Any]]:
+def read_case_index(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every process's collection index merged (the files stay)."""
     merged: dict[str, dict[str, Any]] = {}
     for path in sorted(out_dir.glob(CASE_INDEX_GLOB)):
         try:
             merged.update(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):
             continue  # a worker killed mid-write: the other workers' copies hold the same index
-        path.unlink(missing_ok=True)
     return merged
 
 
@@ -73,12 +75,28 @@ def _reason(report: pytest.TestReport) -> str:
 
 
 class ReportCollector:
-    """Collects one record per test and writes the report files when the session ends."""
+    """Collects one record per test and writes the report files when the session ends.
 
-    def __init__(self, out_dir: Path) -> None:
+    It also supervises the run's workers (controller side): ``Quarantine`` stops running a
+    (kernel, layout) pair after ``crash_limit`` worker deaths, ``WorkerWatch`` stops the run when
+    workers die of their environment. Every collected case is in the report: one that never ran is
+    a failed "not run" case, and the report is then marked incomplete.
+    """
+
+    def __init__(self, config: pytest.Config, out_dir: Path, crash_limit: int) -> None:
         self.out_dir = out_dir
         self.cases: dict[str, dict[str, Any]] = {}
         self.interrupted = False
+        self._index: dict[str, dict[str, Any]] = {}
+        self.watch = WorkerWatch(config, out_dir)
+        config.pluginmanager.register(self.watch, "rtp_ref_worker_watch")
+        config.pluginmanager.register(Quarantine(out_dir, crash_limit, self.case_identity), "rtp_ref_quarantine")
+
+    def case_identity(self, nodeid: str) -> dict[str, Any] | None:
+        """The collection index's record of ``nodeid`` (kernel, layout, kind...), if any process wrote one."""
+        if nodeid not in self._index:
+            self._index = read_case_index(self.out_dir)
+        return self._index.get(nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = self.cases.setdefault(report.nodeid, {"nodeid": report.nodeid})
@@ -106,19 +124,30 @@ class ReportCollector:
             return
         from rtp_ref.certify.session import describe_run
 
-        index = _read_case_indexes(self.out_dir)
-        faults = read_fault_reasons(self.out_dir)
+        index = read_case_index(self.out_dir)
+        for path in self.out_dir.glob(CASE_INDEX_GLOB):
+            path.unlink(missing_ok=True)
+        (self.out_dir / QUARANTINE_FILE).unlink(missing_ok=True)
+        faults = read_faults(self.out_dir)
+        stop_reason = self.watch.stop_reason or self.watch.xdist_stop_reason()
         for nodeid, case in self.cases.items():
-            if nodeid in faults:
-                case["reason"] = f"{faults[nodeid]} ({case['reason']})" if case.get("reason") else faults[nodeid]
+            fault = faults.get(nodeid)
+            if fault is not None:
+                case["reason"] = f"{fault.reason} ({case['reason']})" if case.get("reason") else fault.reason
+                case["failed_checks"] = sorted({*case.get("failed_checks", []), fault.check})
             for key, value in index.get(nodeid, {}).items():
                 case.setdefault(key, value)
             case.setdefault("outcome", "error")
             case.setdefault("reason", "no result was reported for this case")
+        not_run = [nodeid for nodeid in index if nodeid not in self.cases]
+        for nodeid in not_run:
+            why = stop_reason or ("interrupted" if self.interrupted else "the session ended before it")
+            self.cases[nodeid] = {"nodeid": nodeid, **index[nodeid], "outcome": "error",
+                                  "failed_checks": ["support.not_run"], "reason": f"not run: {why}"}
         cases = list(self.cases.values())
-        complete = not self.interrupted and exitstatus in (0, 1)
+        complete = not self.interrupted and exitstatus in (0, 1) and not not_run and stop_reason is None
         report = build_report(**describe_run(session.config, cases), cases=cases, complete=complete,
-                              exit_status=int(exitstatus))
+                              exit_status=int(exitstatus), stop_reason=stop_reason)
         write_report(report, self.out_dir)
 
 

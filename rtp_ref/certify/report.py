@@ -86,8 +86,10 @@ def build_report(
     unmatched_deviations: Sequence[Mapping[str, Any]],
     complete: bool,
     exit_status: int,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
-    """Assemble a report document. ``complete`` is false when the run was interrupted."""
+    """Assemble a report document. ``complete`` is false when the run was interrupted or stopped early
+    (``stop_reason`` says why) or some collected case never ran."""
     summary = summarise(cases)
     return {
         "schema": SCHEMA,
@@ -97,6 +99,7 @@ def build_report(
         "layout_flags": dict(flags),
         "selection": dict(selection),
         "complete": complete,
+        "stop_reason": stop_reason,
         "pytest_exit_status": exit_status,
         "summary": summary,
         "unmatched_deviations": list(unmatched_deviations),
@@ -108,7 +111,9 @@ def certification_failed(report: Mapping[str, Any]) -> str | None:
     """Why the run must exit non-zero (a claimed layout failed, nothing ran, incomplete), or None."""
     summary = report["summary"]
     if not report["complete"]:
-        return "the run did not complete; the report is partial"
+        why = report.get("stop_reason")
+        return f"the run did not complete ({why}); the report is partial" if why else \
+            "the run did not complete; the report is partial"
     if summary["total"] - summary["outcomes"]["skipped"] == 0:
         return "0 cases ran: nothing was certified"
     failed = [f"{r['kernel']}/{r['layout']}" for r in summary["by_kernel_layout"] if r["verdict"] == "failed"]
@@ -134,7 +139,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"fp8 {p['element_format']} {p['conversion_mode']}; required grade {p['required_grade']}",
         f"- layout flags: {', '.join(f'{k}={v}' for k, v in report['layout_flags'].items())}",
         f"- cases: {report['summary']['total']} ({_fmt_counts(report['summary']['outcomes'])})"
-        + ("" if report["complete"] else " — **INCOMPLETE RUN**"),
+        + ("" if report["complete"] else " — **INCOMPLETE RUN**"
+           + (f" ({report['stop_reason']})" if report.get("stop_reason") else "")),
         "",
         "| kernel | layout | verdict | weakest grade | execution | cases | failed checks |",
         "|---|---|---|---|---|---|---|",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rtp_ref.certify.quarantine import DEFAULT_CRASH_LIMIT
 from rtp_ref.certify.report import (
     certification_failed,
     load_report,
@@ -34,11 +36,40 @@ def conformance_dir() -> Path:
         return Path(__file__).resolve().parents[2] / "conformance"
 
 
+#: the plugins certify's pytest loads, by module: with autoloading off, nothing else from the environment
+SUITE_PLUGINS = ("xdist.plugin", "pytest_timeout", "rtp_ref.pytest_plugin")
+#: the environment variables through which a surrounding project could change certify's pytest run
+FOREIGN_PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+
+
+def suite_environment(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` as certify's pytest (and its xdist workers) must see it: no PYTEST_ADDOPTS or
+    PYTEST_PLUGINS of the surrounding project, and no plugin autoloading (the suite's plugins are named
+    with -p), so a vendor's pytest setup cannot change the suite's verdicts or stop it from running."""
+    env = {k: v for k, v in environ.items() if k not in FOREIGN_PYTEST_ENV}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
 def pytest_arguments(args: argparse.Namespace) -> list[str]:
-    """The pytest command line a certify invocation stands for (shown with --dry-run)."""
+    """The pytest command line a certify invocation stands for (shown with --dry-run).
+
+    The suite's own configuration file, root and conftest boundary are given explicitly: started from
+    a project whose pytest configuration disables xdist, or whose conftest.py fails to import (the ini
+    search climbs from an installed suite inside the project's ``.venv`` to the project root), certify
+    must run exactly as anywhere else.
+    """
     report = Path(args.report)
+    suite = conformance_dir()
     argv = [
-        str(conformance_dir()),
+        str(suite),
+        "-c",
+        str(suite / "suite.ini"),
+        "--rootdir",
+        str(suite),
+        "--confcutdir",
+        str(suite),
+        *[arg for plugin in SUITE_PLUGINS for arg in ("-p", plugin)],
         "-p",
         "no:cacheprovider",
         "--platform",
@@ -60,7 +91,9 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
         "-n",
         str(args.workers),
         "--max-worker-restart",
-        "100000",
+        str(args.max_restarts),
+        "--rtp-crash-limit",
+        str(args.crash_limit),
         "--timeout",
         str(args.case_timeout),
         "--timeout-method",
@@ -110,6 +143,9 @@ def _certify(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("pytest " + " ".join(argv))
         return 0
+    env = suite_environment(dict(os.environ))
+    os.environ.clear()
+    os.environ.update(env)
     status = pytest.main(argv)
     report_path = Path(args.report) / "report.json"
     if not report_path.exists():
@@ -159,6 +195,10 @@ def _certify_all(args: argparse.Namespace) -> int:
             str(args.workers),
             "--case-timeout",
             str(args.case_timeout),
+            "--crash-limit",
+            str(args.crash_limit),
+            "--max-restarts",
+            str(args.max_restarts),
         ]
         for option, values in (
             ("--kernel", args.kernel),
@@ -236,6 +276,22 @@ def register(sub: Any) -> None:
         metavar="SECONDS",
         help="a case running longer fails and its worker is replaced (default 600; the first "
         "case of a kernel may include its build)",
+    )
+    parser.add_argument(
+        "--crash-limit",
+        type=_positive_int,
+        default=DEFAULT_CRASH_LIMIT,
+        metavar="N",
+        help=f"after N crashes or hangs of one kernel on one layout, its remaining cases there fail at once as "
+        f"not run (default {DEFAULT_CRASH_LIMIT}); its other layouts still run",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="replace crashed workers at most N times in the whole run (default 64), then stop with a partial "
+        "report; workers that die before running any case stop the run after 2",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
     add_json_flag(parser, "the summary as JSON")

@@ -1,8 +1,9 @@
 """Kernels that fail the way real kernels do: raise, hang, or kill their process.
 
-Each behaves like the reference except on one trigger case (1 token, block size 16, bf16,
-layout ``auto``), so a test can show that the one bad case is reported failed with its reason
-while every other case still runs and the report is still written.
+Each of the first three behaves like the reference except on one trigger case (1 token, block size
+16, bf16, layout ``auto``), so a test can show that the one bad case is reported failed with its
+reason while every other case still runs and the report is still written. The ``always`` kernels
+fault on every call, as a broken kernel does: the run must still end in bounded time.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ def _is_trigger(kv_c: torch.Tensor, kv_cache: torch.Tensor, layout: str) -> bool
 
 
 class _Fault(ReferenceKernel):
+    #: fault on every call, not only on the trigger case
+    always = False
+
     def fault(self, device: torch.device) -> None:
         raise NotImplementedError
 
@@ -27,7 +31,7 @@ class _Fault(ReferenceKernel):
         return type(self)(contract)
 
     def __call__(self, kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):  # type: ignore[no-untyped-def]
-        if _is_trigger(kv_c, kv_cache, kv_cache_dtype):
+        if self.always or _is_trigger(kv_c, kv_cache, kv_cache_dtype):
             self.fault(kv_c.device)
         super().__call__(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
 
@@ -60,6 +64,24 @@ class KillsProcess(_Fault):
         ctypes.string_at(0)  # segmentation fault on the CPU
 
 
+class AlwaysRaises(Raises):
+    name = "fault-always-raises"
+    always = True
+    kv_cache_dtypes = ("auto", "fp8")
+
+
+class AlwaysHangs(Hangs):
+    name = "fault-always-hangs"
+    always = True
+    kv_cache_dtypes = ("auto", "fp8")
+
+
+class AlwaysKillsProcess(KillsProcess):
+    name = "fault-always-kills-process"
+    always = True
+    kv_cache_dtypes = ("auto", "fp8")
+
+
 def kernels() -> list[ReferenceKernel]:
     """The entry point for ``RTP_REF_KERNELS``."""
-    return [Raises(), Hangs(), KillsProcess()]
+    return [Raises(), Hangs(), KillsProcess(), AlwaysRaises(), AlwaysHangs(), AlwaysKillsProcess()]

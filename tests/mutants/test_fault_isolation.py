@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.mutants.test_mutation_score import certify
@@ -35,3 +36,42 @@ def test_faulty_kernels_fail_their_case_and_the_report_is_complete(tmp_path: Pat
     rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]}  # type: ignore[index]
     assert rows[("reference", "auto")] == "certified"
     assert all(rows[(k, "auto")] == "failed" for k in FAULTS)
+
+
+ALWAYS = {  # kernel -> the named check its first deaths get, and the word the quarantined cases use
+    "fault-always-hangs": ("support.hang", "hung 2 times"),
+    "fault-always-kills-process": ("support.worker_died", "crashed 2 times"),
+}
+
+
+def test_kernels_that_fault_on_every_call_cost_a_bounded_time(tmp_path: Path) -> None:
+    """A kernel that hangs or crashes on every call costs at most --crash-limit deaths per layout: then the
+    pair's other cases fail at once as "not run", while its other layouts still run; the report is complete."""
+    started = time.monotonic()
+    report = certify(
+        "cpu",
+        ["reference", "fault-always-raises", *ALWAYS],
+        tmp_path,
+        extra=["--layout", "auto", "--layout", "fp8", "--case-timeout", "10", "-n", "2"],
+        kernels_env="tests.mutants.faults:kernels",
+        timeout=600,
+    )
+    elapsed = time.monotonic() - started
+    assert report["complete"] is True and report["_exit_code"] == 1
+    assert elapsed < 150, f"certify took {elapsed:.0f} s"
+    cases = report["cases"]
+    assert isinstance(cases, list)
+    rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]}  # type: ignore[index]
+    assert rows[("reference", "auto")] == rows[("reference", "fp8")] == "certified"
+    raised = [c for c in cases if c.get("kernel") == "fault-always-raises" and "test_write_conforms" in c["nodeid"]]
+    assert raised and all(c["outcome"] == "failed" for c in raised)
+    for kernel, (check, word) in ALWAYS.items():
+        for layout in ("auto", "fp8"):
+            mine = [c for c in cases if c.get("kernel") == kernel and c.get("layout") == layout]
+            died = [c for c in mine if check in c.get("failed_checks", [])]
+            skipped = [c for c in mine if c.get("reason", "").startswith(f"not run: {kernel}/{layout} {word}")]
+            # the limit, plus one for a case the other worker had already started when the limit was reached
+            assert 2 <= len(died) <= 3, [(c["nodeid"], c.get("reason")) for c in mine]
+            assert len(skipped) == len(mine) - len(died) > 10
+            assert all(c["outcome"] == "failed" and c["failed_checks"] == ["support.not_run"] for c in skipped)
+            assert rows[(kernel, layout)] == "failed"

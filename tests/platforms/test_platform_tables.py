@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -18,6 +15,7 @@ from rtp_ref.platform import (
     platform_for_device,
     platform_names,
 )
+from tests.wheel import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_PLATFORMS = REPO / "platforms"
@@ -44,15 +42,7 @@ def test_the_wheel_carries_exactly_the_repository_tables(tmp_path: Path) -> None
     """A wheel built from this source must carry, byte for byte, the files engine developers read in
     platforms/ (in a source checkout the loader reads those files themselves, so only a real build shows
     what users get)."""
-    source = tmp_path / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for folder in ("rtp_ref", "platforms", "conformance"):
-        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-q", "-w", str(tmp_path / "dist"), str(source)], check=True)
-    (wheel,) = (tmp_path / "dist").glob("rtp_ref-*.whl")
+    wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as z:
         bundled = {Path(n).name: z.read(n) for n in z.namelist()
                    if n.startswith("rtp_ref/platform_tables/") and n.endswith(".toml")}

@@ -105,29 +105,49 @@ def test_parse_layout_flag() -> None:
         parse_layout_flag("=x")
 
 
-def test_each_xdist_worker_gets_its_own_gpu() -> None:
-    from rtp_ref.pytest_plugin import gpu_for_worker
+def test_gpu_slots_follow_the_slot_not_the_worker_number() -> None:
+    from rtp_ref.pytest_plugin import GpuSlots
 
-    assert [gpu_for_worker(f"gw{i}", ["2", "3"]) for i in range(2)] == ["2", "3"]
-    with pytest.raises(
-        pytest.UsageError, match=r"gw2 has no GPU of its own: 2 GPU\(s\) visible \(2,3\); run with -n 2"
-    ):
-        gpu_for_worker("gw2", ["2", "3"])
+    slots = GpuSlots(["2", "3"])
+    assert [slots.take("gw0"), slots.take("gw1")] == ["2", "3"]
+    with pytest.raises(pytest.UsageError, match=r"gw2 has no GPU of its own: 2 GPU\(s\) visible \(2,3\)"):
+        slots.take("gw2")
+    slots.release("gw0")  # gw0 crashed: its replacement gw2 takes GPU 2, gw1 keeps 3
+    assert slots.take("gw2") == "2"
+    slots.release("gw1")
+    assert slots.take("gw3") == "3"
 
 
-def test_worker_pins_cuda_and_hip_visible_devices(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real inner run as xdist worker gw1 of a controller that saw GPUs 4,5: it must keep GPU 5.
+#: an inner project whose "host" has one GPU (id 7): torch's count is replaced by a fake device list, since
+#: this machine may have none; everything else (xdist, worker replacement, the plugin's hooks) is real.
+ONE_GPU_CONFTEST = """
+import rtp_ref.pytest_plugin
+rtp_ref.pytest_plugin.visible_gpus = lambda: ["7"]
+"""
+CRASH_THEN_RECORD = """
+import os
+from pathlib import Path
+def _record(name):
+    with open(Path(__file__).parent / "pins.txt", "a") as f:
+        env = os.environ
+        f.write(f"{name} {env['PYTEST_XDIST_WORKER']} {env['CUDA_VISIBLE_DEVICES']} {env['HIP_VISIBLE_DEVICES']};")
+def test_a_crashes():
+    _record("a")
+    os._exit(1)
+def test_b_runs_in_the_replacement():
+    _record("b")
+"""
 
-    The controller's side (counting GPUs with torch) needs GPUs, so it is simulated here by the
-    environment it hands its workers; the GPU run of scripts/gpu_check.sh (stage pinning) covers it."""
-    pytester.makepyfile("""
-        import os
-        def test_env():
-            print("PINNED", os.environ["CUDA_VISIBLE_DEVICES"], os.environ["HIP_VISIBLE_DEVICES"])
-    """)
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
-    monkeypatch.setenv("RTP_REF_GPU_LIST", "4,5")
-    pytester.runpytest_subprocess("-s", "-p", "no:xdist").stdout.fnmatch_lines(["*PINNED 5 5*"])
+
+def test_a_replacement_worker_gets_the_gpu_of_the_one_that_died(pytester: pytest.Pytester) -> None:
+    """One GPU, -n 1: gw0 dies in its first test; the replacement gw1 must be pinned to the same GPU and run
+    the rest (the old rule, GPU = worker number, refused gw1 and xdist respawned workers until killed)."""
+    pytester.makeconftest(ONE_GPU_CONFTEST)
+    pytester.makepyfile(CRASH_THEN_RECORD)
+    result = pytester.runpytest_subprocess("-n", "1", "--platform", "cuda-sm90", "--max-worker-restart", "3",
+                                           "-p", "no:cacheprovider", timeout=300)
+    result.assert_outcomes(passed=1, failed=1)
+    assert (pytester.path / "pins.txt").read_text() == "a gw0 7 7;b gw1 7 7;"
 
 
 def test_certify_refuses_more_workers_than_gpus_before_pytest_starts() -> None:
