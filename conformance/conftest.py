@@ -14,6 +14,7 @@ from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.collector import write_case_index
 from rtp_ref.certify.faults import FaultLog
+from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.platform import MLA_LAYOUT_NAMES
@@ -76,6 +77,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("unclaimed_pair", _pairs(metafunc.config, claimed=False))
 
 
+#: the case kind of each per-pair test of test_support_matrix.py (what its case record says)
+PAIR_TEST_KINDS = {"test_out_of_range_slot": BAD_INPUT_KIND, "test_deterministic": "determinism"}
+
+
 def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     """The kernel, layout and kind of a collected case (None for the suite's own sanity test)."""
     params = getattr(item, "callspec", None)
@@ -85,7 +90,7 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
         return {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
                 "case": case.spec.case_id, "execution": case.kut.execution}
     if isinstance(pair, tuple) and params is not None:
-        kind = "unclaimed" if "unclaimed_pair" in params.params else getattr(item, "originalname", item.name)
+        kind = "unclaimed" if "unclaimed_pair" in params.params else PAIR_TEST_KINDS[getattr(item, "originalname", "")]
         return {"kernel": pair[0].name, "layout": pair[1], "kind": kind, "execution": pair[0].execution}
     return None
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from rtp_ref.certify.cases import CaseInputs
+from rtp_ref.certify.device_errors import describe_error, is_device_error, pending_device_error
 from rtp_ref.kernels.protocol import KVCacheKernel
 
 
 @dataclass
 class CallResult:
-    """How one kernel call went: the exception it raised (if any) and whether it really ran."""
+    """How one kernel call went: the exception it raised (if any), the device error it left, whether it ran."""
 
     error: BaseException | None
+    #: a CUDA error the call left behind (a launch error left pending, an asynchronous fault), as text
+    device_error: str | None
     calls: int
     launches_before: int | None
     launches_after: int | None
@@ -31,38 +32,29 @@ class CallResult:
 DEVICE_FAULT: list[str] = []
 
 
-def _device_is_dead(device: str) -> bool:
-    if device != "cuda":
-        return False
-    try:
-        torch.cuda.synchronize()
-        torch.zeros(1, device="cuda").add_(1).item()
-    except Exception:  # any error here means the context is gone: the worker must be replaced
-        return True
-    return False
-
-
 def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: str) -> CallResult:
     """Call ``kernel`` once on the case, wait for the device, and report what happened.
 
+    Every device error lands on this call: one pending before it belongs to the suite's own setup
+    (an error, raised here, not the kernel's finding), one pending after it, or raised by it as a CUDA
+    error, is the kernel's ``device_error``. A context that stays unusable marks ``DEVICE_FAULT``.
     A kernel may expose ``launch_count`` (incremented by its real launch path): it proves the
     candidate itself ran rather than a fallback (FlagGems counts calls the same way).
     """
+    earlier = pending_device_error(device)
+    if earlier is not None:
+        raise RuntimeError(f"a device error was pending before the kernel was called (the case setup): {earlier}")
     before = getattr(kernel, "launch_count", None)
     calls = 0
     error: BaseException | None = None
     try:
         calls += 1
         kernel(inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.slot_mapping, layout, inputs.scale)
-        if device == "cuda":
-            torch.cuda.synchronize()
     except Exception as exc:  # the kernel's failure is the finding, reported by the caller
         error = exc
-        if _device_is_dead(device):
-            DEVICE_FAULT.append(f"{getattr(kernel, 'name', kernel)} on {layout}")
-    return CallResult(error, calls, before, getattr(kernel, "launch_count", None))
-
-
-def describe_error(error: BaseException) -> str:
-    """One line naming the exception type and message."""
-    return f"{type(error).__name__}: {error}".splitlines()[0][:400]
+    device_error = pending_device_error(device)
+    if device_error is None and error is not None and is_device_error(error):
+        device_error, error = describe_error(error), None
+    if device_error is not None and pending_device_error(device) is not None:
+        DEVICE_FAULT.append(f"{getattr(kernel, 'name', kernel)} on {layout} ({device_error})")
+    return CallResult(error, device_error, calls, before, getattr(kernel, "launch_count", None))

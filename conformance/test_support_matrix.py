@@ -1,39 +1,40 @@
 """The support matrix, tested in both directions, and the kernel's behaviour on bad input.
 
-A layout a kernel does not claim must raise, and leave the cache untouched (never write garbage);
-a claimed layout given an out-of-range slot must raise before writing a byte; a claimed layout
-written twice from the same inputs must give the same bytes.
+A layout a kernel does not claim must raise, and leave the cache untouched (never write garbage); a
+claimed layout written twice from the same inputs must give the same bytes. What a kernel does with an
+out-of-range slot is input hardening, reported in its own column (``validated``/``unchecked``/``crashed``)
+and required only where the platform table or ``--require-input-checks`` says so.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from rtp_ref.certify.cases import CaseInputs, CaseSpec, build_case, num_blocks_for
+from rtp_ref.certify.cases import GUARD_BYTES, CaseSpec, build_case, num_blocks_for
+from rtp_ref.certify.device_errors import describe_error
+from rtp_ref.certify.grading import reference_image
+from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, VALIDATED, classify_bad_slot
 from rtp_ref.kv.layouts import default_dims
 
 from .matrix import KernelUnderTest, suite
-from .runner import call_kernel, describe_error
+from .runner import CallResult, call_kernel
 
 
 def _case(layout: str, kind: str = "random", tokens: int = 9, seed: int = 7) -> CaseSpec:
     return CaseSpec(layout, kind, tokens, 16, num_blocks_for(tokens, 16), torch.bfloat16, seed)
 
 
-def _call_expecting_refusal(k: KernelUnderTest, layout_name: str, inputs: CaseInputs, record_case: Callable[..., None],
-                            kind: str, case: str, check: str) -> tuple[BaseException | None, bool]:
-    """Call the kernel on inputs it must refuse; record the case (``check`` failed unless it raised and
-    left the cache untouched) and return (its error, whether the cache is untouched)."""
-    before = inputs.storage.cpu().clone()
-    result = call_kernel(k.kernel, inputs, layout_name, k.device)
-    untouched = torch.equal(before, inputs.storage.cpu())
-    ok = result.error is not None and untouched
-    record_case(kernel=k.name, layout=layout_name, kind=kind, case=case, execution=k.execution,
-                failed_checks=[] if ok else [check])
-    return result.error, untouched
+def _device_error_fails(k: KernelUnderTest, layout_name: str, result: CallResult, record_case: Callable[..., None],
+                        kind: str, case: str) -> None:
+    """A device error the call left fails this case under ``support.device_error`` (never the next case's)."""
+    if result.device_error is not None:
+        record_case(kernel=k.name, layout=layout_name, kind=kind, case=case, execution=k.execution,
+                    failed_checks=["support.device_error"], checks={"support.device_error": result.device_error})
+        pytest.fail(f"{k.name} left a device error: {result.device_error}", pytrace=False)
 
 
 def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
@@ -41,25 +42,51 @@ def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], py
     k, layout_name = unclaimed_pair
     layout = suite(pytestconfig).contract.layout(layout_name, *default_dims(layout_name))
     inputs = build_case(_case(layout_name), layout, k.device)
-    error, untouched = _call_expecting_refusal(k, layout_name, inputs, record_case, "unclaimed", "unclaimed-layout",
-                                               "support.unclaimed_layout_raises")
-    assert error is not None, f"{k.name} does not claim {layout_name} but accepted it without an error"
+    before = inputs.storage.cpu().clone()
+    result = call_kernel(k.kernel, inputs, layout_name, k.device)
+    _device_error_fails(k, layout_name, result, record_case, "unclaimed", "unclaimed-layout")
+    untouched = torch.equal(before, inputs.storage.cpu())
+    ok = result.error is not None and untouched
+    record_case(kernel=k.name, layout=layout_name, kind="unclaimed", case="unclaimed-layout", execution=k.execution,
+                failed_checks=[] if ok else ["support.unclaimed_layout_raises"])
+    assert result.error is not None, f"{k.name} does not claim {layout_name} but accepted it without an error"
     assert untouched, f"{k.name} raised for unclaimed {layout_name} but had already written to the cache"
 
 
-def test_out_of_range_slot_raises_before_writing(claimed_pair: tuple[KernelUnderTest, str],
-                                                 pytestconfig: pytest.Config,
-                                                 record_case: Callable[..., None]) -> None:
+def test_out_of_range_slot(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
+                           record_case: Callable[..., None]) -> None:
+    """Input hardening, reported apart from the write (rtp_ref.certify.input_checks): ``validated`` (raised
+    before writing), ``unchecked`` (the guard canaries say where the write went) or ``crashed``. It fails
+    the case only where the platform table or ``--require-input-checks`` asks for ``validated``."""
     k, layout_name = claimed_pair
-    layout = suite(pytestconfig).contract.layout(layout_name, *default_dims(layout_name))
-    inputs = build_case(_case(layout_name), layout, k.device)
+    s = suite(pytestconfig)
+    layout = s.contract.layout(layout_name, *default_dims(layout_name))
+    spec = _case(layout_name)
+    # a whole block of guard after the cache: a write to slot == capacity lands in bytes the suite owns
+    block_bytes = spec.block_size * layout.bytes_per_token
+    inputs = build_case(spec, layout, k.device, trailing_guard=GUARD_BYTES + block_bytes)
     capacity = inputs.kv_cache.shape[0] * inputs.kv_cache.shape[1]
     inputs.slot_mapping[-1] = capacity  # one past the end
-    error, untouched = _call_expecting_refusal(k, layout_name, inputs, record_case, "bad_input", "slot-out-of-range",
-                                               "support.rejects_bad_input")
-    assert error is not None, f"{k.name} accepted slot {capacity} in a cache of {capacity} slots"
-    assert untouched, (f"{k.name} raised ({describe_error(error)}) but only after writing to the cache; "
-                       "validate before touching memory")
+    before = inputs.storage.cpu().clone()
+    result = call_kernel(k.kernel, inputs, layout_name, k.device)
+    required = s.platform.require_input_checks or bool(pytestconfig.getoption("rtp_require_input_checks"))
+    base = dict(kernel=k.name, layout=layout_name, kind=BAD_INPUT_KIND, case="slot-out-of-range",
+                execution=k.execution, input_checks_required=required)
+    if result.device_error is not None:
+        value, detail = CRASHED, f"slot == capacity left a device error: {result.device_error}"
+    else:
+        error = describe_error(result.error) if result.error is not None else None
+        cache_end = inputs.storage.numel() - GUARD_BYTES - block_bytes
+        valid = copy.copy(inputs)
+        valid.slot_mapping = inputs.slot_mapping.clone()
+        valid.slot_mapping[-1] = -1  # the footprint the valid tokens may write
+        footprint = reference_image(layout, valid).footprint
+        value, detail = classify_bad_slot(before, inputs.storage.cpu(), footprint, error, cache_end)
+    failed = required and value != VALIDATED
+    record_case(**base, input_check=value, input_check_detail=detail,
+                failed_checks=["input.rejects_bad_slot"] if failed else [])
+    if failed:
+        pytest.fail(f"input checks are required and {k.name} is {value}: {detail}", pytrace=False)
 
 
 def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
@@ -70,6 +97,7 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
     for _ in range(2):
         inputs = build_case(_case(layout_name, tokens=37), layout, k.device)
         result = call_kernel(k.kernel, inputs, layout_name, k.device)
+        _device_error_fails(k, layout_name, result, record_case, "determinism", "twice-same-inputs")
         assert result.error is None, describe_error(result.error)
         images.append(inputs.storage.cpu())
     same = torch.equal(images[0], images[1])
@@ -87,5 +115,3 @@ def test_the_suite_generates_cases(pytestconfig: pytest.Config, record_case: Cal
     assert runnable, ("no runnable conformance case for this platform and selection "
                       f"(kernels: {[k.name for k in suite(pytestconfig).kernels]}, "
                       f"layouts: {suite(pytestconfig).layouts})")
-
-

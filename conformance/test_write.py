@@ -11,13 +11,29 @@ import os
 from collections.abc import Callable
 
 import pytest
+import torch
 
-from rtp_ref.certify.cases import build_case
+from rtp_ref.certify.cases import STRIDED_KINDS, CaseInputs, CaseSpec, build_case
+from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.grading import Check, Grading, grade_write, reference_image
+from rtp_ref.kernels.protocol import broken_requirements
 
 from .conftest import WriteCase
 from .matrix import suite
-from .runner import call_kernel, describe_error
+from .runner import call_kernel
+
+
+def _check_inputs_as_built(spec: CaseSpec, inputs: CaseInputs, device: str) -> None:
+    """The suite's own guarantee, checked before every call so it cannot regress silently: the inputs are on
+    the device under test, and the strided kinds are strided THERE (a CPU slice copied to a GPU arrives
+    contiguous, which once hid misaligned vector loads from the suite)."""
+    tensors = (inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.slot_mapping, inputs.scale)
+    assert all(t.device.type == device for t in tensors), f"suite error: inputs are not all on {device}"
+    if spec.kind in STRIDED_KINDS:
+        assert not (inputs.kv_c.is_contiguous() and inputs.k_pe.is_contiguous()), \
+            f"suite error: the {spec.kind} case's inputs are contiguous on {device}"
+    if spec.kind == "elem_aligned":
+        assert inputs.k_pe.data_ptr() % 4, "suite error: the elem_aligned k_pe is aligned beyond its element"
 
 
 def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None], pytestconfig: pytest.Config) -> None:
@@ -25,18 +41,28 @@ def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None],
     k, spec = write_case.kut, write_case.spec
     layout = s.contract.layout(spec.layout, *write_case.dims)
     inputs = build_case(spec, layout, k.device)
+    _check_inputs_as_built(spec, inputs, k.device)
     before = inputs.storage.cpu().clone()
     result = call_kernel(k.kernel, inputs, spec.layout, k.device)
-    after = inputs.storage.cpu()
     base = dict(kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
-                       kind=spec.kind, seed=spec.seed, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim,
-                       device=k.device, execution=k.execution, required_grade=s.platform.required_grade,
-                       deviation=write_case.deviation, worker=os.environ.get("PYTEST_XDIST_WORKER"),
-                       visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                kind=spec.kind, seed=spec.seed, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim,
+                device=k.device, execution=k.execution, required_grade=s.platform.required_grade,
+                deviation=write_case.deviation, worker=os.environ.get("PYTEST_XDIST_WORKER"),
+                visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if result.device_error is not None:
+        record_case(**base, grade="none", failed_checks=["support.device_error"],
+                    checks={"support.device_error": result.device_error})
+        pytest.fail(f"{k.name} left a device error on this case: {result.device_error}", pytrace=False)
+    after = inputs.storage.cpu()
     if result.error is not None:
+        broken = broken_requirements(getattr(k.kernel, "input_requirements", ()), inputs.kv_c, inputs.k_pe)
+        if broken and torch.equal(before, after):
+            record_case(**base, refused=", ".join(broken), failed_checks=[],
+                        checks={"refused": describe_error(result.error)})
+            return  # refused as declared: reported as a limit of the kernel, never as a pass of the write
         record_case(**base, grade="none", failed_checks=["support.kernel_raised"],
                     checks={"support.kernel_raised": describe_error(result.error)})
-        pytest.fail(f"{k.name} raised on a claimed layout: {describe_error(result.error)}")
+        pytest.fail(f"{k.name} raised on a claimed layout: {describe_error(result.error)}", pytrace=False)
     grading = grade_write(layout, spec.kind, inputs, before, after, reference_image(layout, inputs),
                           s.platform.numerics_max_ulp)
     grading = _with_ran_check(grading, result.calls, result.launched, expect_launch=spec.tokens > 0)

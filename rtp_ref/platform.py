@@ -31,7 +31,7 @@ MLA_LAYOUT_NAMES = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_com
 #: Grades a kernel can reach on a case, weakest first.
 GRADES = ("layout", "numerics", "bit_exact")
 #: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
-CASE_KINDS = ("random", "edge", "noncontig", "padded", "padding_only")
+CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only")
 
 FlagValue = bool | int | float | str
 
@@ -69,6 +69,8 @@ class Platform:
     layout_bytes: Mapping[str, int]
     numerics_max_ulp: float
     required_grade: str
+    #: whether certification needs input checks ``validated`` (``[tolerances] require_input_checks``)
+    require_input_checks: bool
     deviations: tuple[Deviation, ...]
     source: str
     sha256: str
@@ -151,6 +153,9 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     "tolerances": {
         "numerics_max_ulp": _Key("number", _is_number, check=_positive),
         "required_grade": _Key("string", lambda v: isinstance(v, str), check=_one_of(GRADES)),
+        # true: a kernel must refuse bad arguments (an out-of-range slot) to be certified; engines usually
+        # own slot validity, so no bundled table asks for it
+        "require_input_checks": _Key("boolean", lambda v: isinstance(v, bool), required=False),
     },
 }
 _DEVIATION: dict[str, _Key] = {
@@ -241,6 +246,7 @@ def parse_platform(text: bytes, source: str) -> Platform:
         layout_bytes=dict(data["layout_bytes"]),
         numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),
         required_grade=data["tolerances"]["required_grade"],
+        require_input_checks=bool(data["tolerances"].get("require_input_checks", False)),
         deviations=tuple(
             Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"], tuple(d.get("cases", ())),
                 tuple(d.get("devices", ())))

@@ -100,6 +100,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "its remaining cases fail at once as not run (default 2)",
     )
     group.addoption(
+        "--rtp-require-input-checks",
+        action="store_true",
+        help="a kernel must refuse an out-of-range slot (input checks 'validated') to be certified, whatever "
+        "the platform table says",
+    )
+    group.addoption(
         "--layout-flag",
         action="append",
         default=[],

@@ -11,16 +11,18 @@
 #   scripts/gpu_check.sh tune          after a kernel change: the triton and cuda kernel tests, then the
 #                                      bandwidth table with every launch-tuning variant
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; -n 3 refused
+#   scripts/gpu_check.sh vendor        the CUDA C++ example vendor package (examples/cuda_vendor_kernel): built,
+#                                      certified next to its crashing variant, its GPU test, and memcheck over both
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune or pinning" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning or vendor" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
 site=/tmp/rtp-site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . .whl/*.whl \
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . $(ls .whl/*.whl 2>/dev/null) \
   >"$reports/install.log" 2>&1 || { cat "$reports/install.log"; exit 1; }
 export PYTHONPATH="$site" PYTHONUNBUFFERED=1
 export TORCH_EXTENSIONS_DIR=/tmp/torch-ext TRITON_CACHE_DIR=/tmp/triton-cache
@@ -40,10 +42,15 @@ certify() {
   grep -E "passed|failed" "$reports/$1.log" | tail -1 | tee -a "$out/certify.log"
   tail -18 "$reports/$1.log" | tee -a "$out/certify.log"
 }
-# memcheck [KERNEL ...]: compute-sanitizer over scripts/sanitize_kernels.py (default: triton and cuda)
+# memcheck [KERNEL ...]: rtp-ref memcheck (compute-sanitizer over one call of every conformance case) of the
+# kernels on cuda-sm90 (default: triton and cuda); log and report under /tmp, every row but the clean ones shown
 memcheck() {
-  compute-sanitizer --tool memcheck --error-exitcode 9 python3 scripts/sanitize_kernels.py "$@" > "$reports/memcheck.log" 2>&1
-  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|kernels checked" "$reports/memcheck.log"
+  local kernel kernels=()
+  [ $# -gt 0 ] || set -- triton cuda
+  for kernel in "$@"; do kernels+=(--kernel "$kernel"); done
+  rtp memcheck "${kernels[@]}" --platform cuda-sm90 --case-timeout 300 --report "$reports/memcheck" \
+    > "$reports/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -vE "  clean$" "$reports/memcheck.log" | tail -40
 }
 bandwidth() { python3 -m tests.kernels.bandwidth "$@" 2>&1 | tee "$out/bandwidth.log"; }
 bench() { rtp bench --report "$out/bench" "$@" 2>&1 | tee "$out/bench.log"; }
@@ -96,8 +103,19 @@ print("worker -> CUDA_VISIBLE_DEVICES:", {w: sorted(map(str, v)) for w, v in sor
 PY
     rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$reports/pin3" 2>&1 | tail -3
     ;;
+  vendor)
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" ./examples/cuda_vendor_kernel \
+      >>"$reports/install.log" 2>&1 || { tail -20 "$reports/install.log"; exit 1; }
+    { time python3 -c "import acme_cuda_mla; acme_cuda_mla.build()"; } 2>&1 | tail -3 | tee -a "$out/vendor.log"
+    { time rtp certify --platform cuda-sm90 --kernel acme-cuda --kernel acme-cuda-crashy --case-timeout 120 \
+        --report "$out/vendor-report"; } > "$reports/vendor-certify.log" 2>&1
+    echo "certify exit $?" | tee -a "$out/vendor.log"; tail -16 "$reports/vendor-certify.log" | tee -a "$out/vendor.log"
+    python3 -m pytest -q -p no:cacheprovider --platform cpu tests/vendor/test_cuda_example_package.py 2>&1 \
+      | tail -15 | tee -a "$out/vendor.log"
+    memcheck acme-cuda acme-cuda-crashy | tee -a "$out/vendor.log"
+    ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune or pinning" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning or vendor" >&2; exit 2
     ;;
   esac
 done

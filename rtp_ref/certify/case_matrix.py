@@ -25,7 +25,8 @@ def layout_dims(layout: str) -> list[tuple[int, int]]:
 
 
 def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
-    """Every case of one layout: tokens 0, 1, many; block sizes 1, 16, 64; bf16 and fp16; edge kinds."""
+    """Every case of one layout: tokens 0, 1, many; block sizes 1, 16, 64; bf16 and fp16; edge kinds; strided,
+    fused-projection and element-aligned inputs."""
     seed = 0
 
     def spec(kind: str, tokens: int, block: int, dtype: str) -> CaseSpec:
@@ -46,3 +47,6 @@ def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
     yield spec("padded", 37, 16, "bf16"), dims[0]
     yield spec("padded", 20, 1, "fp16"), dims[0]
     yield spec("padding_only", 5, 16, "bf16"), dims[0]
+    # production's input shapes (rtp_ref.certify.cases._strided_inputs), last so earlier cases keep their seeds
+    yield spec("fused", 37, 16, "bf16"), dims[0]
+    yield spec("elem_aligned", 37, 16, "fp16"), dims[0]

@@ -118,28 +118,58 @@ def num_blocks_for(tokens: int, block_size: int) -> int:
     return max(2, math.ceil(2 * max(tokens, 1) / block_size))
 
 
-def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str) -> CaseInputs:
-    """Inputs and a canary-filled cache for ``spec``; identical for identical specs (seeded, on CPU)."""
+#: the width of the fused projection ``fused`` cases slice: DeepSeek's q_lora_rank (1536) before kv_c and k_pe,
+#: as in a fused ``qkv_a_proj`` output ``[T, 1536 + R + P]`` split into q, kv_c and k_pe views
+FUSED_Q_WIDTH = 1536
+
+
+def _strided_inputs(spec: CaseSpec, g: torch.Generator, r: int, p: int,
+                    device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """kv_c and k_pe as production hands them to a kernel, built ON ``device`` (values drawn on the CPU, so a
+    case is the same everywhere): a slice made on the CPU and then copied would arrive contiguous.
+
+    ``noncontig``: row strides of 3R and 3P + 5 elements, k_pe starting 5 elements in (10 bytes: no vector
+    alignment); ``fused``: both views of one projection output ``[T, 1536 + R + P]`` (16-byte aligned,
+    strided); ``elem_aligned``: a contiguous kv_c and a k_pe aligned to its element only (2 bytes: start 1
+    element in, row stride P + 1); every other kind: contiguous.
+    """
+    t, dtype = spec.tokens, spec.input_dtype
+    if spec.kind == "fused":
+        out = _values(g, t, FUSED_Q_WIDTH + r + p, dtype).to(device)
+        return out[:, FUSED_Q_WIDTH: FUSED_Q_WIDTH + r], out[:, FUSED_Q_WIDTH + r:]
+    if spec.kind == "noncontig":
+        kv_c_wide = _values(g, t, 3 * r, dtype).to(device)
+        k_pe_wide = _values(g, t, 3 * p + 5, dtype).to(device)
+        return kv_c_wide[:, r: 2 * r], k_pe_wide[:, 5: 5 + p]
+    kv_c = _values(g, t, r, dtype).to(device)
+    if spec.kind == "elem_aligned":
+        return kv_c, _values(g, t, p + 1, dtype).to(device)[:, 1:]
+    return kv_c, _values(g, t, p, dtype).to(device)
+
+
+#: case kinds whose inputs must not be contiguous (the suite checks they are not, before calling the kernel)
+STRIDED_KINDS = ("noncontig", "fused", "elem_aligned")
+
+
+def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, trailing_guard: int = GUARD_BYTES
+               ) -> CaseInputs:
+    """Inputs and a canary-filled cache for ``spec`` on ``device``; identical for identical specs (seeded on
+    the CPU); strided kinds are strided on the device itself. ``trailing_guard``: bytes after the cache."""
     g = torch.Generator().manual_seed(spec.seed)
     r, p = layout.kv_lora_rank, layout.rope_dim
-    widen = 3 if spec.kind == "noncontig" else 1
-    kv_c = _values(g, spec.tokens, r * widen, spec.input_dtype)
-    k_pe = _values(g, spec.tokens, p * widen + 5, spec.input_dtype)
+    kv_c, k_pe = _strided_inputs(spec, g, r, p, device)
     if spec.kind == "edge":
         scale_value = float(torch.exp2(torch.randint(-4, 2, (1,), generator=g).float()).item()) * 1.25
-        kv_c = _edge_values(kv_c, layout, scale_value, Source.KV_C)
-        k_pe = _edge_values(k_pe, layout, scale_value, Source.K_PE)
+        kv_c = _edge_values(kv_c.cpu(), layout, scale_value, Source.KV_C).to(device)
+        k_pe = _edge_values(k_pe.cpu(), layout, scale_value, Source.K_PE).to(device)
     else:
         scale_value = _calibrated_scale(g, kv_c, k_pe, layout.element_format.max_value)
-    if spec.kind == "noncontig":
-        kv_c, k_pe = kv_c[:, r: 2 * r], k_pe[:, 5: 5 + p]  # row stride != width, offset start
-    else:
-        k_pe = k_pe[:, :p].contiguous()
     padded_rows = 1 if spec.kind == "padded" else 0
-    storage, kv_cache = make_cache(layout, spec.num_blocks, spec.block_size, spec.input_dtype, padded_rows, device)
+    storage, kv_cache = make_cache(layout, spec.num_blocks, spec.block_size, spec.input_dtype, padded_rows, device,
+                                   trailing_guard=trailing_guard)
     return CaseInputs(
-        kv_c=kv_c.to(device),
-        k_pe=k_pe.to(device),
+        kv_c=kv_c,
+        k_pe=k_pe,
         slot_mapping=_slots(g, spec).to(device),
         scale=torch.tensor([scale_value], dtype=torch.float32, device=device),
         storage=storage,
@@ -149,15 +179,18 @@ def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str) ->
 
 
 def make_cache(layout: MlaLayout, num_blocks: int, block_size: int, input_dtype: torch.dtype, padded_rows: int,
-               device: torch.device | str, canary: int = CANARY) -> tuple[torch.Tensor, torch.Tensor]:
-    """A canary-filled byte storage with guard zones, and the ``kv_cache`` view the kernel gets.
+               device: torch.device | str, canary: int = CANARY, trailing_guard: int = GUARD_BYTES
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A canary-filled byte storage with guard zones (``GUARD_BYTES`` before the cache, ``trailing_guard``
+    after it), and the ``kv_cache`` view the kernel gets.
 
     The view has the layout's cache shape and dtype; its block stride covers ``block_size +
     padded_rows`` rows.
     """
     entry_bytes = layout.bytes_per_token
     block_bytes = (block_size + padded_rows) * entry_bytes
-    storage = torch.full((2 * GUARD_BYTES + num_blocks * block_bytes,), canary, dtype=torch.uint8, device=device)
+    size = GUARD_BYTES + num_blocks * block_bytes + trailing_guard
+    storage = torch.full((size,), canary, dtype=torch.uint8, device=device)
     return storage, cache_view(layout, storage, num_blocks, block_size, input_dtype, padded_rows)
 
 

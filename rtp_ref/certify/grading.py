@@ -17,6 +17,8 @@ canaries, and a byte belongs to the footprint when it changed in either. Each ch
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,7 @@ from rtp_ref.fp8 import FP8_FORMATS, decode, decode_table, decode_ue8m0
 from rtp_ref.fp8.formats import ConversionMode
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
-from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, is_fp8_element
+from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import GRADES
 
@@ -94,49 +96,150 @@ def reference_image(layout: MlaLayout, inputs: CaseInputs) -> ReferenceImage:
     return ReferenceImage(a, footprint, dense)
 
 
-def _where(storage_bytes: int, positions: torch.Tensor, limit: int = 4) -> str:
-    """Human description of byte positions in a case storage: guard zones or cache offsets."""
-    out = []
-    for pos in positions[:limit].tolist():
-        if pos < GUARD_BYTES:
-            out.append(f"guard byte {pos - GUARD_BYTES} (before the cache)")
-        elif pos >= storage_bytes - GUARD_BYTES:
-            out.append(f"guard byte +{pos - (storage_bytes - GUARD_BYTES)} (after the cache)")
+#: failed checks name at most this many examples, and each detail stays one line of about this length
+MAX_EXAMPLES = 3
+MAX_DETAIL = 400
+
+
+def _hex(raw: torch.Tensor) -> str:
+    """An element's little-endian bytes as one hex word (``0x3c800000`` for the fp32 scale 2^-6)."""
+    return f"0x{int.from_bytes(bytes(raw.tolist()), 'little'):0{2 * raw.numel()}x}"
+
+
+def _decoded(layout: MlaLayout, f: Field, raw: torch.Tensor, input_dtype: torch.dtype) -> float | None:
+    """The value an element's bytes hold as the platform's readers see it (None for pad bytes)."""
+    if is_fp8_element(f.element):
+        return float(decode(raw, layout.element_format))
+    if f.element == ELEMENT_INPUT16:
+        return float(raw.contiguous().view(input_dtype))
+    if f.source is Source.SCALE:
+        return float(_scale_values(f, raw.reshape(1, -1)))
+    return None
+
+
+@dataclass(frozen=True)
+class _Locator:
+    """Names places in a case storage and the values there, for the examples of a failed check.
+
+    ``rows`` are the target entries in grading order: (token index in slot_mapping, slot).
+    """
+
+    layout: MlaLayout
+    num_blocks: int
+    block_size: int
+    padded_rows: int
+    input_dtype: torch.dtype
+    rows: list[tuple[int, int]]
+
+    def row(self, i: int) -> str:
+        """``token 3 (slot 17)`` for target entry ``i``."""
+        token, slot = self.rows[i]
+        return f"token {token} (slot {slot})"
+
+    def slot(self, slot: int) -> str:
+        """The token writing ``slot``, or ``slot 17 (no token)`` when none does."""
+        tokens = [i for i, (_, s) in enumerate(self.rows) if s == slot]
+        return self.row(tokens[-1]) if tokens else f"slot {slot} (no token)"
+
+    def value(self, f: Field, raw: torch.Tensor) -> str:
+        """``0.015625 (0x3c800000)``: decoded value and bytes of one element of field ``f``."""
+        v = _decoded(self.layout, f, raw, self.input_dtype)
+        return _hex(raw) if v is None else f"{v:.6g} ({_hex(raw)})"
+
+    def element(self, pos: int) -> tuple[str, Field, int] | str:
+        """The element a storage byte belongs to: (``token 3 (slot 17) nope[5]``, field, storage position
+        of the element's first byte), or a description of a byte outside every entry."""
+        layout, off = self.layout, pos - GUARD_BYTES
+        # blocks are (block_size + padded_rows) rows; within one, every token's per-token bytes come
+        # first, then every token's block-trailing bytes (Placement.BLOCK_TRAILING), then padding rows
+        block_bytes = (self.block_size + self.padded_rows) * layout.bytes_per_token
+        if off < 0:
+            return f"guard byte {off} (before the cache)"
+        if off >= self.num_blocks * block_bytes:
+            return f"guard byte +{off - self.num_blocks * block_bytes} (after the cache)"
+        block, within = divmod(off, block_bytes)
+        if within >= self.block_size * layout.bytes_per_token:
+            return f"cache byte {off} (padding row of block {block})"
+        data = self.block_size * layout.data_bytes_per_token
+        if within < data:
+            t, j = divmod(within, layout.data_bytes_per_token)
         else:
-            out.append(f"cache byte {pos - GUARD_BYTES}")
-    more = positions.numel() - limit
-    return ", ".join(out) + (f" and {more} more" if more > 0 else "")
+            t, k = divmod(within - data, layout.trailing_bytes_per_token)
+            j = layout.data_bytes_per_token + k
+        f = next(f for f in layout.entry_fields if layout.entry_offset(f) <= j < layout.entry_offset(f) + f.size)
+        index, byte = divmod(j - layout.entry_offset(f), element_size(f.element))
+        return f"{self.slot(block * self.block_size + t)} {f.name}[{index}]", f, pos - byte
+
+    def differing(self, positions: torch.Tensor, got: torch.Tensor, want: torch.Tensor,
+                  versus: str = "contract") -> list[str]:
+        """Examples for storage bytes where ``got`` is not ``want``: one per element, the kernel's value
+        against ``versus``'s (a stray byte's ``untouched`` value as bytes only: it is a canary)."""
+        seen: list[int] = []
+        out = []
+        # an element has at most 4 bytes, so the first 4 * MAX_EXAMPLES positions hold enough elements
+        for pos in positions[: 4 * MAX_EXAMPLES].tolist():
+            place = self.element(pos)
+            if isinstance(place, str):
+                out.append(f"{place}: kernel {int(got[pos]):#04x} vs {versus} {int(want[pos]):#04x}")
+                continue
+            where, f, start = place
+            if start in seen:
+                continue
+            seen.append(start)
+            end = start + element_size(f.element)
+            shown = _hex(want[start:end]) if versus == "untouched" else self.value(f, want[start:end])
+            out.append(f"{where}: kernel {self.value(f, got[start:end])} vs {versus} {shown}")
+        return out[:MAX_EXAMPLES]
 
 
-def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor,
-                      ref: ReferenceImage) -> list[Check]:
+def _examples(head: str, examples: list[str]) -> str:
+    """``head, e.g. A; B; C`` (the head alone when there is nothing to show)."""
+    return f"{head}, e.g. {'; '.join(examples[:MAX_EXAMPLES])}" if examples else head
+
+
+def _failing(name: str, ok: bool, detail: Callable[[], str]) -> Check:
+    """A check whose detail (with its examples) is only worked out when it failed."""
+    return Check(name, ok, "" if ok else detail())
+
+
+def _first(mask: torch.Tensor) -> list[tuple[int, int]]:
+    """(row, column) of the first MAX_EXAMPLES True entries of a 2-dim mask, row-major."""
+    return [(int(r), int(c)) for r, c in torch.nonzero(mask)[:MAX_EXAMPLES].tolist()]
+
+
+def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref: ReferenceImage,
+                      loc: _Locator) -> list[Check]:
     changed = after != before
     stray = changed & ~ref.footprint
-    stray_pos = torch.nonzero(stray).flatten()
-    n = before.numel()
-    checks = [Check("layout.untouched_bytes", stray_pos.numel() == 0,
-                    f"{stray_pos.numel()} byte(s) outside the target entries changed: {_where(n, stray_pos)}")]
+
+    def found(name: str, mask: torch.Tensor, head: str) -> Check:
+        pos = torch.nonzero(mask).flatten()
+        return _failing(name, pos.numel() == 0, lambda: _examples(
+            f"{pos.numel()} {head}", loc.differing(pos, after, before, "untouched")))
+
+    checks = [found("layout.untouched_bytes", stray, "byte(s) outside the target entries changed")]
     near = ref.footprint.clone()
     near[1:] |= ref.footprint[:-1]
     near[:-1] |= ref.footprint[1:]
-    bounds = torch.nonzero(stray & near).flatten()
-    checks.append(Check("layout.entry_bounds", bounds.numel() == 0,
-                        f"{bounds.numel()} byte(s) right next to a target entry changed: {_where(n, bounds)}"))
+    checks.append(found("layout.entry_bounds", stray & near, "byte(s) right next to a target entry changed"))
     if ref.dense_footprint is not None:
-        dense = torch.nonzero(stray & ref.dense_footprint).flatten()
-        checks.append(Check("layout.block_stride", dense.numel() == 0,
-                            f"{dense.numel()} stray byte(s) sit where entries would be if blocks were not "
-                            f"padded (kv_cache.stride(0) ignored): {_where(n, dense)}"))
+        checks.append(found("layout.block_stride", stray & ref.dense_footprint,
+                            "stray byte(s) sit where entries would be if blocks were not padded "
+                            "(kv_cache.stride(0) ignored)"))
     if kind == "padding_only":
-        moved = torch.nonzero(changed).flatten()
-        checks.append(Check("layout.negative_slots", moved.numel() == 0,
-                            f"every slot was negative, yet {moved.numel()} byte(s) changed: {_where(n, moved)}"))
+        checks.append(found("layout.negative_slots", changed, "byte(s) changed although every slot was negative"))
     return checks
 
 
 def _field_bytes(layout: MlaLayout, entries: torch.Tensor, f: Field) -> torch.Tensor:
     start = layout.entry_offset(f)
     return entries[:, start:start + f.size]
+
+
+def _element(raw: torch.Tensor, f: Field, row: int, index: int) -> torch.Tensor:
+    """The bytes of element ``index`` of field bytes ``raw`` ([rows, f.size]) in row ``row``."""
+    size = element_size(f.element)
+    return raw[row, index * size:(index + 1) * size]
 
 
 def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
@@ -163,21 +266,38 @@ class _NumericsCase:
     """Numerics checks of one fp8 value field, kernel entries against reference entries."""
 
     def __init__(self, layout: MlaLayout, f: Field, x: torch.Tensor, k_entries: torch.Tensor,
-                 r_entries: torch.Tensor, scale_arg: torch.Tensor, max_ulp: float) -> None:
-        self.layout, self.f, self.max_ulp = layout, f, max_ulp
+                 r_entries: torch.Tensor, scale_arg: torch.Tensor, max_ulp: float, loc: _Locator) -> None:
+        self.layout, self.f, self.max_ulp, self.loc = layout, f, max_ulp, loc
         self.x = x.double()
         self.codes = _field_bytes(layout, k_entries, f)
+        self.r_codes = _field_bytes(layout, r_entries, f)
         self.scale_field = layout.field(f.scale_field or "")
         self.tile = self.scale_field.tile_scale.tile if self.scale_field.tile_scale else f.count
         if self.scale_field.placement is Placement.EXTERNAL:
             self.k_scales = scale_arg.double().reshape(1, 1).expand(x.shape[0], 1)
             self.r_scales = self.k_scales
         else:
-            self.k_scales = _scale_values(self.scale_field, _field_bytes(layout, k_entries, self.scale_field)).double()
-            self.r_scales = _scale_values(self.scale_field, _field_bytes(layout, r_entries, self.scale_field)).double()
+            self.k_raw = _field_bytes(layout, k_entries, self.scale_field)
+            self.r_raw = _field_bytes(layout, r_entries, self.scale_field)
+            self.k_scales = _scale_values(self.scale_field, self.k_raw).double()
+            self.r_scales = _scale_values(self.scale_field, self.r_raw).double()
 
     def per_value_scale(self) -> torch.Tensor:
         return self.k_scales.repeat_interleave(self.tile, dim=1)[:, : self.f.count]
+
+    def _scale_example(self, row: int, i: int, contract: bool = True) -> str:
+        """``token 3 (slot 17) nope_scale[1]: kernel 0.0123 (0x3c49ba5e) vs contract 0.015625 (...)``."""
+        s = self.scale_field
+        text = f"{self.loc.row(row)} {s.name}[{i}]: kernel {self.loc.value(s, _element(self.k_raw, s, row, i))}"
+        return f"{text} vs contract {self.loc.value(s, _element(self.r_raw, s, row, i))}" if contract else text
+
+    def _value_example(self, row: int, col: int, v: torch.Tensor, want: str | None = None) -> str:
+        """``token 3 (slot 17) nope[5]: kernel 1.5 (0x3c) vs contract 1.25 (0x3a), x/stored scale 1.27``:
+        the stored value against ``want`` (default: the reference's code), and the exact quotient."""
+        f, loc = self.f, self.loc
+        want = want or loc.value(f, self.r_codes[row, col:col + 1])
+        return (f"{loc.row(row)} {f.name}[{col}]: kernel {loc.value(f, self.codes[row, col:col + 1])} vs contract "
+                f"{want}, x/stored scale {float(v[row, col]):.6g}")
 
     def scale_checks(self) -> list[Check]:
         spec = self.scale_field.tile_scale
@@ -185,24 +305,31 @@ class _NumericsCase:
             return []
         k, r = self.k_scales, self.r_scales
         name = self.scale_field.name
-        checks = [Check("numerics.scale_positive", bool((torch.isfinite(k) & (k > 0)).all()),
-                        f"{name}: {int((~(torch.isfinite(k) & (k > 0))).sum())} scale(s) are zero, negative, "
-                        f"inf or NaN (e.g. a missing floor on an all-zero tile)")]
+        positive = torch.isfinite(k) & (k > 0)
+        checks = [_failing("numerics.scale_positive", bool(positive.all()), lambda: _examples(
+            f"{name}: {int((~positive).sum())} scale(s) are zero, negative, inf or NaN (e.g. a missing floor on an "
+            f"all-zero tile)", [self._scale_example(*rc, contract=False) for rc in _first(~positive)]))]
         if spec.rule is ScaleRule.POW2_CEIL:
             mantissa, _ = torch.frexp(k)
             bad = ~((mantissa == 0.5) | ~torch.isfinite(k))
-            checks.append(Check("numerics.scale_form", not bool(bad.any()),
-                                f"{name}: {int(bad.sum())} scale(s) are not powers of two; the platform's "
-                                f"readers truncate them (rule pow2_ceil)"))
+            checks.append(_failing("numerics.scale_form", not bool(bad.any()), lambda: _examples(
+                f"{name}: {int(bad.sum())} scale(s) are not powers of two; the platform's readers truncate them "
+                f"(rule pow2_ceil)", [self._scale_example(*rc) for rc in _first(bad)])))
         # pow2_ceil scales are exact; amax_div allows the last bit (x * (1/d) versus x / d)
         equal = k == r if spec.rule is ScaleRule.POW2_CEIL else (k - r).abs() <= r.abs() * 2.0**-22
         ok = bool(equal.all())
-        checks.append(Check("numerics.scale_value", ok,
-                            f"{name}: {int((~equal).sum())} scale(s) differ from the contract "
-                            f"({spec.formula()}); e.g. kernel {k[~equal][:3].tolist()} vs {r[~equal][:3].tolist()}"))
+        checks.append(_failing("numerics.scale_value", ok, lambda: _examples(
+            f"{name}: {int((~equal).sum())} scale(s) differ from the contract ({spec.formula()})",
+            [self._scale_example(*rc) for rc in _first(~equal)])))
         permuted = torch.equal(torch.sort(k, dim=1).values, torch.sort(r, dim=1).values)
-        checks.append(Check("layout.scale_order", ok or not permuted,
-                            f"{name}: the right scales sit in the wrong tiles (order differs from the layout)"))
+
+        def order() -> str:
+            row = int(torch.nonzero((~equal).any(dim=1))[0])
+            shown = [" ".join(f"{v:.4g}" for v in t[row, :8].tolist()) for t in (k, r)]
+            return (f"{name}: the right scales sit in the wrong tiles (order differs from the layout), e.g. "
+                    f"{self.loc.row(row)}: kernel [{shown[0]}] vs contract [{shown[1]}]")
+
+        checks.append(_failing("layout.scale_order", ok or not permuted, order))
         return checks
 
     def value_checks(self) -> tuple[list[Check], dict[str, float]]:
@@ -213,13 +340,15 @@ class _NumericsCase:
         nan_in = torch.isnan(v)
         top = fmt.max_value
         over = (v.abs() > top) & ~nan_in
-        checks = [Check("numerics.nan", bool(torch.isnan(q[nan_in]).all()),
-                        f"{int((~torch.isnan(q[nan_in])).sum())} NaN input(s) were not stored as NaN")]
+        lost_nan = nan_in & ~torch.isnan(q)
+        checks = [_failing("numerics.nan", not bool(lost_nan.any()), lambda: _examples(
+            f"{int(lost_nan.sum())} NaN input(s) were not stored as NaN",
+            [self._value_example(*rc, v, "nan") for rc in _first(lost_nan)]))]
         if self.layout.conversion_mode is ConversionMode.SATFINITE:
-            want = torch.sign(v[over]) * top
-            checks.append(Check("numerics.saturation", bool((q[over] == want).all()),
-                                f"{int((q[over] != want).sum())} value(s) beyond +-{top:g} were not clamped to "
-                                f"+-{top:g} (got e.g. {q[over][q[over] != want][:3].tolist()})"))
+            unclamped = over & (q != torch.sign(v) * top)
+            checks.append(_failing("numerics.saturation", not bool(unclamped.any()), lambda: _examples(
+                f"{int(unclamped.sum())} value(s) beyond +-{top:g} were not clamped to +-{top:g}",
+                [self._value_example(r, c, v, f"{float(torch.sign(v[r, c])) * top:g}") for r, c in _first(unclamped)])))
         normal = ~(nan_in | over)
         steps = _step_errors(q[normal], v[normal], fmt.name)
         ok = bool((steps <= self.max_ulp).all()) if steps.numel() else True
@@ -227,15 +356,25 @@ class _NumericsCase:
         if ok:
             checks.append(Check("numerics.error_bound", True))
         else:
+            steps_at = torch.zeros_like(v)
+            steps_at[normal] = steps
+            off = normal & ~(steps_at <= self.max_ulp)  # NaN steps (a NaN stored for a number) are off too
             other = [g for g in FP8_FORMATS if g != fmt.name
                      and bool((_step_errors(decode(self.codes, g).double()[normal], v[normal], fmt.name)
                                <= self.max_ulp).all())]
             if other:
+                row, col = _first(off)[0]
+                code = self.codes[row, col:col + 1]
                 checks.append(Check("numerics.element_format", False,
-                                    f"{self.f.name}: the bytes are {other[0]}, not the platform's {fmt.name}"))
-            checks.append(Check("numerics.error_bound", False,
-                                f"{self.f.name}: {int((steps > self.max_ulp).sum())} value(s) off by more than "
-                                f"{self.max_ulp:g} fp8 step(s) of x/scale (worst {worst:.3g} steps)"))
+                                    f"{self.f.name}: the bytes are {other[0]}, not the platform's {fmt.name}, e.g. "
+                                    f"{self.loc.row(row)} {self.f.name}[{col}]: {_hex(code)} is "
+                                    f"{float(decode(code, other[0])):.6g} as {other[0]}, "
+                                    f"{float(decode(code, fmt)):.6g} as {fmt.name}; "
+                                    f"x/stored scale {float(v[row, col]):.6g}"))
+            checks.append(Check("numerics.error_bound", False, _examples(
+                f"{self.f.name}: {int(off.sum())} value(s) off by more than {self.max_ulp:g} fp8 step(s) of x/scale "
+                f"(worst {worst:.3g} steps)",
+                [f"{self._value_example(r, c, v)} ({float(steps_at[r, c]):.3g} steps)" for r, c in _first(off)])))
         abs_err = ((q[normal] - v[normal]).abs() * s[normal]).max().item() if steps.numel() else 0.0
         return checks, {"max_error_steps": worst, "max_abs_error": abs_err}
 
@@ -246,61 +385,96 @@ def _written(k_entries: torch.Tensor, r_entries: torch.Tensor, before: torch.Ten
     return ((k_entries != before) & ref_changed).any(dim=1) | ~ref_changed.any(dim=1)
 
 
+def _copy_check(layout: MlaLayout, f: Field, k_entries: torch.Tensor, r_entries: torch.Tensor,
+                loc: _Locator) -> Check:
+    """``layout.<field>_exact``: a 16-bit field must be a bit-for-bit copy of the input."""
+    got, want = _field_bytes(layout, k_entries, f), _field_bytes(layout, r_entries, f)
+
+    def detail() -> str:
+        differ = (got != want).reshape(got.shape[0], f.count, -1).any(dim=2)
+        return _examples(f"{f.name}: {int(differ.sum())} {f.element} value(s) are not copied bit for bit",
+                         [f"{loc.row(r)} {f.name}[{i}]: kernel {loc.value(f, _element(got, f, r, i))} vs contract "
+                          f"{loc.value(f, _element(want, f, r, i))}" for r, i in _first(differ)])
+
+    return _failing(f"layout.{f.name}_exact", torch.equal(got, want), detail)
+
+
+def _block_scales_check(layout: MlaLayout, f: Field, entries: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                        loc: _Locator) -> Check:
+    """``layout.block_scales``: every target's block-trailing scale bytes were written (entries: kernel,
+    reference, before)."""
+    ok = _written(*(_field_bytes(layout, e, f) for e in entries))
+    return _failing("layout.block_scales", bool(ok.all()), lambda: _examples(
+        f"{f.name}: {int((~ok).sum())} token(s) have no scale bytes at their block-trailing position "
+        f"(block_size * {layout.data_bytes_per_token} + t * {layout.trailing_bytes_per_token})",
+        [loc.row(i) for i in torch.nonzero(~ok).flatten()[:MAX_EXAMPLES].tolist()]))
+
+
 def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.Tensor, after: torch.Tensor,
                 ref: ReferenceImage, max_ulp: float) -> Grading:
-    """Grade one kernel call. ``before``/``after`` are CPU copies of the case storage around the call."""
-    checks = _untouched_checks(kind, before, after, ref)
+    """Grade one kernel call. ``before``/``after`` are CPU copies of the case storage around the call.
+
+    A failed check's detail is one line: what was found, then up to ``MAX_EXAMPLES`` examples naming
+    the token (its position in slot_mapping) and slot, the field and index, and the kernel's value
+    against the contract's (bytes in hex, decoded where the field holds numbers).
+    """
     kv_c, k_pe, slots, scale = _cpu_inputs(inputs)
     tokens = slots.shape[0]
     keep = slots >= 0
     targets = slots[keep]
     num_blocks, block_size = inputs.kv_cache.shape[:2]
+    loc = _Locator(layout, num_blocks, block_size, inputs.padded_rows, kv_c.dtype,
+                   list(zip(torch.nonzero(keep).flatten().tolist(), targets.tolist(), strict=True)))
+    checks = _untouched_checks(kind, before, after, ref, loc)
     views = [cache_view(layout, s, num_blocks, block_size, kv_c.dtype, inputs.padded_rows)
              for s in (after, ref.storage, before)]
     k_entries, r_entries, b_entries = (gather_entries(layout, v, targets) for v in views)
     written = _written(k_entries, r_entries, b_entries)
-    checks.append(Check("layout.slot_mapping", bool(written.all()),
-                        f"{int((~written).sum())} target entr(ies) were never written, e.g. slot(s) "
-                        f"{targets[~written][:4].tolist()} (the token went elsewhere or nowhere)"))
+    checks.append(_failing("layout.slot_mapping", bool(written.all()), lambda: _examples(
+        f"{int((~written).sum())} target entr(ies) were never written (the token went elsewhere or nowhere)",
+        [loc.row(i) for i in torch.nonzero(~written).flatten()[:MAX_EXAMPLES].tolist()])))
     stats: dict[str, Any] = {"targets": int(targets.numel()), "tokens": tokens}
     values = {Source.KV_C: kv_c[:tokens][keep], Source.K_PE: k_pe[:tokens][keep]}
     for f in layout.entry_fields:
         if f.element == ELEMENT_INPUT16:
-            same = torch.equal(_field_bytes(layout, k_entries, f), _field_bytes(layout, r_entries, f))
-            checks.append(Check(f"layout.{f.name}_exact", same,
-                                f"{f.name}: the {f.element} values must be copied bit for bit"))
+            checks.append(_copy_check(layout, f, k_entries, r_entries, loc))
         if f.placement is Placement.BLOCK_TRAILING and f.source is Source.SCALE:
-            ok = _written(_field_bytes(layout, k_entries, f), _field_bytes(layout, r_entries, f),
-                          _field_bytes(layout, b_entries, f))
-            checks.append(Check("layout.block_scales", bool(ok.all()),
-                                f"{f.name}: {int((~ok).sum())} token(s) have no scale bytes at their block-trailing "
-                                f"position (block_size * {layout.data_bytes_per_token} + t * "
-                                f"{layout.trailing_bytes_per_token})"))
+            checks.append(_block_scales_check(layout, f, (k_entries, r_entries, b_entries), loc))
     for f in layout.fields:
         if is_fp8_element(f.element) and f.source in values:
-            case = _NumericsCase(layout, f, values[f.source], k_entries, r_entries, scale, max_ulp)
+            case = _NumericsCase(layout, f, values[f.source], k_entries, r_entries, scale, max_ulp, loc)
             checks += case.scale_checks()
             value_checks, field_stats = case.value_checks()
             checks += value_checks
             stats[f.name] = field_stats
-    mismatched = int((after[ref.footprint] != ref.storage[ref.footprint]).sum())
+    differ = (after != ref.storage) & ref.footprint
+    mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
-    checks.append(Check("bit_exact.bytes", mismatched == 0,
-                        f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference"))
+    checks.append(_failing("bit_exact.bytes", mismatched == 0, lambda: _examples(
+        f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference",
+        loc.differing(torch.nonzero(differ).flatten(), after, ref.storage))))
     return Grading(_merge(checks), _grade(checks), stats)
 
 
+def _clip(detail: str) -> str:
+    """``detail`` cut to MAX_DETAIL characters at the last example that fits."""
+    if len(detail) <= MAX_DETAIL:
+        return detail
+    cut = max(detail.rfind("; ", 0, MAX_DETAIL - 4), detail.rfind(" | ", 0, MAX_DETAIL - 4))
+    return f"{detail[:cut if cut > 0 else MAX_DETAIL - 4]} ..."
+
+
 def _merge(checks: list[Check]) -> list[Check]:
-    """One entry per check name: failed if any instance failed (details joined)."""
+    """One entry per check name: failed if any instance failed (details joined by `` | ``, clipped)."""
     merged: dict[str, Check] = {}
     for c in checks:
         prev = merged.get(c.name)
         if prev is None:
             merged[c.name] = c
         elif not c.passed:
-            detail = c.detail if prev.passed else f"{prev.detail}; {c.detail}"
+            detail = c.detail if prev.passed else f"{prev.detail} | {c.detail}"
             merged[c.name] = Check(c.name, False, detail)
-    return list(merged.values())
+    return [dataclasses.replace(c, detail=_clip(c.detail)) for c in merged.values()]
 
 
 def _grade(checks: list[Check]) -> str:

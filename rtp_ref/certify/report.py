@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
 from rtp_ref.errors import RtpRefError
 
 SCHEMA = "rtp-ref-report"
@@ -47,8 +48,26 @@ def _grade_rank(grade: str | None) -> int:
     return order.index(grade) if grade in order else 0
 
 
-def summarise(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Totals and one row per (kernel, layout): verdict, weakest grade reached, outcome counts."""
+def input_checks(group: Sequence[Mapping[str, Any]]) -> str | None:
+    """The input-checks cell of one (kernel, layout): ``validated``, ``unchecked`` or ``crashed`` (a worker that
+    died on the bad-slot case says crashed), ``not run``, or None for a pair without the case (unclaimed)."""
+    values = [_input_check(c) for c in group if c.get("kind") == BAD_INPUT_KIND]
+    return max(values, key=lambda v: INPUT_CHECK_VALUES.index(v) if v in INPUT_CHECK_VALUES else -1, default=None)
+
+
+def _input_check(case: Mapping[str, Any]) -> str:
+    if case.get("input_check"):
+        return str(case["input_check"])
+    if str(case.get("reason", "")).startswith("not run"):
+        return "not run"
+    return CRASHED  # no record: the worker died on the case
+
+
+def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = False) -> dict[str, Any]:
+    """Totals and one row per (kernel, layout): verdict, weakest grade reached, outcome counts, input checks.
+
+    The verdict is about the write; the out-of-range-slot case decides it only when ``input_checks_required``.
+    """
     totals = Counter(c["outcome"] for c in cases)
     rows: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for c in cases:
@@ -58,10 +77,11 @@ def summarise(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         rows.setdefault((c.get("kernel") or "-", layout), []).append(c)
     table = []
     for (kernel, layout), group in sorted(rows.items()):
-        ran = [c for c in group if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
+        judged = [c for c in group if input_checks_required or c.get("kind") != BAD_INPUT_KIND]
+        ran = [c for c in judged if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
         grades = [c["grade"] for c in ran]
-        failed_checks = sorted({name for c in group for name in c.get("failed_checks", [])})
-        result = verdict(c["outcome"] for c in group)
+        failed_checks = sorted({name for c in judged for name in c.get("failed_checks", [])})
+        result = verdict(c["outcome"] for c in judged)
         if layout.endswith("(unclaimed)") and result == "certified":
             result = "raises as required"
         table.append({
@@ -72,6 +92,8 @@ def summarise(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "execution": sorted({c.get("execution", "native") for c in group}),
             "counts": dict(Counter(c["outcome"] for c in group)),
             "failed_checks": failed_checks,
+            "input_checks": input_checks(group),
+            "refused": sorted({f"{c['kind']} ({c['refused']})" for c in group if c.get("refused")}),
         })
     return {"total": len(cases), "outcomes": {o: totals.get(o, 0) for o in OUTCOMES}, "by_kernel_layout": table}
 
@@ -90,7 +112,7 @@ def build_report(
 ) -> dict[str, Any]:
     """Assemble a report document. ``complete`` is false when the run was interrupted or stopped early
     (``stop_reason`` says why) or some collected case never ran."""
-    summary = summarise(cases)
+    summary = summarise(cases, bool(platform.get("require_input_checks")))
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -142,14 +164,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         + ("" if report["complete"] else " — **INCOMPLETE RUN**"
            + (f" ({report['stop_reason']})" if report.get("stop_reason") else "")),
         "",
-        "| kernel | layout | verdict | weakest grade | execution | cases | failed checks |",
-        "|---|---|---|---|---|---|---|",
+        "| kernel | layout | verdict | weakest grade | input checks | execution | cases | failed checks |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["summary"]["by_kernel_layout"]:
+        refused = f" (refuses {'; '.join(r['refused'])}, as declared)" if r.get("refused") else ""
         lines.append(
-            f"| {r['kernel']} | {r['layout']} | {r['verdict']} | {r['min_grade'] or '-'} | "
-            f"{'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | {', '.join(r['failed_checks']) or '-'} |"
+            f"| {r['kernel']} | {r['layout']} | {r['verdict']}{refused} | {r['min_grade'] or '-'} | "
+            f"{r.get('input_checks') or '-'} | {'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | "
+            f"{', '.join(r['failed_checks']) or '-'} |"
         )
+    checked = [c for c in report["cases"] if c.get("kind") == BAD_INPUT_KIND and _input_check(c) != VALIDATED]
+    if checked:
+        lines += ["", "## Input checks not validated (an out-of-range slot: slot == capacity)", ""]
+        lines += [f"- {c.get('kernel')}/{c.get('layout')}: {_input_check(c)}: "
+                  f"{c.get('input_check_detail') or c.get('reason', '')}" for c in checked]
     failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
     if failures:
         lines += ["", "## Failures", ""]

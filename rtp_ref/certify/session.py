@@ -56,6 +56,7 @@ def describe_run(config: pytest.Config, cases: list[dict[str, Any]]) -> dict[str
             "element_format": platform.element_format.name,
             "conversion_mode": platform.conversion_mode.value,
             "required_grade": platform.required_grade,
+            "require_input_checks": platform.require_input_checks or bool(config.getoption("rtp_require_input_checks")),
             "table": platform.raw,
         },
         "environment": collect_environment(),

@@ -94,6 +94,7 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
         str(args.max_restarts),
         "--rtp-crash-limit",
         str(args.crash_limit),
+        *(["--rtp-require-input-checks"] if args.require_input_checks else []),
         "--timeout",
         str(args.case_timeout),
         "--timeout-method",
@@ -199,6 +200,7 @@ def _certify_all(args: argparse.Namespace) -> int:
             str(args.crash_limit),
             "--max-restarts",
             str(args.max_restarts),
+            *(["--require-input-checks"] if args.require_input_checks else []),
         ]
         for option, values in (
             ("--kernel", args.kernel),
@@ -292,6 +294,12 @@ def register(sub: Any) -> None:
         metavar="N",
         help="replace crashed workers at most N times in the whole run (default 64), then stop with a partial "
         "report; workers that die before running any case stop the run after 2",
+    )
+    parser.add_argument(
+        "--require-input-checks",
+        action="store_true",
+        help="certify only kernels that refuse an out-of-range slot before writing (input checks 'validated'); "
+        "by default input checks are reported, not required (engines own slot validity)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
     add_json_flag(parser, "the summary as JSON")

@@ -15,6 +15,12 @@ Optionally ``bind(contract: WriteContract) -> kernel``: returns the kernel confi
 platform contract (fp8 format, scale rule, divisor...). Kernels without ``bind`` are certified as
 they are, against the platform under test. rtp-ref's built-in kernels all bind, which is how a
 ROCm table is exercised on a CUDA GPU or the CPU ("emulated").
+
+Optionally ``input_requirements: Collection[str]``, names from ``INPUT_REQUIREMENTS``: what the
+kernel needs of ``kv_c`` and ``k_pe`` (contiguity, 16-byte alignment for vector loads). Given inputs
+that break a declared requirement, the kernel may raise a clear error: the suite reports that case
+as refused as declared, never as a pass of the write. A kernel that declares nothing must handle
+every stride the suite builds; a fault or wrong bytes is a failure either way.
 """
 
 from __future__ import annotations
@@ -58,6 +64,25 @@ class BindableKernel(KVCacheKernel, Protocol):
     def bind(self, contract: WriteContract) -> KVCacheKernel: ...
 
 
+#: requirements a kernel may declare on its inputs (``input_requirements``), and what each means
+INPUT_REQUIREMENTS = {
+    "contiguous": "kv_c and k_pe are contiguous tensors",
+    "aligned16": "kv_c and k_pe start at 16-byte aligned addresses and their row strides are multiples of 16 bytes",
+}
+
+
+def broken_requirements(requirements: Collection[str], kv_c: torch.Tensor, k_pe: torch.Tensor) -> list[str]:
+    """The declared ``requirements`` that these inputs break, from their metadata alone (no device sync)."""
+    broken = []
+    if "contiguous" in requirements and not (kv_c.is_contiguous() and k_pe.is_contiguous()):
+        broken.append("contiguous")
+    if "aligned16" in requirements and any(
+        t.data_ptr() % 16 or (t.dim() > 1 and t.stride(0) * t.element_size() % 16) for t in (kv_c, k_pe)
+    ):
+        broken.append("aligned16")
+    return broken
+
+
 class UnsupportedLayoutError(NotImplementedError):
     """Raised by a kernel asked for a layout (or device) it does not claim."""
 
@@ -78,6 +103,12 @@ def check_kernel(obj: Any, origin: str) -> KVCacheKernel:
     devices = getattr(obj, "devices", None)
     if isinstance(devices, str) or not isinstance(devices, Collection) or not devices:
         problems.append("'devices' must be a non-empty collection of torch device types, e.g. ('cuda',)")
+    requirements = getattr(obj, "input_requirements", ())
+    if isinstance(requirements, str) or not isinstance(requirements, Collection):
+        problems.append("'input_requirements' must be a collection of requirement names")
+    elif set(requirements) - set(INPUT_REQUIREMENTS):
+        problems.append(f"'input_requirements' has unknown {sorted(set(requirements) - set(INPUT_REQUIREMENTS))}; "
+                        f"valid: {', '.join(INPUT_REQUIREMENTS)}")
     if not callable(obj):
         problems.append("it must be callable as kernel(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)")
     if problems:

@@ -52,6 +52,8 @@ class Bad:
 
 GOLDEN = ("golden", "--layout", "fp8_ds_mla", "--platform", "cpu", "--out", "{tmp}/g.safetensors")
 MUTANTS = {"RTP_REF_KERNELS": "tests.mutants.kernels:mutants"}
+#: memcheck in its runner-test mode, with an executable as the sanitizer (never started: the rows fail first)
+MEMCHECK = ("--device", "cpu", "--sanitizer", sys.executable)
 
 BAD_INPUTS = [
     # platforms: files passed as a path, and names
@@ -123,6 +125,22 @@ BAD_INPUTS = [
     # bench: checked before anything is timed or written
     Bad("bench-unknown-layout", ("bench", "--layout", "fp9", "--report", "{tmp}/rep"),
         "--layout 'fp9': unknown layout; valid: auto, fp8", output="{tmp}/rep"),
+    # memcheck: checked before a sanitizer starts (--device cpu, the runner's test mode: any host; more rows
+    # in test_memcheck.py)
+    Bad("memcheck-unsupported-layout", ("memcheck", *MEMCHECK, "--kernel", "reference", "--platform", "cuda-sm90",
+                                        "--layout", "fp8_rocm_compact", "--report", "{tmp}/rep"),
+        "--layout 'fp8_rocm_compact': platform cuda-sm90 does not support it; valid: auto, fp8, fp8_ds_mla, "
+        "fp8_model1_mla", output="{tmp}/rep"),
+    Bad("memcheck-unclaimed-layout", ("memcheck", *MEMCHECK, "--kernel", "mutant-non-saturating-cast",
+                                      "--platform", "cpu", "--layout", "fp8_ds_mla"),
+        "--layout 'fp8_ds_mla': kernel 'mutant-non-saturating-cast' does not claim it; valid: fp8, "
+        "fp8_rocm_compact", env=MUTANTS),
+    Bad("memcheck-case-matches-nothing", ("memcheck", *MEMCHECK, "--kernel", "reference", "--case", "t99",
+                                          "--report", "{tmp}/rep"),
+        "--case 't99': matches no case of the selected layouts; valid: part of a case id, such as "
+        "random-t0-b16-bf16", output="{tmp}/rep"),
+    Bad("memcheck-report-is-a-file", ("memcheck", *MEMCHECK, "--kernel", "reference", "--report", "{tmp}/rep"),
+        "--report '{tmp}/rep' is a file; valid: a directory", output="{tmp}/rep", keep=True),
 ]
 
 

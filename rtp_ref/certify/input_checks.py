@@ -1,0 +1,51 @@
+"""Input hardening, apart from write conformance: what a kernel does with an argument it should refuse.
+
+The grades (layout, numerics, bit_exact) are about the write. Whether a kernel validates its arguments
+is a separate column of the report: engines own slot validity, and a kernel that checks slots on the
+host forces a device sync and cannot be captured in a CUDA graph, so no bundled table requires it
+(``[tolerances] require_input_checks`` or ``certify --require-input-checks`` does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: the kind of the conformance case that passes an out-of-range slot
+BAD_INPUT_KIND = "bad_input"
+#: values of the input-checks column, best first
+VALIDATED, UNCHECKED, CRASHED = "validated", "unchecked", "crashed"
+INPUT_CHECK_VALUES = (VALIDATED, UNCHECKED, CRASHED)
+
+
+def _span(positions: torch.Tensor, origin: int) -> str:
+    first, last = int(positions[0]) - origin, int(positions[-1]) - origin
+    return f"+{first}" if first == last else f"+{first}..+{last}"
+
+
+def classify_bad_slot(before: torch.Tensor, after: torch.Tensor, valid_footprint: torch.Tensor, error: str | None,
+                      cache_end: int) -> tuple[str, str]:
+    """(value, what happened) for a call given ``slot == capacity`` (one past the cache) among valid slots.
+
+    ``before``/``after``: the case storage around the call (CPU bytes); ``valid_footprint``: the bytes the
+    valid tokens' entries occupy (a kernel that writes those and drops the bad token is still unchecked);
+    ``cache_end``: the storage offset where the cache ends and the trailing guard (at least a block) begins;
+    ``error``: what the kernel raised, or None. The guard canaries show where an unchecked write went.
+    """
+    changed_any = bool((after != before).any())
+    changed = torch.nonzero((after != before) & ~valid_footprint).flatten()
+    if error is not None and changed_any:
+        error = f"{error}; the valid tokens had been written" if changed.numel() == 0 else error
+    if error is not None and not changed_any:
+        return VALIDATED, f"raised before writing: {error}"
+    if changed.numel() == 0:
+        told = f"raised ({error}) only after writing" if error is not None else "slot == capacity was accepted:"
+        return UNCHECKED, f"{told} the valid tokens were written and the bad one dropped"
+    guard = changed[changed >= cache_end]
+    inside = changed.numel() - guard.numel()
+    where = []
+    if guard.numel():
+        where.append(f"{guard.numel()} byte(s) into the guard after the cache (bytes {_span(guard, cache_end)})")
+    if inside:
+        where.append(f"{inside} byte(s) inside the cache")
+    told = f"raised ({error}) only after writing" if error is not None else "slot == capacity was accepted and wrote"
+    return UNCHECKED, f"{told} {' and '.join(where)}"

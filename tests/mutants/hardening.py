@@ -1,0 +1,85 @@
+"""Kernels that are correct writers but behave as production kernels do at the edges of their inputs.
+
+Loaded through ``RTP_REF_KERNELS=tests.mutants.hardening:kernels``; tests/mutants/test_input_hardening.py
+certifies them. Each is the reference writer (``Mutant``) with one behaviour changed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kv.cache import scatter_entries
+from rtp_ref.kv.layouts import MlaLayout
+from tests.mutants.kernels import Mutant
+
+
+class NoSlotCheck(Mutant):
+    """Validates nothing: slot == capacity is written where its address points, one block past the cache
+    (as a GPU kernel's unchecked pointer arithmetic does). Otherwise a correct writer."""
+
+    name = "hardening-no-slot-check"
+    kv_cache_dtypes = ("auto", "fp8")
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes or self.contract is None:
+            raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
+        layout = self.contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        self.write(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    def write(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+              slots: torch.Tensor, scale: torch.Tensor) -> None:
+        keep = slots >= 0
+        entries = self.entries(layout, kv_c[keep], k_pe[keep], scale)
+        blocks = int(slots.max()) // kv_cache.shape[1] + 1 if slots.numel() else 0
+        # the cache's own strides, over as many blocks as the slots reach: no bounds, like a raw pointer
+        reach = torch.as_strided(kv_cache, (max(blocks, kv_cache.shape[0]), *kv_cache.shape[1:]), kv_cache.stride(),
+                                 kv_cache.storage_offset())
+        scatter_entries(layout, entries, reach, slots[keep])
+
+
+class DeclaresContiguous(Mutant):
+    """Declares that it needs contiguous inputs and refuses others with a clear error, before writing."""
+
+    name = "hardening-declares-contiguous"
+    kv_cache_dtypes = ("auto", "fp8")
+    input_requirements = ("contiguous",)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        if not (kv_c.is_contiguous() and k_pe.is_contiguous()):
+            raise ValueError(f"{self.name} needs contiguous kv_c and k_pe; got strides {kv_c.stride()} and "
+                             f"{k_pe.stride()}")
+        super().__call__(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+
+
+class AssumesContiguous(Mutant):
+    """Declares nothing but reads its inputs as if they were contiguous rows (ignores the row stride)."""
+
+    name = "hardening-assumes-contiguous"
+    kv_cache_dtypes = ("auto", "fp8")
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        packed = [torch.as_strided(t, t.shape, (t.shape[1], 1), t.storage_offset()) if t.numel() else t
+                  for t in (kv_c, k_pe)]
+        super().__call__(packed[0], packed[1], kv_cache, slot_mapping, kv_cache_dtype, scale)
+
+
+class LaunchErrorOnEmpty(Mutant):
+    """Writes correctly, but a call with no tokens fails the way an empty-grid CUDA launch does."""
+
+    name = "hardening-launch-error-on-empty"
+    kv_cache_dtypes = ("auto",)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        if slot_mapping.numel() == 0:
+            raise RuntimeError("CUDA error: invalid argument")
+        super().__call__(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+
+
+def kernels() -> list[Mutant]:
+    """The entry point for ``RTP_REF_KERNELS``."""
+    return [NoSlotCheck(), DeclaresContiguous(), AssumesContiguous(), LaunchErrorOnEmpty()]

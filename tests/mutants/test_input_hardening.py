@@ -1,0 +1,60 @@
+"""Input hardening is reported apart from the write; strided inputs and declared requirements are honoured;
+a device error lands on the case that caused it (all in real certify runs)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.mutants.test_mutation_score import certify
+
+KERNELS = ["hardening-no-slot-check", "hardening-declares-contiguous", "hardening-assumes-contiguous",
+           "hardening-launch-error-on-empty"]
+
+
+def _rows(report: dict[str, object]) -> dict[tuple[str, str], dict[str, object]]:
+    return {(r["kernel"], r["layout"]): r for r in report["summary"]["by_kernel_layout"]}  # type: ignore[index]
+
+
+def _cases(report: dict[str, object], kernel: str) -> list[dict[str, object]]:
+    cases = report["cases"]
+    assert isinstance(cases, list)
+    return [c for c in cases if c.get("kernel") == kernel]
+
+
+def test_input_hardening_and_strided_inputs(tmp_path: Path) -> None:
+    report = certify("cpu", KERNELS, tmp_path / "default", extra=["--layout", "auto", "--layout", "fp8", "-n", "2"],
+                     kernels_env="tests.mutants.hardening:kernels")
+    rows = _rows(report)
+    # a correct writer that validates nothing is certified for the write, with input checks unchecked, and the
+    # report says where the out-of-range write went
+    for layout in ("auto", "fp8"):
+        row = rows[("hardening-no-slot-check", layout)]
+        assert (row["verdict"], row["min_grade"], row["input_checks"]) == ("certified", "bit_exact", "unchecked")
+    (bad,) = [c for c in _cases(report, "hardening-no-slot-check") if c.get("kind") == "bad_input"
+              and c["layout"] == "auto"]
+    # the stray entry: 1152 bytes from the first guard byte (a byte that happens to equal the canary is invisible)
+    found = re.fullmatch(r"slot == capacity was accepted and wrote (\d+) byte\(s\) into the guard after the cache "
+                         r"\(bytes \+0\.\.\+1151\)", str(bad["input_check_detail"]))
+    assert found and 1100 < int(found[1]) <= 1152, bad["input_check_detail"]
+    # declared and refused: certified, the refusals listed, never graded as writes
+    row = rows[("hardening-declares-contiguous", "auto")]
+    assert row["verdict"] == "certified" and row["input_checks"] == "validated"
+    assert row["refused"] == ["elem_aligned (contiguous)", "fused (contiguous)", "noncontig (contiguous)"]
+    # a kernel that ignores row strides fails exactly the strided cases (inputs strided on the device)
+    failed = {c["kind"] for c in _cases(report, "hardening-assumes-contiguous") if c["outcome"] == "failed"}
+    assert failed == {"noncontig", "fused", "elem_aligned"}
+    assert rows[("hardening-assumes-contiguous", "auto")]["verdict"] == "failed"
+    # the launch error is named on the 0-token cases, and on no other case
+    named = {c["case"] for c in _cases(report, "hardening-launch-error-on-empty")
+             if "support.device_error" in c.get("failed_checks", [])}
+    assert named == {"random-t0-b16-bf16", "random-t0-b16-fp16"}
+    assert report["_exit_code"] == 1
+
+
+def test_required_input_checks_fail_an_unchecked_kernel(tmp_path: Path) -> None:
+    report = certify("cpu", ["hardening-no-slot-check"], tmp_path, extra=["--layout", "auto", "--require-input-checks"],
+                     kernels_env="tests.mutants.hardening:kernels")
+    row = _rows(report)[("hardening-no-slot-check", "auto")]
+    assert row["verdict"] == "failed" and row["failed_checks"] == ["input.rejects_bad_slot"]
+    assert report["_exit_code"] == 1
