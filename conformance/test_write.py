@@ -15,6 +15,7 @@ import torch
 
 from rtp_ref.certify.cases import STRIDED_KINDS, CaseInputs, CaseSpec, build_case
 from rtp_ref.certify.device_errors import describe_error
+from rtp_ref.certify.diagnosis import diagnose_contract
 from rtp_ref.certify.grading import Check, Grading, grade_write, reference_image
 from rtp_ref.kernels.protocol import broken_requirements
 
@@ -67,11 +68,17 @@ def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None],
                           s.platform.numerics_max_ulp)
     grading = _with_ran_check(grading, result.calls, result.launched, expect_launch=spec.tokens > 0)
     failed = {c.name: c.detail for c in grading.checks if not c.passed}
-    record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats)
+    diagnosis = None
+    if any(name.startswith(("numerics.", "bit_exact.")) for name in failed):
+        # which known contract the bytes follow instead (scale rule, floor, divisor, format, input reading)
+        diagnosis = diagnose_contract(spec.layout, write_case.dims, s.contract, inputs, after).summary
+    record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats,
+                diagnosis=diagnosis)
     if not grading.reaches(s.platform.required_grade):
         lines = "\n".join(f"  {name}: {detail}" for name, detail in failed.items())
+        told = f"\n  diagnosis: {diagnosis}" if diagnosis else ""
         pytest.fail(f"{k.name} reached grade {grading.grade!r}, platform {s.platform.name} requires "
-                    f"{s.platform.required_grade!r}; failed checks:\n{lines}", pytrace=False)
+                    f"{s.platform.required_grade!r}; failed checks:\n{lines}{told}", pytrace=False)
 
 
 def _with_ran_check(grading: Grading, calls: int, launched: bool | None, expect_launch: bool) -> Grading:

@@ -179,6 +179,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "## Input checks not validated (an out-of-range slot: slot == capacity)", ""]
         lines += [f"- {c.get('kernel')}/{c.get('layout')}: {_input_check(c)}: "
                   f"{c.get('input_check_detail') or c.get('reason', '')}" for c in checked]
+    lines += _diagnosis_lines(report)
     failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
     if failures:
         lines += ["", "## Failures", ""]
@@ -188,6 +189,53 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- {d['kernel']} on {', '.join(d['layouts'])} ({d['check']}): {d['reason']}"
                   for d in report["unmatched_deviations"]]
     return "\n".join(lines) + "\n"
+
+
+#: the order failed checks are explained in: what stopped the call first, then where bytes went, then values
+_CHECK_ORDER = ("support.", "input.", "layout.", "numerics.", "bit_exact.")
+
+
+def _check_rank(name: str) -> int:
+    return next((i for i, prefix in enumerate(_CHECK_ORDER) if name.startswith(prefix)), len(_CHECK_ORDER))
+
+
+def _followed(summary: str) -> set[str] | None:
+    """The contract parts a diagnosis says the kernel follows (``a=b, c=d; this table...``), or None."""
+    head = "the kernel follows "
+    return set(summary[len(head):].split(";", 1)[0].split(", ")) if summary.startswith(head) else None
+
+
+def _most_specific(summaries: set[str]) -> list[str]:
+    """Diagnoses of a pair's cases, without those another one contains: a case without an all-zero tile cannot
+    tell the scale floor, so it names only the rule that another case names together with the floor."""
+    parts = {s: _followed(s) for s in summaries}
+    return sorted(s for s, mine in parts.items()
+                  if not any(mine is not None and other is not None and mine < other for other in parts.values()))
+
+
+def _diagnosis_lines(report: Mapping[str, Any]) -> list[str]:
+    """Per failed (or excused) pair: each failed check once with the first case's example values, the contract
+    its bytes follow instead (``diagnosis``), and the reason of every deviation applied."""
+    deviations = report["platform"].get("table", {}).get("deviations", [])
+    out: list[str] = []
+    for row in report["summary"]["by_kernel_layout"]:
+        if row["verdict"] not in ("failed", "certified with deviations"):
+            continue
+        layout = row["layout"].removesuffix(" (unclaimed)")
+        group = [c for c in report["cases"] if c.get("kernel") == row["kernel"] and c.get("layout") == layout
+                 and (c.get("kind") == UNCLAIMED_KIND) == row["layout"].endswith("(unclaimed)")]
+        out += ["", f"### {row['kernel']} / {row['layout']}: {row['verdict']}", ""]
+        for name in sorted(row["failed_checks"], key=lambda n: (_check_rank(n), n)):
+            first: Mapping[str, Any] = next((c for c in group if name in c.get("failed_checks", [])), {})
+            detail = (first.get("checks") or {}).get(name) or first.get("reason") or ""
+            out.append(f"- `{name}` ({first.get('case') or first.get('kind', '')}): {detail}"[:700])
+        for summary in _most_specific({str(c["diagnosis"]) for c in group if c.get("diagnosis")}):
+            out.append(f"- contract: {summary}")
+        for index in sorted({c["deviation"] for c in group if isinstance(c.get("deviation"), int)}):
+            if 0 <= index < len(deviations):
+                d = deviations[index]
+                out.append(f"- known deviation ({d.get('check')}): {d.get('reason')} [{d.get('source')}]")
+    return ["", "## Diagnosis", *out] if out else []
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
