@@ -177,8 +177,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     checked = [c for c in report["cases"] if c.get("kind") == BAD_INPUT_KIND and _input_check(c) != VALIDATED]
     if checked:
         lines += ["", "## Input checks not validated (an out-of-range slot: slot == capacity)", ""]
-        lines += [f"- {c.get('kernel')}/{c.get('layout')}: {_input_check(c)}: "
-                  f"{c.get('input_check_detail') or c.get('reason', '')}" for c in checked]
+        lines += [f"- {c.get('kernel')}/{c.get('layout')}: "
+                  + (f"{c['input_check']}: {c.get('input_check_detail', '')}" if c.get("input_check")
+                     else str(c.get("reason", _input_check(c)))) for c in checked]
     lines += _diagnosis_lines(report)
     failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
     if failures:
