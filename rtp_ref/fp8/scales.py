@@ -14,22 +14,16 @@ For power-of-two scales the division is exact, so multiply-by-reciprocal kernels
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 
 from rtp_ref.fp8.codec import decode, encode
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+
+# Re-exported: the rule is named here, where it is applied; it is defined in the torch-free rules module.
+from rtp_ref.fp8.rules import ScaleRule as ScaleRule
 from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
 
 FLT_MIN = float(torch.finfo(torch.float32).tiny)
-
-
-class ScaleRule(str, Enum):
-    """Named rule turning a tile's amax into its scale."""
-
-    AMAX_DIV = "amax_div"
-    POW2_CEIL = "pow2_ceil"
 
 
 def tile_amax(x: torch.Tensor, tile: int) -> torch.Tensor:

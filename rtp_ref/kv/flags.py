@@ -16,7 +16,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8.scales import ScaleRule
+from rtp_ref.fp8.rules import ScaleRule  # not fp8.scales: loading a platform table needs no torch
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from tests.processes import child_env
+from tests.vendor.install import install_example
 
-REPO = Path(__file__).resolve().parents[2]
 KERNELS = ("acme-cuda", "acme-cuda-crashy")
 #: case kinds of the write cases (docs/conformance.md), as opposed to the support-matrix records
 WRITE_KINDS = {"random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only"}
@@ -27,14 +27,7 @@ WRITE_KINDS = {"random", "edge", "noncontig", "fused", "elem_aligned", "padded",
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-         "--target", str(target), str(REPO / "examples" / "cuda_vendor_kernel")],
-        capture_output=True, text=True, check=False, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return target
+    return install_example("cuda_vendor_kernel", tmp_path_factory)
 
 
 def _child(code: str, installed: Path, **extra: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The example vendor package, built and installed for real, discovered through its entry point.
 
-pip builds examples/vendor_kernel into a private target directory (no network, no effect on this
+pip builds a copy of examples/vendor_kernel into a private target directory (no network, no effect on this
 environment); a fresh process with that directory on its path runs ``rtp-ref certify`` on it.
 """
 
@@ -14,20 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.processes import child_env
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.vendor.install import install_example
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "--quiet",
-         "--target", str(target), str(REPO / "examples" / "vendor_kernel")],
-        capture_output=True, text=True, check=False, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return target
+    return install_example("vendor_kernel", tmp_path_factory)
 
 
 def test_entry_point_is_discovered(installed: Path) -> None:

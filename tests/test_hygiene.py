@@ -1,0 +1,47 @@
+"""The suite's and the package's hygiene, checked in real child processes where a process is the point:
+what an import costs, and that seeded inputs are the same in every process."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.processes import child_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _child(code: str, **extra: str) -> str:
+    """Run ``code`` in a fresh interpreter on this checkout; its stdout."""
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(REPO, **extra), cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+def test_platform_tables_and_layout_flags_load_without_torch() -> None:
+    """Reading platform tables and their layout flags is data only and must not pay torch's import (about a
+    second): ``rtp_ref.fp8`` and ``rtp_ref.kv`` import their torch-based modules on first use."""
+    code = ("import sys, rtp_ref.platform, rtp_ref.kv.flags\n"
+            "rtp_ref.platform.all_platforms()\n"
+            "print('torch' in sys.modules)\n")
+    assert _child(code) == "False"
+
+
+@pytest.mark.parametrize("package", ["rtp_ref.fp8", "rtp_ref.kv"])
+def test_every_public_name_of_a_lazy_package_resolves(package: str) -> None:
+    """``__all__`` and the table ``__getattr__`` imports from agree, and the table names each name's module."""
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(name for names in module._EXPORTS.values() for name in names)
+    assert [name for name in module.__all__ if not hasattr(module, name)] == []
+
+
+def test_random_oracle_seeds_are_the_same_in_every_process() -> None:
+    """A failing random case must reproduce in the next run, whatever PYTHONHASHSEED the process got."""
+    code = ("from tests.fp8.test_codec_oracles import FORMATS, MODES, random_seed\n"
+            "print([random_seed(f, m) for f in FORMATS for m in MODES])\n")
+    assert _child(code, PYTHONHASHSEED="1") == _child(code, PYTHONHASHSEED="2")
