@@ -12,10 +12,12 @@ import pytest
 
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.session import execution_mode, run_platform
+from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.protocol import KVCacheKernel, device_to_run
-from rtp_ref.platform import MLA_LAYOUT_NAMES, Deviation, Platform
+from rtp_ref.kv.layouts import check_layout_bytes
+from rtp_ref.platform import GRADES, MLA_LAYOUT_NAMES, Deviation, Platform
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ def suite(config: pytest.Config) -> Suite:
     """The session's suite, built once from ``--platform``, ``--kernel``, ``--layout``, ``--layout-flag``."""
     if _SUITE not in config.stash:
         platform = run_platform(config)
+        try:
+            check_layout_bytes(platform)
+        except RtpRefError as exc:
+            raise pytest.UsageError(f"--platform: {exc}") from None
         contract = WriteContract.for_platform(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
         kernels = []
         for name, entry in discover_kernels(config.getoption("rtp_kernel") or None).items():
@@ -79,6 +85,16 @@ def suite(config: pytest.Config) -> Suite:
             raise pytest.UsageError(f"--layout {unknown[0]!r}: unknown; valid: {', '.join(MLA_LAYOUT_NAMES)}")
         config.stash[_SUITE] = Suite(platform, contract, kernels, wanted)
     return config.stash[_SUITE]
+
+
+class DeviationOccurred(AssertionError):
+    """A case fell short of the required grade exactly as its known deviation says (a strict xfail raises=)."""
+
+
+def grade_a_deviation_keeps(check: str) -> str:
+    """The grade a case under a deviation for ``check`` must still reach: the one below ``check``."""
+    order = ["none", *GRADES]
+    return order[order.index(check) - 1]
 
 
 def matching_deviation(platform: Platform, kernel: KernelUnderTest, spec: CaseSpec) -> tuple[int, Deviation] | None:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from rtp_ref import __version__
+from rtp_ref.commands._output import INTERRUPTED
 from rtp_ref.errors import RtpRefError
 
 #: Subcommand modules, in help order. Each defines ``register(subparsers)`` which adds its parser
@@ -30,16 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``rtp-ref``; returns the exit code (0 ok, 1 a check failed, 2 bad input)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``rtp-ref``; returns the exit code (0 ok, 1 a check failed, 2 bad input, 130 interrupted).
+
+    Ctrl-C anywhere (building the parser imports torch, which takes seconds) ends with one line, never
+    a traceback; commands that have something to say about an interrupted run (what was written)
+    catch it themselves first.
+    """
     try:
+        args = build_parser().parse_args(argv)
         code: int = args.func(args)
     except RtpRefError as exc:
         print(f"rtp-ref: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `rtp-ref fp8 table | head`
         return 0
+    except KeyboardInterrupt:
+        print("rtp-ref: interrupted", file=sys.stderr)
+        return INTERRUPTED
     return code
 
 

@@ -1,23 +1,45 @@
-"""pytest plugin (entry point ``pytest11: rtp_ref``): options, markers, hypothesis profiles, fixtures.
+"""pytest plugin (entry point ``pytest11: rtp_ref``): options, markers, hypothesis profiles, GPU pinning, fixtures.
 
-Options: ``--platform NAME|auto|PATH.toml`` (default ``auto``, or ``$RTP_REF_PLATFORM``) and
-``--layout-flag KEY=VALUE`` (repeatable). Hypothesis profiles ``ci`` (derandomized, used when the
-``CI`` environment variable is set), ``dev`` (default) and ``thorough``; hypothesis's own
-``--hypothesis-profile NAME`` picks one explicitly.
+The entry point loads this plugin into every pytest run of an environment that has rtp-ref installed, a
+vendor's or an engine's own unrelated test suites included, so it is inert until asked. Inert, it only
+adds its options (``--rtp-*``, and the short spellings nobody else took) and its fixtures (``rtp_platform``,
+``layout_flag_overrides``); it loads no hypothesis profile, registers no marker, skips no test, prints no
+header line, pins no xdist worker, leaves ``-n auto`` to xdist, and imports neither torch nor hypothesis.
 
-Importing this module must stay cheap (it loads in every pytest run of an environment that has
-rtp-ref installed): torch is imported only by the fixtures that need it.
+It is **active** in a run when either
+
+- ``activate(config)`` is called: rtp-ref's own suites do it from their conftest's ``pytest_configure``
+  (``conformance/``, which ``rtp-ref certify`` runs, and ``tests/``); or
+- an rtp-ref option is among the run's arguments (the command line, ``PYTEST_ADDOPTS`` or the ini file's
+  ``addopts``), even at its default value (``--platform auto``). xdist workers are handed the controller's
+  arguments, so they follow it.
+
+Active, it registers the markers of ``MARKERS`` and skips marked tests whose device or package is missing;
+registers the hypothesis profiles ``ci`` (derandomized, used when the ``CI`` environment variable is set),
+``dev`` (default) and ``thorough`` and loads ``ci`` or ``dev`` unless hypothesis's own ``--hypothesis-profile
+NAME`` picks one; gives each xdist worker a GPU of its own (more workers than GPUs is a UsageError); adds the
+``rtp-ref:`` report header line; and with ``--rtp-report`` collects the conformance report. ``-n auto`` means
+one worker per GPU only when an rtp-ref option asked for the plugin: xdist decides the worker count before
+any conftest's ``pytest_configure`` runs.
+
+Options. Every option has an ``--rtp-`` name: ``--rtp-platform NAME|auto|PATH.toml`` (default ``auto``, or
+``$RTP_REF_PLATFORM``), ``--rtp-kernel``, ``--rtp-layout``, ``--rtp-layout-flag KEY=VALUE`` (repeatable),
+``--rtp-report``, ``--rtp-crash-limit``, ``--rtp-require-input-checks``. The generic short spellings
+``--platform``, ``--kernel``, ``--layout`` and ``--layout-flag`` (what ``rtp-ref certify``, tox and the docs
+use) are aliases added once the initial conftest files have added their own options, and only those no
+other plugin or conftest defined: a project's own ``--platform`` keeps working, and rtp-ref's is
+``--rtp-platform`` there.
+
+Importing this module must stay cheap: torch and hypothesis are imported only by what needs them.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, settings
-
-from rtp_ref.certify.quarantine import DEFAULT_CRASH_LIMIT
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
@@ -31,21 +53,153 @@ MARKERS = {
     "bench": "a benchmark: run by `tox -e bench` / `rtp-ref bench`, not by the unit tests",
 }
 
-_SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    max_examples=60,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=_SLOW_CHECKS,
-)
-# dev and thorough explore: derandomize=False explicitly, since hypothesis itself derandomizes its
-# defaults when it detects CI.
-settings.register_profile("dev", max_examples=60, deadline=None, derandomize=False,
-                          suppress_health_check=_SLOW_CHECKS)
-settings.register_profile("thorough", max_examples=2000, deadline=None, derandomize=False, print_blob=True,
-                          suppress_health_check=_SLOW_CHECKS)
+#: short spelling -> the ``--rtp-`` option it is an alias of (added only where no one else defined it)
+SHORT_SPELLINGS = {
+    "--platform": "--rtp-platform",
+    "--kernel": "--rtp-kernel",
+    "--layout": "--rtp-layout",
+    "--layout-flag": "--rtp-layout-flag",
+}
+
+#: set by ``activate``: the plugin is active in this run
+_ACTIVE = pytest.StashKey[bool]()
+#: set once the initial conftest files are loaded: the run's arguments name an rtp-ref option
+_REQUESTED = pytest.StashKey[bool]()
+
+
+def _option_specs() -> dict[str, dict[str, Any]]:
+    """Every rtp-ref option by its ``--rtp-`` name, as argparse attributes (its short spelling shares them)."""
+    return {
+        "--rtp-platform": {
+            "dest": "rtp_platform",
+            "default": os.environ.get("RTP_REF_PLATFORM", "auto"),
+            "metavar": "NAME",
+            "help": "platform table to test against: a name from `rtp-ref platforms`, a .toml path, or "
+            "'auto' to detect the running device (default: $RTP_REF_PLATFORM or auto)",
+        },
+        "--rtp-kernel": {
+            "dest": "rtp_kernel",
+            "action": "append",
+            "default": [],
+            "metavar": "NAME",
+            "help": "certify only this kernel (repeatable; default: every discovered kernel)",
+        },
+        "--rtp-layout": {
+            "dest": "rtp_layout",
+            "action": "append",
+            "default": [],
+            "metavar": "LAYOUT",
+            "help": "certify only this MLA layout (repeatable; default: every layout a kernel claims)",
+        },
+        "--rtp-layout-flag": {
+            "dest": "rtp_layout_flag",
+            "action": "append",
+            "default": [],
+            "metavar": "KEY=VALUE",
+            "help": "override a layout flag of the platform table (repeatable)",
+        },
+        "--rtp-report": {
+            "dest": "rtp_report",
+            "default": None,
+            "metavar": "DIR",
+            "help": "write report.json and report.md of the conformance run into DIR",
+        },
+        # default None, resolved when the report collector starts: the constant's module imports torch
+        "--rtp-crash-limit": {
+            "dest": "rtp_crash_limit",
+            "type": int,
+            "default": None,
+            "metavar": "N",
+            "help": "with --rtp-report under xdist: after N worker deaths (crashes or hangs) on one kernel/layout "
+            "pair, its remaining cases fail at once as not run (default 2)",
+        },
+        "--rtp-require-input-checks": {
+            "dest": "rtp_require_input_checks",
+            "action": "store_true",
+            "help": "a kernel must refuse an out-of-range slot (input checks 'validated') to be certified, "
+            "whatever the platform table says",
+        },
+    }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rtp-ref", "rtp-ref conformance")
+    for name, attrs in _option_specs().items():
+        group.addoption(name, **attrs)
+
+
+def _option_names(parser: pytest.Parser) -> set[str]:
+    """Every option string some plugin or conftest has added to ``parser``.
+
+    pytest has no public query for this; every pytest from 7.4 on keeps the options in these groups
+    (``_anonymous`` holds those added by ``parser.addoption``; pytest 9 also lists it in ``_groups``).
+    """
+    groups = [parser._anonymous, *parser._groups]
+    return {name for group in groups for option in group.options for name in option.names()}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Generator[None, None, None]:
+    """Once the initial conftest files have added their options: add the short spellings no one took, and
+    note whether the run's arguments (``addopts`` and ``PYTEST_ADDOPTS`` already in ``args``) name one of
+    rtp-ref's options. Registered in ``pytest_addoption`` (plugins add their options before any conftest), a
+    short spelling would make a project's own ``--platform`` fail: pytest refuses a name or dest added twice."""
+    yield
+    taken = _option_names(parser)
+    specs = _option_specs()
+    group = parser.getgroup("rtp-ref")
+    ours = list(specs)
+    for short, name in SHORT_SPELLINGS.items():
+        if short not in taken:
+            group.addoption(short, **{**specs[name], "help": f"same as {name}"})
+            ours.append(short)
+    # pytest's parser allows no abbreviations: an option is given exactly as NAME VALUE or NAME=VALUE
+    early_config.stash[_REQUESTED] = any(arg == name or arg.startswith(f"{name}=") for arg in args for name in ours)
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis's pytest_configure loads --hypothesis-profile: ours must exist
+def pytest_configure(config: pytest.Config) -> None:
+    if config.stash.get(_REQUESTED, False):
+        activate(config)
+
+
+def activate(config: pytest.Config) -> None:
+    """Make the plugin active for this run (see the module doc); calling it again does nothing.
+
+    rtp-ref's own conftest files call it from ``pytest_configure``, which pytest runs before hypothesis's own
+    (so ``--hypothesis-profile thorough`` finds the profile registered). Raises ``pytest.UsageError`` on a bad
+    ``--layout-flag``, a ``--platform`` that does not load, or more xdist workers than GPUs.
+    """
+    if _active(config):
+        return
+    config.stash[_ACTIVE] = True
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    try:
+        config.rtp_ref_layout_flags = dict(  # type: ignore[attr-defined]
+            parse_layout_flag(t) for t in config.getoption("rtp_layout_flag")
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    _check_named_platform(config)
+    _load_hypothesis_profile(config)
+    _pin_gpus(config)
+    report_dir = config.getoption("rtp_report")
+    if report_dir and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from pathlib import Path
+
+        from rtp_ref.certify.collector import ReportCollector
+        from rtp_ref.certify.quarantine import DEFAULT_CRASH_LIMIT
+
+        limit = config.getoption("rtp_crash_limit")
+        collector = ReportCollector(config, Path(report_dir), DEFAULT_CRASH_LIMIT if limit is None else limit)
+        config.pluginmanager.register(collector, "rtp_ref_report_collector")
+
+
+def _active(config: pytest.Config) -> bool:
+    return config.stash.get(_ACTIVE, False)
 
 
 def default_hypothesis_profile(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
@@ -53,88 +207,38 @@ def default_hypothesis_profile(environ: dict[str, str] | os._Environ[str] = os.e
     return "ci" if environ.get("CI", "").lower() not in ("", "0", "false", "no") else "dev"
 
 
+def _load_hypothesis_profile(config: pytest.Config) -> None:
+    """Register ``ci``, ``dev`` and ``thorough``; load ``ci`` or ``dev`` unless ``--hypothesis-profile`` is given.
+
+    Only when active: registering ``ci`` replaces hypothesis's built-in profile of that name, which
+    hypothesis itself loads on CI.
+    """
+    from hypothesis import HealthCheck, settings
+
+    slow_checks = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    settings.register_profile(
+        "ci", derandomize=True, max_examples=60, deadline=None, print_blob=True, suppress_health_check=slow_checks
+    )
+    # dev and thorough explore: derandomize=False explicitly, since hypothesis itself derandomizes its
+    # defaults when it detects CI.
+    settings.register_profile("dev", max_examples=60, deadline=None, derandomize=False,
+                              suppress_health_check=slow_checks)
+    settings.register_profile("thorough", max_examples=2000, deadline=None, derandomize=False, print_blob=True,
+                              suppress_health_check=slow_checks)
+    if config.getoption("hypothesis_profile", None) is None:
+        settings.load_profile(default_hypothesis_profile())
+
+
 def parse_layout_flag(text: str) -> tuple[str, str]:
-    """Split one ``KEY=VALUE`` option; the KV room types and validates the value later."""
+    """Split one ``KEY=VALUE`` option; the KV room types and validates the value later.
+
+    (``rtp_ref.kv.flags.parse_overrides`` says the same, but importing ``rtp_ref.kv.flags`` imports the
+    ``rtp_ref.kv`` package and with it torch, which this module must not import.)
+    """
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"--layout-flag {text!r}: expected KEY=VALUE, e.g. lora_alignment=round_up")
     return key.strip(), value.strip()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("rtp-ref", "rtp-ref conformance")
-    group.addoption(
-        "--platform",
-        default=os.environ.get("RTP_REF_PLATFORM", "auto"),
-        help="platform table to test against: a name from `rtp-ref platforms`, a .toml path, or "
-        "'auto' to detect the running device (default: $RTP_REF_PLATFORM or auto)",
-    )
-    group.addoption(
-        "--kernel",
-        dest="rtp_kernel",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="certify only this kernel (repeatable; default: every discovered kernel)",
-    )
-    group.addoption(
-        "--layout",
-        dest="rtp_layout",
-        action="append",
-        default=[],
-        metavar="LAYOUT",
-        help="certify only this MLA layout (repeatable; default: every layout a kernel claims)",
-    )
-    group.addoption(
-        "--rtp-report",
-        default=None,
-        metavar="DIR",
-        help="write report.json and report.md of the conformance run into DIR",
-    )
-    group.addoption(
-        "--rtp-crash-limit",
-        type=int,
-        default=DEFAULT_CRASH_LIMIT,
-        metavar="N",
-        help="with --rtp-report under xdist: after N worker deaths (crashes or hangs) on one kernel/layout pair, "
-        "its remaining cases fail at once as not run (default 2)",
-    )
-    group.addoption(
-        "--rtp-require-input-checks",
-        action="store_true",
-        help="a kernel must refuse an out-of-range slot (input checks 'validated') to be certified, whatever "
-        "the platform table says",
-    )
-    group.addoption(
-        "--layout-flag",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a layout flag of the platform table (repeatable)",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
-    try:
-        config.rtp_ref_layout_flags = dict(  # type: ignore[attr-defined]
-            parse_layout_flag(t) for t in config.getoption("layout_flag")
-        )
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    _check_named_platform(config)
-    if config.getoption("hypothesis_profile", None) is None:
-        settings.load_profile(default_hypothesis_profile())
-    _pin_gpus(config)
-    report_dir = config.getoption("rtp_report")
-    if report_dir and not os.environ.get("PYTEST_XDIST_WORKER"):
-        from pathlib import Path
-
-        from rtp_ref.certify.collector import ReportCollector
-
-        collector = ReportCollector(config, Path(report_dir), config.getoption("rtp_crash_limit"))
-        config.pluginmanager.register(collector, "rtp_ref_report_collector")
 
 
 #: ``workerinput`` key carrying the GPU an xdist worker is pinned to (set by ``GpuSlots`` on the controller)
@@ -213,7 +317,7 @@ def _pin_gpus(config: pytest.Config) -> None:
             os.environ["HIP_VISIBLE_DEVICES"] = gpu
         return
     workers = getattr(config.option, "numprocesses", None)
-    if not isinstance(workers, int) or workers <= 0 or config.getoption("platform") == "cpu":
+    if not isinstance(workers, int) or workers <= 0 or config.getoption("rtp_platform") == "cpu":
         return
     gpus = visible_gpus()
     if gpus:
@@ -223,9 +327,11 @@ def _pin_gpus(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` on a GPU host means one worker per GPU; on CPU, xdist's own choice."""
-    gpus = visible_gpus()
-    return len(gpus) or None
+    """``-n auto`` on a GPU host means one worker per GPU when an rtp-ref option asked for the plugin; else
+    xdist's own choice (xdist asks before any conftest's ``pytest_configure`` could call ``activate``)."""
+    if not config.stash.get(_REQUESTED, False):
+        return None
+    return len(visible_gpus()) or None
 
 
 def _check_named_platform(config: pytest.Config) -> None:
@@ -233,7 +339,7 @@ def _check_named_platform(config: pytest.Config) -> None:
 
     ``auto`` is resolved later, by the fixture, so that runs which never use it never import torch.
     """
-    name = config.getoption("platform")
+    name = config.getoption("rtp_platform")
     if name == "auto":
         return
     from rtp_ref.errors import RtpRefError
@@ -245,11 +351,15 @@ def _check_named_platform(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--platform: {exc}") from None
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _active(config):
+        return None
+    from hypothesis import settings
+
     flags = config.rtp_ref_layout_flags  # type: ignore[attr-defined]
     shown = ", ".join(f"{k}={v}" for k, v in flags.items()) or "platform defaults"
     return (
-        f"rtp-ref: platform={config.getoption('platform')}, layout flags: {shown}, "
+        f"rtp-ref: platform={config.getoption('rtp_platform')}, layout flags: {shown}, "
         f"hypothesis profile={settings.get_current_profile_name()}"
     )
 
@@ -275,6 +385,8 @@ def _triton_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _active(config):  # a project's own `gpu` or `slow` marker means what the project says
+        return
     cache: dict[str, bool] = {}
     for item in items:
         for marker in ("gpu", "cuda", "rocm"):
@@ -300,7 +412,7 @@ def rtp_platform(pytestconfig: pytest.Config) -> Platform:
     from rtp_ref.platform import resolve_platform
 
     try:
-        return resolve_platform(pytestconfig.getoption("platform"))
+        return resolve_platform(pytestconfig.getoption("rtp_platform"))
     except RtpRefError as exc:  # `auto` on an unknown GPU: stop the run, never fall back silently
         pytest.exit(f"--platform: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
@@ -308,4 +420,5 @@ def rtp_platform(pytestconfig: pytest.Config) -> Platform:
 @pytest.fixture(scope="session")
 def layout_flag_overrides(pytestconfig: pytest.Config) -> dict[str, str]:
     """``--layout-flag`` overrides as raw strings, in the order given (later wins)."""
-    return dict(pytestconfig.rtp_ref_layout_flags)  # type: ignore[attr-defined]
+    # an inactive run was given no --layout-flag (one would have activated the plugin): no overrides
+    return dict(getattr(pytestconfig, "rtp_ref_layout_flags", {}))

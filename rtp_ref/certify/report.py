@@ -84,6 +84,12 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
         result = verdict(c["outcome"] for c in judged)
         if layout.endswith("(unclaimed)") and result == "certified":
             result = "raises as required"
+        # cases the run never reached (it stopped, or was interrupted): their pair is not judged at all;
+        # those its own crashes skipped (quarantine, "not run: kernel/layout crashed ...") are its failure
+        stopped = [c for c in judged if str(c.get("reason", "")).startswith("not run: ")
+                   and not str(c["reason"]).startswith(f"not run: {kernel}/")]
+        if stopped:
+            result = f"incomplete: {len(judged) - len(stopped)} of {len(judged)} cases ran"
         table.append({
             "kernel": kernel,
             "layout": layout,
@@ -286,12 +292,27 @@ def _shape_problem(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:
-    """One scoreboard across platforms and kernels: a row per (platform, kernel, layout)."""
+def merge_reports(
+    reports: Sequence[Mapping[str, Any]], sources: Sequence[str], unfinished: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One scoreboard across platforms and kernels: a row per (platform, kernel, layout).
+
+    ``unfinished`` names the platforms the run meant to certify but did not finish (it was
+    interrupted): the scoreboard is then ``complete: false`` and lists them, so a partial scoreboard
+    cannot pass for a whole one.
+    """
     rows = []
+    seen: dict[tuple[str, str, str], str] = {}
     for report, source in zip(reports, sources, strict=True):
         p = report["platform"]
         for r in report["summary"]["by_kernel_layout"]:
+            key = (p["name"], r["kernel"], r["layout"])
+            if key in seen and r["kernel"] != "(suite)":
+                # the last report would silently win, so the order of the arguments would decide the verdict
+                raise RtpRefError(f"reports {seen[key]!r} and {source!r} both certify kernel {key[1]} on layout "
+                                  f"{key[2]} of platform {key[0]}; valid: one report per platform, kernel and layout "
+                                  f"(merge the newer one, or certify the kernel under another name)")
+            seen[key] = source
             rows.append({
                 "platform": p["name"],
                 "execution": p["execution"],
@@ -303,11 +324,13 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sources: Sequence[str]) 
                 "source": source,
             })
     rows.sort(key=lambda r: (r["kernel"], r["layout"], r["platform"]))
-    return {"schema": SCOREBOARD_SCHEMA, "schema_version": SCHEMA_VERSION, "sources": list(sources), "rows": rows}
+    return {"schema": SCOREBOARD_SCHEMA, "schema_version": SCHEMA_VERSION, "sources": list(sources),
+            "complete": not unfinished, "unfinished": list(unfinished), "rows": rows}
 
 
 def render_scoreboard(board: Mapping[str, Any]) -> str:
-    """The scoreboard as a markdown table: kernels x layouts down, platforms across."""
+    """The scoreboard as a markdown table: kernels x layouts down, platforms across; an incomplete
+    scoreboard says so in its last line, with the platforms it lacks."""
     platforms = sorted({f"{r['platform']} ({r['execution']})" for r in board["rows"]})
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for r in board["rows"]:
@@ -318,6 +341,8 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
              "|---|---|" + "---|" * len(platforms)]
     for (kernel, layout), by_platform in sorted(cells.items()):
         lines.append(f"| {kernel} | {layout} | " + " | ".join(by_platform.get(p, "-") for p in platforms) + " |")
+    if not board["complete"]:
+        lines += ["", f"INCOMPLETE: the run stopped before these platforms finished: {', '.join(board['unfinished'])}"]
     return "\n".join(lines) + "\n"
 
 

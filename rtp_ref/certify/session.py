@@ -34,7 +34,7 @@ def execution_mode(platform: Platform, device: str | None = None) -> str:
 
 def run_platform(config: pytest.Config) -> Platform:
     """The platform a pytest session tests (``--platform``)."""
-    return resolve_platform(config.getoption("platform"))
+    return resolve_platform(config.getoption("rtp_platform"))
 
 
 def run_flags(config: pytest.Config, platform: Platform) -> LayoutFlags:

@@ -1,11 +1,26 @@
-"""Shared output helpers: every data-printing command takes ``--json``."""
+"""Shared output helpers: every data-printing command takes ``--json``; commands that write files check
+their output paths before any long work, and hold Ctrl-C while they write."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from rtp_ref.errors import RtpRefError
+
+#: the exit status after Ctrl-C, as a shell reports a process ended by SIGINT
+INTERRUPTED = 130
+#: what a directory argument may be
+VALID_DIR = "a directory this user can create and write in (created if missing)"
 
 
 def add_json_flag(parser: argparse.ArgumentParser, what: str = "machine-readable JSON instead of text") -> None:
@@ -36,3 +51,72 @@ def json_number(value: float) -> float | str:
 def print_json(obj: Any) -> None:
     """Print one JSON document (strict JSON: no NaN literals)."""
     print(json.dumps(obj, allow_nan=False, sort_keys=False))
+
+
+def given_path(option: str, value: str, valid: str) -> Path:
+    """``value``, the argument of ``option``, as a Path; an empty one raises RtpRefError naming ``valid``.
+
+    ``Path("")`` is the current directory, so an empty argument (an unset shell variable) would
+    otherwise write into wherever the command was started.
+    """
+    if not value:
+        raise RtpRefError(f"{option} '': an empty path; valid: {valid}")
+    return Path(value)
+
+
+def writable_dir(option: str, value: str) -> Path:
+    """``value``, the directory argument of ``option``, once it is known to be creatable and writable.
+
+    Called before any long work, so a run cannot end by failing to write its results. The directory
+    is created, a probe file written and removed, and every directory the check created removed
+    again: the file system is left as it was (the command creates the directory when it writes).
+    Raises RtpRefError naming ``option``, ``value`` and what is valid when the path is empty, a file,
+    or cannot be created or written.
+    """
+    path = given_path(option, value, VALID_DIR)
+    created: list[Path] = []  # deepest first: the order they can be removed in
+    try:
+        if path.exists() and not path.is_dir():
+            raise RtpRefError(f"{option} {value!r} is a file; valid: {VALID_DIR}")
+        missing = path
+        while not missing.exists():
+            created.append(missing)
+            missing = missing.parent
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".rtp-ref-probe-", dir=path)
+        try:
+            os.write(handle, b"probe")
+        finally:
+            os.close(handle)
+            os.unlink(probe)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename and exc.filename != value else ""
+        raise RtpRefError(
+            f"{option} {value!r} cannot be written: {exc.strerror or exc}{where}; valid: {VALID_DIR}"
+        ) from None
+    finally:
+        for directory in created:
+            with contextlib.suppress(OSError):  # not ours to remove any more, or not created at all
+                directory.rmdir()
+    return path
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) while the block runs, so the files it writes are written whole.
+
+    A SIGINT that arrives meanwhile is raised again once the block ends, to whatever handler was in
+    place before (by default: KeyboardInterrupt right after the block). Main thread only.
+    """
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        signal.raise_signal(signal.SIGINT)

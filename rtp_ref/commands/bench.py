@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from rtp_ref.bench.run import run_bench, write_outputs
-from rtp_ref.commands._output import add_json_flag, add_layout_flag, print_json
+from rtp_ref.commands._output import (
+    INTERRUPTED,
+    add_json_flag,
+    add_layout_flag,
+    interrupts_held,
+    print_json,
+    writable_dir,
+)
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import PlannedKernel, WriteContract, WritePlan
 from rtp_ref.kernels.discovery import discover_kernels
@@ -59,13 +66,31 @@ def _flush_print(line: str) -> None:
     print(line, flush=True)
 
 
+def _require_matplotlib() -> None:
+    """Raise RtpRefError unless matplotlib (the ``bench`` extra, which draws bench.png) imports.
+
+    Checked before anything is timed: the chart is drawn only after the whole run.
+    """
+    try:
+        import matplotlib  # noqa: F401 (imported to see that it imports)
+    except ImportError as exc:
+        raise RtpRefError(
+            f"bench draws bench.png with matplotlib, which cannot be imported ({exc}); "
+            "valid: matplotlib installed, with pip install 'rtp-ref[bench]'"
+        ) from None
+
+
 def _bench(args: argparse.Namespace) -> int:
+    # Every argument, the chart library and the report directory are checked before anything is timed.
     platform = resolve_platform(args.platform)
     contract = WriteContract.for_platform(platform, parse_overrides(args.layout_flag))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     unknown = [n for n in args.layout if n not in MLA_LAYOUT_NAMES]
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+    for tokens in args.tokens or ():
+        if tokens < 1:
+            raise RtpRefError(f"--tokens {tokens}: not a write size in tokens; valid: a positive integer")
     kernels = []
     for name, entry in discover_kernels(args.kernel or None).items():
         if name == "reference" and not args.kernel:
@@ -79,11 +104,21 @@ def _bench(args: argparse.Namespace) -> int:
         kernels.append((name, kernel))
         if args.compile_baseline and isinstance(kernel, TorchEagerKernel):
             kernels.append((COMPILED, CompiledBaseline(kernel)))
+    _require_matplotlib()
+    report = writable_dir("--report", args.report)
     sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
     layouts = args.layout or list(platform.supported_layouts)
-    doc = run_bench(platform, contract, kernels, layouts, sizes, device,
-                    progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})
-    written = write_outputs(doc, Path(args.report))
+    try:
+        doc = run_bench(platform, contract, kernels, layouts, sizes, device,
+                        progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})
+    except KeyboardInterrupt:
+        print(f"rtp-ref: interrupted: nothing was written to {report}", file=sys.stderr)
+        return INTERRUPTED
+    try:
+        with interrupts_held():  # a Ctrl-C now waits until bench.json, bench.md and bench.png are written
+            written = write_outputs(doc, report)
+    except OSError as exc:  # the directory was writable when checked: a full disk, or removed meanwhile
+        raise RtpRefError(f"--report {args.report!r} cannot be written: {exc.strerror or exc}") from None
     if args.json:
         print_json(doc)
     else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from importlib import resources
@@ -18,10 +20,18 @@ from rtp_ref.certify.report import (
     render_scoreboard,
     write_scoreboard,
 )
-from rtp_ref.commands._output import add_json_flag, add_layout_flag, print_json
+from rtp_ref.commands._output import (
+    INTERRUPTED,
+    add_json_flag,
+    add_layout_flag,
+    interrupts_held,
+    print_json,
+    writable_dir,
+)
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kv.flags import parse_overrides, resolve_flags
+from rtp_ref.kv.layouts import check_layout_bytes
 from rtp_ref.platform import MLA_LAYOUT_NAMES, platform_names, resolve_platform
 
 #: ``--platform all``: every bundled platform table
@@ -104,24 +114,33 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def validate_selection(args: argparse.Namespace) -> None:
-    """Check platform, flags, kernels and layouts before any case runs; bad input raises RtpRefError.
+    """Check platform, flags, kernels, layouts, workers and the report directory (creatable and writable)
+    before any case runs; bad input raises RtpRefError.
 
     (Inside pytest the same mistakes would surface as collection errors and a partial report.)
     """
     platforms = [resolve_platform(name) for name in (platform_names() if args.platform == ALL else [args.platform])]
     for platform in platforms:
         resolve_flags(platform, parse_overrides(args.layout_flag))
-    report = Path(args.report)
-    if report.exists() and not report.is_dir():
-        raise RtpRefError(f"--report {args.report!r} is a file; valid: a directory (created if missing)")
     unknown = [name for name in args.layout if name not in MLA_LAYOUT_NAMES]
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+    for platform in platforms:
+        check_layout_bytes(platform)  # an out-of-tree table's stated bytes, like the bundled ones' in the tests
+    # a layout is certified only where a table supports it: with `all`, where at least one does
+    supported = {layout for platform in platforms for layout in platform.supported_layouts}
+    refused = [name for name in args.layout if name not in supported]
+    if refused:
+        where = f"platform {platforms[0].name} does not support it" if len(platforms) == 1 \
+            else "no bundled platform supports it"
+        raise RtpRefError(f"--layout {refused[0]!r}: {where}; valid: {', '.join(sorted(supported))}")
     discover_kernels(args.kernel or None)
     if any(platform.name != "cpu" for platform in platforms):
         from rtp_ref.pytest_plugin import visible_gpus  # imports pytest: only when certifying
 
         check_worker_count(args.workers, visible_gpus())
+    # Last, as it touches the file system: pytest would only find out at its end (an INTERNALERROR).
+    writable_dir("--report", args.report)
 
 
 def check_worker_count(workers: int, gpus: list[str]) -> None:
@@ -178,54 +197,103 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _run_platform(argv: list[str]) -> int:
+    """Run one platform's certify process to its end; its exit status.
+
+    It runs in a session of its own with everything it starts (pytest's xdist workers), so a
+    terminal's Ctrl-C reaches only this process, and the whole group is ended on the way out: on
+    Ctrl-C nothing of the run is left behind, and a finished platform leaves no stray worker.
+    """
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        # A Ctrl-C while the child starts waits until it is known here (else it would run on, orphaned).
+        with interrupts_held():
+            proc = subprocess.Popen(argv, start_new_session=True)
+        return proc.wait()
+    finally:
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # the whole group is gone already
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
+    """The certify command line of platform ``name`` in ``--platform all`` (pytest's extra arguments aside)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "rtp_ref.cli",
+        "certify",
+        "--platform",
+        name,
+        "--report",
+        str(out / name),
+        "-n",
+        str(args.workers),
+        "--case-timeout",
+        str(args.case_timeout),
+        "--crash-limit",
+        str(args.crash_limit),
+        "--max-restarts",
+        str(args.max_restarts),
+        *(["--require-input-checks"] if args.require_input_checks else []),
+    ]
+    supported = resolve_platform(name).supported_layouts
+    for option, values in (
+        ("--kernel", args.kernel),
+        ("--layout", [layout for layout in args.layout if layout in supported]),
+        ("--layout-flag", args.layout_flag),
+    ):
+        for value in values:
+            argv += [option, value]
+    return argv
+
+
 def _certify_all(args: argparse.Namespace) -> int:
-    """Certify every bundled platform, each in its own process and report directory, then merge."""
+    """Certify every bundled platform, each in its own process and report directory, then merge.
+
+    Ctrl-C stops the platform running, writes the scoreboard of the platforms that finished (marked
+    incomplete, naming the others) and returns INTERRUPTED.
+    """
     out = Path(args.report)
+    names = [name for name in platform_names()
+             if not args.layout or set(args.layout) & set(resolve_platform(name).supported_layouts)]
+    for name in sorted(set(platform_names()) - set(names)):
+        print(f"rtp-ref: platform {name} supports none of --layout {', '.join(args.layout)}: not certified")
     codes = {}
-    for name in platform_names():
-        argv = [
-            sys.executable,
-            "-m",
-            "rtp_ref.cli",
-            "certify",
-            "--platform",
-            name,
-            "--report",
-            str(out / name),
-            "-n",
-            str(args.workers),
-            "--case-timeout",
-            str(args.case_timeout),
-            "--crash-limit",
-            str(args.crash_limit),
-            "--max-restarts",
-            str(args.max_restarts),
-            *(["--require-input-checks"] if args.require_input_checks else []),
-        ]
-        for option, values in (
-            ("--kernel", args.kernel),
-            ("--layout", args.layout),
-            ("--layout-flag", args.layout_flag),
-        ):
-            for value in values:
-                argv += [option, value]
-        if args.dry_run:
-            print(" ".join(argv))
-            continue
-        print(f"rtp-ref: certifying platform {name} ...", flush=True)
-        codes[name] = subprocess.run([*argv, *_pytest_extra(args)], check=False).returncode
+    interrupted = False
+    try:
+        for name in names:
+            argv = _platform_argv(args, out, name)
+            if args.dry_run:
+                print(" ".join(argv))
+                continue
+            print(f"rtp-ref: certifying platform {name} ...", flush=True)
+            codes[name] = _run_platform([*argv, *_pytest_extra(args)])
+    except KeyboardInterrupt:
+        interrupted = True
     if args.dry_run:
         return 0
-    written = [out / name / "report.json" for name in codes if (out / name / "report.json").exists()]
-    board = merge_reports([load_report(p) for p in written], [str(p) for p in written])
-    write_scoreboard(out, board, option="--report")
-    print(render_scoreboard(board), end="")
-    failed = [name for name, code in codes.items() if code != 0]
-    print(
-        f"rtp-ref: scoreboard written to {out}/scoreboard.md; "
-        + (f"NOT CERTIFIED on: {', '.join(failed)}" if failed else "every platform certified")
-    )
-    return max(codes.values(), default=1) if failed else 0
+    # A second Ctrl-C while the scoreboard is written is held, then ends the command as interrupted.
+    with interrupts_held():
+        written = [out / name / "report.json" for name in codes if (out / name / "report.json").exists()]
+        unfinished = [name for name in names if name not in codes]
+        board = merge_reports([load_report(p) for p in written], [str(p) for p in written], unfinished=unfinished)
+        write_scoreboard(out, board, option="--report")
+        print(render_scoreboard(board), end="", flush=True)
+        if interrupted:
+            print(
+                f"rtp-ref: interrupted: {out}/scoreboard.md holds the platforms that finished "
+                f"({', '.join(codes) or 'none'}) and is marked incomplete",
+                file=sys.stderr,
+            )
+            return INTERRUPTED
+        failed = [name for name, code in codes.items() if code != 0]
+        print(
+            f"rtp-ref: scoreboard written to {out}/scoreboard.md; "
+            + (f"NOT CERTIFIED on: {', '.join(failed)}" if failed else "every platform certified")
+        )
+        return max(codes.values(), default=1) if failed else 0
 
 
 def _pytest_extra(args: argparse.Namespace) -> list[str]:

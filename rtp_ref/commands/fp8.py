@@ -8,10 +8,14 @@ from typing import Any
 import torch
 
 from rtp_ref.commands._output import add_json_flag, json_number, print_json
+from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import FP8_FORMATS, ConversionMode, Pow2Rule, decode, decode_ue8m0, encode, encode_ue8m0
 
 _INPUT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _FORMATS = [*sorted(FP8_FORMATS), "ue8m0"]
+#: --mode of the fp8 element formats and --rule of ue8m0 when not given
+DEFAULT_MODE = ConversionMode.SATFINITE.value
+DEFAULT_RULE = Pow2Rule.CEIL.value
 
 
 def _parse_float(text: str) -> float:
@@ -54,9 +58,22 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def _encode(args: argparse.Namespace) -> int:
+    # --rule and --mode default to None so that one given for the other kind of format is refused,
+    # not silently ignored.
+    scale = args.format == "ue8m0"
+    if args.rule is not None and not scale:
+        raise RtpRefError(
+            f"--rule {args.rule} applies only to --format ue8m0 (scale rounding), not to --format {args.format}; "
+            "valid: --format ue8m0 with --rule, or no --rule"
+        )
+    if args.mode is not None and scale:
+        raise RtpRefError(
+            f"--mode {args.mode} applies only to fp8 element formats ({', '.join(sorted(FP8_FORMATS))}), "
+            "not to --format ue8m0; valid: no --mode with --format ue8m0"
+        )
     dtype = _INPUT_DTYPES[args.input_dtype]
     x = torch.tensor(args.values, dtype=torch.float64).to(dtype)
-    codes, values = _codes_and_values(args.format, args.mode, args.rule, x)
+    codes, values = _codes_and_values(args.format, args.mode or DEFAULT_MODE, args.rule or DEFAULT_RULE, x)
     rows = [
         {"input": text, "bits": f"0x{c:02x}", "binary": f"{c:08b}", "value": json_number(v)}
         for text, c, v in zip(args.raw_values, codes, values, strict=True)
@@ -114,14 +131,12 @@ def register(sub: Any) -> None:
     p_enc.add_argument(
         "--mode",
         choices=[m.value for m in ConversionMode],
-        default="satfinite",
-        help="overflow handling (default: satfinite, as CUDA/HIP SATFINITE)",
+        help=f"overflow handling of the fp8 element formats (default: {DEFAULT_MODE}, as CUDA/HIP SATFINITE)",
     )
     p_enc.add_argument(
         "--rule",
         choices=[r.value for r in Pow2Rule],
-        default="ceil",
-        help="power-of-two rounding for --format ue8m0 (default: ceil)",
+        help=f"power-of-two rounding, for --format ue8m0 only (default: {DEFAULT_RULE})",
     )
     p_enc.add_argument(
         "--input-dtype",

@@ -8,6 +8,7 @@ from typing import Any
 
 from rtp_ref.commands._output import add_json_flag, print_json
 from rtp_ref.commands.layouts import add_layout_arguments
+from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.kv.golden import GOLDEN_INPUT_DTYPES, make_golden, write_golden
 from rtp_ref.kv.layouts import LAYOUT_BUILDERS
@@ -16,6 +17,10 @@ from rtp_ref.platform import resolve_platform
 
 def _golden(args: argparse.Namespace) -> int:
     platform = resolve_platform(args.platform)
+    if args.layout not in platform.supported_layouts:
+        # a golden file states what a platform's kernels must write: none is defined for a layout it lacks
+        raise RtpRefError(f"--layout {args.layout!r}: platform {platform.name} does not support it; valid: "
+                          f"{', '.join(platform.supported_layouts)}")
     case = make_golden(
         platform,
         args.layout,

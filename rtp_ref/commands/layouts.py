@@ -40,6 +40,11 @@ def _layouts(args: argparse.Namespace) -> int:
     names = [args.layout] if args.layout else list(LAYOUT_BUILDERS)
     if args.block_size < 1:
         raise RtpRefError(f"--block-size {args.block_size} is not valid; valid: >= 1")
+    # Checked here, not per layout: every layout would refuse the value, and the command would still
+    # exit 0 with only per-layout errors to show for it.
+    for option, value in (("--kv-lora-rank", args.kv_lora_rank), ("--rope-dim", args.rope_dim)):
+        if value is not None and value < 1:
+            raise RtpRefError(f"{option} {value} is not valid; valid: >= 1")
     views: list[dict[str, Any]] = []
     texts: list[list[str]] = []
     for name in names:

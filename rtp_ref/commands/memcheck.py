@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.commands._output import add_json_flag, print_json
+from rtp_ref.commands._output import INTERRUPTED, add_json_flag, print_json, writable_dir
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.protocol import KVCacheKernel
@@ -20,8 +20,6 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform, detect_platform, resolv
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 SANITIZER = "compute-sanitizer"
-#: the exit status after Ctrl-C, as a shell reports a process ended by SIGINT
-INTERRUPTED = 130
 
 
 def find_sanitizer(option: str | None) -> str:
@@ -79,9 +77,8 @@ def _positive_seconds(text: str) -> float:
 
 def _plan(args: argparse.Namespace) -> tuple[Settings, Platform, dict[str, list[PlannedCase]]]:
     """Check every argument before anything runs; bad input raises RtpRefError."""
-    report = Path(args.report) if args.report else None
-    if report is not None and report.exists() and not report.is_dir():
-        raise RtpRefError(f"--report {args.report!r} is a file; valid: a directory (created if missing)")
+    if args.report is not None:
+        writable_dir("--report", args.report)
     entries = discover_kernels(args.kernel)
     sanitizer = find_sanitizer(args.sanitizer)
     if args.device == "cuda":

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from rtp_ref.certify.report import load_report, merge_reports, render_scoreboard, write_scoreboard
-from rtp_ref.commands._output import add_json_flag, print_json
+from rtp_ref.commands._output import VALID_DIR, add_json_flag, given_path, print_json
 
 
 def _merge(args: argparse.Namespace) -> int:
+    out = None if args.out is None else given_path("--out", args.out, VALID_DIR)
     # Every report is read and validated before anything is written: a bad one leaves no output.
     reports = [load_report(p) for p in args.reports]
     board = merge_reports(reports, [str(p) for p in args.reports])
-    if args.out:
-        write_scoreboard(Path(args.out), board, option="--out")
+    if out is not None:
+        write_scoreboard(out, board, option="--out")
     if args.json:
         print_json(board)
     else:

@@ -1,7 +1,7 @@
 """Per-tile scaling: amax, scale rules, quantize and dequantize.
 
-The scale rules are the ones the public writers disagree on (shared/reference/mla-kv-layouts.md,
-"Scale contracts"): each is named so a platform table can say which one it follows.
+The scale rules are the ones the public writers disagree on (docs/sources.md#scale-contracts): each
+is named so a platform table can say which one it follows.
 
 * ``amax_div``:  ``s = max(amax / fp8_max, floor)`` in float32 (rtp-llm and vLLM ds_mla kernels
   before vLLM PR #49435, with ``floor = FLT_MIN``).

@@ -1,6 +1,6 @@
 """Every MLA KV-cache layout as data: a field table from which every byte count is derived.
 
-Sources for each table: shared/reference/mla-kv-layouts.md (vLLM ``concat_and_cache_mla`` /
+Sources for each table: docs/sources.md#mla-layouts-and-their-byte-maps (vLLM ``concat_and_cache_mla`` /
 ``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm ``mla_quant_kernel.cu`` and
 ``MLAKVCacheSpec.h``, AITER ``mla_decode_fwd``). A layout is built for one ``kv_lora_rank`` R and
 rope dim P with the platform's fp8 element format and the layout flags; nothing depends on the
@@ -460,3 +460,19 @@ def layout_for_platform(
         element_format=platform.element_format,
         conversion_mode=platform.conversion_mode,
     )
+
+
+def check_layout_bytes(platform: Platform) -> None:
+    """Check a platform table's hand-written ``[layout_bytes]`` against the reference layouts.
+
+    Bundled tables are checked by the test suite; an out-of-tree table (``--platform path.toml``) only here,
+    so a wrong value can never be certified. Raises RtpRefError naming the file, the key, both values.
+    """
+    for name, stated in platform.layout_bytes.items():
+        derived = layout_for_platform(platform, name).bytes_per_token
+        if stated != derived:
+            r, p = default_dims(name)
+            raise RtpRefError(
+                f"{platform.source} [layout_bytes]: {name} = {stated}, but the reference layout {name} has {derived} "
+                f"bytes per token at kv_lora_rank {r}, rope_dim {p}; valid: {name} = {derived}"
+            )

@@ -1,6 +1,6 @@
 """rtp-llm's KV-cache spec family (``rtp_llm/cpp/cache``) as a reference, on any machine.
 
-Notation (shared/reference/rtp-llm-behaviour.md section 6): S = ``seq_size_per_block`` (0 means 1),
+Notation (docs/sources.md#rtp-llm-kv-cache-specs): S = ``seq_size_per_block`` (0 means 1),
 T = the dtype's size (``KvDtype.size``). Element counts follow rtp-llm's formulas; byte counts are
 elements x T. The MLA spec's per-token size comes from the layout's field table (``MlaLayout``), and
 the layout it uses is chosen by a pure function of dtype, sparsity and the layout flags, never by

@@ -1,10 +1,10 @@
 """An emulation of rtp-llm's ``EnvArgumentParser`` and env -> CLI generator, bugs included.
 
 Written for this test suite from the measured behaviour in the behaviour spec
-(``/work/shared/reference/rtp-llm-behaviour.md`` sections 1 and 2: rtp-llm HEAD ``4b8d39cd5``
+(``docs/sources.md#rtp-llm-server-arguments``: rtp-llm HEAD ``4b8d39cd5``
 ``rtp_llm/server/server_args/server_args.py`` plus PR #1266, and
 ``generate_args_from_env_clean.py``); it is not rtp-llm's code. Line numbers in the comments are
-the spec's. Its one job: run the behaviour tests against it and check that exactly the tests
+rtp-llm's own, at those commits. Its one job: run the behaviour tests against it and check that exactly the tests
 covering listed bugs fail (tests/args/test_legacy_emulation.py). Keep it faithful; do not fix it.
 """
 

@@ -2,7 +2,7 @@
 
 Everything here goes through the kit (``args_kit``, tests/args/kit.py), so the module can be run
 against another implementation (``RTP_REF_ARGS_IMPL``). Tests named after a bug of
-rtp-llm-behaviour.md section 1 or a review finding fail on the emulation of rtp-llm
+docs/sources.md#rtp-llm-server-arguments or a review finding fail on the emulation of rtp-llm
 (tests/args/legacy_rtp_llm.py); test_legacy_emulation.py checks that, and lists the mapping.
 The other tests state the contract both share.
 """
@@ -146,7 +146,7 @@ def test_cli_only_argument_ignores_env_while_others_read_it(
     assert namespace.tp_size == 4  # the same path does read the environment
 
 
-# -- bugs of rtp-llm-behaviour.md section 1 -------------------------------------------------------
+# -- bugs of docs/sources.md#rtp-llm-server-arguments -------------------------------------------------------
 
 
 def test_equals_form_flag_beats_env(args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -453,7 +453,7 @@ def test_cli_only_dest_cannot_get_a_variable_later(args_kit: ArgsKit) -> None:
     assert "external_model_packages" not in parser.get_env_mappings()
 
 
-# -- the env -> CLI generator (rtp-llm-behaviour.md section 2) ------------------------------------
+# -- the env -> CLI generator (docs/sources.md#rtp-llm-server-arguments) ------------------------------------
 
 
 def _generator_parser(args_kit: ArgsKit) -> Any:

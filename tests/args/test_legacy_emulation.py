@@ -1,7 +1,7 @@
 """The behaviour tests can fail: against the emulation of rtp-llm, exactly the bug tests fail.
 
-``FINDINGS`` maps every bug of rtp-llm-behaviour.md (sections 1-5) and every review finding about
-args and plugins (seed-pr-rtp-atom-plugin.txt) to the behaviour tests that cover it. The meta-test
+``FINDINGS`` maps every bug of docs/sources.md (rtp-llm sections) and every review finding about
+args and plugins (docs/sources.md#rtp-llm-plugin-pr-review) to the behaviour tests that cover it. The meta-test
 runs the four behaviour modules in a fresh pytest with the emulation as the implementation
 (tests/args/legacy_rtp_llm.py, tests/plugins/legacy_rtp_llm_plugins.py) and checks that
 

@@ -7,6 +7,7 @@ inputs): inputs read once (2 bytes a value), an int64 slot read once, the entry 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,19 @@ def test_compiled_baseline_writes_what_torch_eager_writes(layout: str) -> None:
         kernel(case.kv_c, case.k_pe, case.kv_cache, case.slot_mapping, layout, case.scale)
     assert torch.equal(eager_case.storage, compiled_case.storage)
     assert bool((eager_case.slot_mapping >= 0).any())  # the case writes something
+
+
+def test_ctrl_c_during_bench_exits_130_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    report = tmp_path / "rep"
+    # Sizes that keep it timing for seconds after its first line: the signal lands mid-run.
+    argv = [sys.executable, "-m", "rtp_ref.cli", "bench", "--platform", "cpu", "--kernel", "torch-eager",
+            "--layout", "fp8", "--tokens", *["65536"] * 8, "--report", str(report)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
+    first = proc.stdout.readline()
+    assert first.startswith("device copy roof: "), first  # the timing has begun
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr == f"rtp-ref: interrupted: nothing was written to {report}\n"
+    assert not report.exists()

@@ -122,3 +122,19 @@ def test_the_suite_generates_exactly_the_case_kinds_deviations_may_name() -> Non
 
     for layout in MLA_LAYOUT_NAMES:
         assert {spec.kind for spec, _ in case_specs(layout)} == set(CASE_KINDS), layout
+
+
+def test_a_pair_whose_cases_did_not_all_run_is_incomplete_never_certified() -> None:
+    """An interrupted or stopped run: the cases it never reached make their pair "incomplete", while cases a
+    pair's own crashes skipped (quarantine) are that pair's failure."""
+    report = minimal_report([
+        case_row("k", "auto", "passed"),
+        case_row("k", "auto", "passed", seed=1),
+        case_row("k", "auto", "error", None, reason="not run: stopped: maximum crashed workers reached: 64"),
+        case_row("q", "fp8", "failed", None, reason="not run: q/fp8 crashed 2 times (limit 2, --crash-limit)"),
+        case_row("q", "fp8", "passed"),
+    ], complete=False)
+    rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]}
+    assert rows[("k", "auto")] == "incomplete: 2 of 3 cases ran"
+    assert rows[("q", "fp8")] == "failed"
+    assert certification_failed(report) == "the run did not complete; the report is partial"

@@ -7,10 +7,12 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from rtp_ref.cli import build_parser, main
+from rtp_ref.commands._output import writable_dir
 
 
 def _all_command_paths(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
@@ -157,3 +159,26 @@ def test_console_script_runs_as_a_real_process() -> None:
     )
     assert bad.returncode == 2 and bad.stderr.startswith("rtp-ref: error: unknown platform 'nope'")
     assert "Traceback" not in bad.stderr
+
+
+def test_ctrl_c_in_any_command_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The backstop for commands without their own Ctrl-C handling (the real-process tests are in
+    tests/bench and tests/cli/test_hardening.py)."""
+
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("rtp_ref.commands.layouts._layouts", interrupted)
+    assert main(["layouts"]) == 130
+    assert capsys.readouterr() == ("", "rtp-ref: interrupted\n")
+
+
+def test_a_checked_report_directory_is_left_as_it_was(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b"
+    assert writable_dir("--report", str(target)) == target
+    assert list(tmp_path.iterdir()) == [], "the check created and left something"
+    (tmp_path / "kept").mkdir()
+    writable_dir("--report", str(tmp_path / "kept"))
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []

@@ -5,6 +5,9 @@ Each row of ``BAD_INPUTS`` is one invocation of ``python -m rtp_ref.cli``. Its a
 the damaged inputs built once per module (``{name}`` placeholders, see ``inputs``) and the test's
 own directory (``{tmp}``). A row that asks for an output (``output``) must leave it absent, or,
 when the row pre-creates it (``keep``), byte for byte as it was, with no temporary file beside it.
+
+Ctrl-C is the other input every command must take without a traceback: the test at the end
+interrupts ``certify --platform all`` (bench's is in tests/bench).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +51,18 @@ class Bad:
     #: pre-create ``output`` with ``OLD_BYTES``; it must be left exactly so
     keep: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    #: directories put first on the child's PYTHONPATH ({placeholders} allowed): stand-ins for installed packages
+    path: tuple[str, ...] = ()
     #: RLIMIT_FSIZE of the process in bytes: a write past it fails as on a full disk
     file_size_limit: int | None = None
 
 
 GOLDEN = ("golden", "--layout", "fp8_ds_mla", "--platform", "cpu", "--out", "{tmp}/g.safetensors")
 MUTANTS = {"RTP_REF_KERNELS": "tests.mutants.kernels:mutants"}
+#: a benchmark small enough to run to its end when a check is missing
+BENCH = ("bench", "--platform", "cpu", "--kernel", "torch-eager", "--layout", "fp8", "--tokens", "64")
+#: a certification small enough to run to its end when a check is missing
+CERTIFY = ("certify", "--platform", "cpu", "--kernel", "reference", "--layout", "auto")
 #: memcheck in its runner-test mode, with an executable as the sanitizer (never started: the rows fail first)
 MEMCHECK = ("--device", "cpu", "--sanitizer", sys.executable)
 
@@ -67,6 +78,10 @@ BAD_INPUTS = [
     # fp8
     Bad("fp8-unknown-format", ("fp8", "encode", "--format", "e4m3", "1"), "argument --format: invalid choice: 'e4m3'"),
     Bad("fp8-not-a-number", ("fp8", "encode", "--format", "e4m3fn", "abc"), "'abc' is not a number"),
+    Bad("fp8-rule-without-ue8m0", ("fp8", "encode", "--format", "e4m3fn", "--rule", "ceil", "1"),
+        "--rule ceil applies only to --format ue8m0"),
+    Bad("fp8-mode-with-ue8m0", ("fp8", "encode", "--format", "ue8m0", "--mode", "nonsat", "1"),
+        "--mode nonsat applies only to fp8 element formats (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), not to --format ue8m0"),
     # layouts
     Bad("layouts-unknown-layout", ("layouts", "--platform", "cpu", "--layout", "fp9"),
         "argument --layout: invalid choice: 'fp9' (choose from 'auto', 'fp8', 'fp8_ds_mla'"),
@@ -74,6 +89,14 @@ BAD_INPUTS = [
         "unknown layout flag 'scale_rule'; valid flags: compact_fp8_for_sparse, lora_alignment"),
     Bad("layouts-bad-flag-value", ("layouts", "--platform", "cpu", "--layout-flag", "lora_alignment=maybe"),
         "flag 'lora_alignment' has 'maybe'; valid values: strict, round_up"),
+    Bad("layouts-zero-rank", ("layouts", "--platform", "cpu", "--kv-lora-rank", "0"),
+        "--kv-lora-rank 0 is not valid; valid: >= 1"),
+    Bad("layouts-negative-rank", ("layouts", "--platform", "cpu", "--kv-lora-rank", "-512"),
+        "--kv-lora-rank -512 is not valid; valid: >= 1"),
+    Bad("layouts-zero-rope-dim", ("layouts", "--platform", "cpu", "--rope-dim", "0"),
+        "--rope-dim 0 is not valid; valid: >= 1"),
+    Bad("layouts-negative-rope-dim", ("layouts", "--platform", "cpu", "--rope-dim", "-1"),
+        "--rope-dim -1 is not valid; valid: >= 1"),
     # golden: nothing may be written, and an earlier file at --out survives
     Bad("golden-bad-platform-file", ("golden", "--layout", "fp8", "--platform", "{syntax_toml}", "--out",
                                      "{tmp}/g.safetensors"),
@@ -84,6 +107,12 @@ BAD_INPUTS = [
         "the golden file would hold", output="{tmp}/g.safetensors"),
     Bad("golden-out-dir-missing", ("golden", "--layout", "fp8", "--platform", "cpu", "--out", "{tmp}/no/g.st"),
         "--out '{tmp}/no/g.st' cannot be written: No such file or directory", output="{tmp}/no"),
+    Bad("golden-unsupported-layout", ("golden", "--layout", "fp8_rocm_compact", "--platform", "cuda-sm90", "--out",
+                                      "{tmp}/g.safetensors"),
+        "--layout 'fp8_rocm_compact': platform cuda-sm90 does not support it; valid: auto, fp8, fp8_ds_mla, "
+        "fp8_model1_mla", output="{tmp}/g.safetensors"),
+    Bad("golden-out-empty", ("golden", "--layout", "fp8", "--platform", "cpu", "--out", ""),
+        "--out '' is not a file name"),
     Bad("golden-disk-full", GOLDEN, "--out '{tmp}/g.safetensors' cannot be written: File too large",
         output="{tmp}/g.safetensors", keep=True, file_size_limit=64 * 1024),
     # golden-check: damaged files, unknown kernels
@@ -113,7 +142,22 @@ BAD_INPUTS = [
     Bad("certify-report-is-a-file", ("certify", "--platform", "cpu", "--kernel", "reference", "--layout", "auto",
                                      "--report", "{tmp}/rep"),
         "--report '{tmp}/rep' is a file; valid: a directory", output="{tmp}/rep", keep=True),
+    Bad("certify-report-under-a-file", (*CERTIFY, "--report", "{report}/rep"),
+        "--report '{report}/rep' cannot be written: Not a directory; valid: a directory this user can create and "
+        "write in"),
+    Bad("certify-report-empty", (*CERTIFY, "--report", ""), "--report '': an empty path; valid: a directory"),
+    Bad("certify-unsupported-layout", ("certify", "--platform", "cuda-sm90", "--layout", "fp8_rocm_compact",
+                                       "--report", "{tmp}/rep"),
+        "--layout 'fp8_rocm_compact': platform cuda-sm90 does not support it; valid: auto, fp8, fp8_ds_mla, "
+        "fp8_model1_mla", output="{tmp}/rep"),
+    Bad("certify-wrong-layout-bytes", ("certify", "--platform", "{wrong_bytes_table}", "--report", "{tmp}/rep"),
+        "[layout_bytes]: fp8_ds_mla = 600, but the reference layout fp8_ds_mla has 656 bytes per token at "
+        "kv_lora_rank 512, rope_dim 64; valid: fp8_ds_mla = 656", output="{tmp}/rep"),
     # report merge: every report is checked before anything is written
+    Bad("merge-same-pair-twice", ("report", "merge", "{report}", "{report_copy}", "--out", "{tmp}/board"),
+        "both certify kernel reference on layout fp8 of platform cpu; valid: one report per platform, kernel and "
+        "layout",
+        output="{tmp}/board"),
     Bad("merge-truncated", ("report", "merge", "{report}", "{truncated_report}", "--out", "{tmp}/board"),
         "report '{truncated_report}' is not valid JSON", output="{tmp}/board"),
     Bad("merge-other-schema-version", ("report", "merge", "{v2_report}"),
@@ -122,9 +166,23 @@ BAD_INPUTS = [
         "key 'complete' is 'yes'; valid: true or false", output="{tmp}/board"),
     Bad("merge-out-is-a-file", ("report", "merge", "{report}", "--out", "{tmp}/board"),
         "--out '{tmp}/board' cannot be written", output="{tmp}/board", keep=True),
+    Bad("merge-out-empty", ("report", "merge", "{report}", "--out", ""), "--out '': an empty path; valid: a directory"),
     # bench: checked before anything is timed or written
     Bad("bench-unknown-layout", ("bench", "--layout", "fp9", "--report", "{tmp}/rep"),
         "--layout 'fp9': unknown layout; valid: auto, fp8", output="{tmp}/rep"),
+    Bad("bench-negative-tokens", (*BENCH, "-1", "--report", "{tmp}/rep"),
+        "--tokens -1: not a write size in tokens; valid: a positive integer", output="{tmp}/rep"),
+    Bad("bench-report-in-proc", (*BENCH, "--report", "/proc/forbidden/x"),
+        "--report '/proc/forbidden/x' cannot be written: "),  # the reason differs for root and other users
+    Bad("bench-report-under-a-file", (*BENCH, "--report", "{report}/rep"),
+        "--report '{report}/rep' cannot be written: Not a directory"),
+    Bad("bench-report-is-a-file", (*BENCH, "--report", "{tmp}/rep"), "--report '{tmp}/rep' is a file",
+        output="{tmp}/rep", keep=True),
+    Bad("bench-report-empty", (*BENCH, "--report", ""), "--report '': an empty path; valid: a directory"),
+    Bad("bench-without-matplotlib", (*BENCH, "--report", "{tmp}/rep"),
+        "bench draws bench.png with matplotlib, which cannot be imported (No module named 'matplotlib'); "
+        "valid: matplotlib installed, with pip install 'rtp-ref[bench]'", output="{tmp}/rep",
+        path=("{no_matplotlib}",)),
     # memcheck: checked before a sanitizer starts (--device cpu, the runner's test mode: any host; more rows
     # in test_memcheck.py)
     Bad("memcheck-unsupported-layout", ("memcheck", *MEMCHECK, "--kernel", "reference", "--platform", "cuda-sm90",
@@ -178,11 +236,25 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     truncated = root / "truncated.safetensors"
     truncated.write_bytes(golden.read_bytes()[:-100])
     report = _report(root / "report.json")
+    report_copy = root / "report-again.json"
+    report_copy.write_bytes(report.read_bytes())
     truncated_report = root / "truncated.json"
     truncated_report.write_bytes(report.read_bytes()[:200])
 
+    # An environment without the bench extra: the import of matplotlib fails as a missing package does.
+    no_matplotlib = root / "no_matplotlib"
+    (no_matplotlib / "matplotlib").mkdir(parents=True)
+    (no_matplotlib / "matplotlib" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n"
+    )
+
     syntax_toml = root / "syntax.toml"
     syntax_toml.write_text('name = "x"\n[[[\n')
+    # an out-of-tree table (named as its file must be) whose hand-written bytes per token are wrong
+    (root / "tables").mkdir()
+    wrong_bytes_table = root / "tables" / "cuda-sm90.toml"
+    wrong_bytes_table.write_text((REPO / "platforms" / "cuda-sm90.toml").read_text()
+                                 .replace("fp8_ds_mla = 656", "fp8_ds_mla = 600"))
 
     def drop_scale(t: dict[str, torch.Tensor], m: dict[str, str]) -> None:
         del t["scale"]
@@ -194,6 +266,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         m["golden_format"] = "2"
 
     paths = {
+        "wrong_bytes_table": str(wrong_bytes_table),
+        "report_copy": str(report_copy),
         "syntax_toml": syntax_toml,
         "flag_toml": _toml_with(root / "flag" / "cpu.toml", 'lora_alignment = "strict"', "lora_alignment = 3"),
         "golden": golden,
@@ -205,6 +279,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "truncated_report": truncated_report,
         "v2_report": _report(root / "v2.json", schema_version=2),
         "damaged_report": _report(root / "damaged.json", complete="yes"),
+        "no_matplotlib": no_matplotlib,
     }
     return {name: str(path) for name, path in paths.items()}
 
@@ -233,7 +308,7 @@ def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str],
         output.write_bytes(OLD_BYTES)
     before = sorted(os.listdir(tmp_path))
     # From the repository, tests.mutants is importable for the rows that name its kernels.
-    env = child_env(REPO, **bad.env)
+    env = child_env(*(path.format(**values) for path in bad.path), REPO, **bad.env)
     done = subprocess.run(
         [sys.executable, "-m", "rtp_ref.cli", *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
         timeout=300, check=False,
@@ -258,3 +333,60 @@ def test_every_command_has_bad_input_rows() -> None:
 
     commands = {name.replace("_", "-") for name in COMMAND_MODULES}
     assert commands - {b.argv[0] for b in BAD_INPUTS} == set()
+
+
+def _running(marker: str) -> list[int]:
+    """Live processes (zombies aside) whose command line contains ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):  # not a process, or it ended meanwhile
+            continue
+        if marker in cmdline and state not in ("Z", "X"):
+            found.append(int(proc.name))
+    return found
+
+
+def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_path: Path) -> None:
+    from rtp_ref.platform import platform_names
+
+    first, second, *rest = platform_names()
+    report = tmp_path / "rep"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "all", "--kernel", "reference", "--layout",
+         "auto", "--report", str(report)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(REPO), cwd=tmp_path,
+    )
+    watchdog = threading.Timer(120, proc.kill)  # a run that never gets to the second platform fails, not hangs
+    watchdog.start()
+    try:
+        assert proc.stdout is not None  # stdout=PIPE
+        # The second platform starts once the first platform's process has ended, its report written.
+        for line in proc.stdout:
+            if line == f"rtp-ref: certifying platform {second} ...\n":
+                break
+        assert (report / first / "report.json").exists()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+    assert "Traceback" not in stdout + stderr, stderr
+    assert proc.returncode == 130, f"exit {proc.returncode}\nstdout: {stdout}\nstderr: {stderr}"
+    assert stderr.endswith(
+        f"rtp-ref: interrupted: {report}/scoreboard.md holds the platforms that finished ({first}) and is marked "
+        "incomplete\n"
+    ), stderr
+    unfinished = [second, *rest]
+    incomplete = f"INCOMPLETE: the run stopped before these platforms finished: {', '.join(unfinished)}"
+    board = json.loads((report / "scoreboard.json").read_text())
+    assert (board["complete"], board["unfinished"]) == (False, unfinished)
+    assert {row["platform"] for row in board["rows"]} == {first}
+    assert (first, "reference", "auto", "certified") in {
+        (row["platform"], row["kernel"], row["layout"], row["verdict"]) for row in board["rows"]
+    }
+    markdown = (report / "scoreboard.md").read_text()
+    assert f"| {first} (native) |" in markdown and markdown.rstrip("\n").endswith(incomplete), markdown
+    assert stdout.rstrip("\n").endswith(incomplete), "the printed scoreboard ends saying it is incomplete"
+    assert _running(str(report / second)) == [], "the interrupted platform's processes were left running"

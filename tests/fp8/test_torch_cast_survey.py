@@ -3,7 +3,7 @@
 In range, torch's cast must equal the reference codec bit for bit (that can fail). For overflow,
 inf and NaN the test records which contract the build follows (saturating or not) and shows it in
 the run summary; it fails only if the cast follows neither. Known results: CUDA torch 2.11 gives
-NaN for 1000 -> e4m3fn; the CPU build 2.13 gives 448 (shared/reference/gpu-measurements.md).
+NaN for 1000 -> e4m3fn; the CPU build 2.13 gives 448 (docs/sources.md#fp8-conversion-on-an-h200).
 """
 
 from __future__ import annotations

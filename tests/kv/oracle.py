@@ -1,6 +1,6 @@
 """The tests' own statement of every layout, independent of rtp_ref.kv and rtp_ref.fp8.
 
-Byte maps are written by hand from the sources (shared/reference/mla-kv-layouts.md: vLLM
+Byte maps are written by hand from the sources (docs/sources.md#mla-layouts-and-their-byte-maps: vLLM
 ``concat_and_cache_mla`` / ``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm
 ``concat_and_cache_ds_model1_kernel``); expected bytes are computed with numpy float32 arithmetic,
 ``math`` and ml_dtypes' fp8 casts. Nothing here imports the code under test.

@@ -3,14 +3,18 @@ platform files' [layout_bytes] (a second, hand-written statement) against what t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.fields import Placement, Source
-from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, layout_for_platform
+from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, check_layout_bytes, layout_for_platform
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform, all_platforms, load_platform
 from tests.kv import oracle
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Byte maps at R=512/P=64 (model1 448/64) from the sources, per placement: (field, offset, size, element).
 # fp8 elements are the platform's format, written "fp8" here.
@@ -133,3 +137,16 @@ def test_any_layout_builds_on_any_platform() -> None:
             layout = layout_for_platform(platform, name)
             fp8_fields = [f for f in layout.fields if f.element in ("e4m3fn", "e4m3fnuz")]
             assert all(f.element == platform.element_format.name for f in fp8_fields)
+
+
+def test_an_out_of_tree_table_with_wrong_layout_bytes_is_refused(tmp_path: Path) -> None:
+    """Bundled tables are checked above; a table given by path is checked when it is used (certify, the suite)."""
+    text = (REPO / "platforms" / "cuda-sm90.toml").read_text()
+    assert "fp8_ds_mla = 656" in text
+    path = tmp_path / "cuda-sm90.toml"
+    path.write_text(text.replace("fp8_ds_mla = 656", "fp8_ds_mla = 576"))
+    platform = load_platform(str(path))
+    check_layout_bytes(load_platform("cuda-sm90"))  # the bundled one agrees
+    with pytest.raises(RtpRefError, match=r"\[layout_bytes\]: fp8_ds_mla = 576, but the reference layout fp8_ds_mla "
+                                          r"has 656 bytes per token .*valid: fp8_ds_mla = 656"):
+        check_layout_bytes(platform)

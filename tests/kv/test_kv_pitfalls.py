@@ -1,5 +1,5 @@
-"""The review's layout pitfalls (shared/reference/seed-pr-rtp-atom-plugin.txt), each a check that the
-reference passes and an emulation of the old behaviour demonstrably fails."""
+"""The review's layout pitfalls (alibaba/rtp-llm PR #1330, docs/sources.md#rtp-llm-plugin-pr-review), each a
+check that the reference passes and an emulation of the old behaviour demonstrably fails."""
 
 from __future__ import annotations
 

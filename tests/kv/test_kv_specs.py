@@ -1,5 +1,5 @@
 """rtp-llm's spec family: MHA and MLA sizes and the partition split, against hand-computed figures
-(shared/reference/rtp-llm-behaviour.md section 6) and exact arithmetic."""
+(docs/sources.md#rtp-llm-kv-cache-specs) and exact arithmetic."""
 
 from __future__ import annotations
 

@@ -82,6 +82,18 @@ class AlwaysKillsProcess(KillsProcess):
     kv_cache_dtypes = ("auto", "fp8")
 
 
+class RaisesOnEdge(Raises):
+    """Raises on every edge case (8 tokens): a kernel a bit_exact deviation for "edge" must not excuse."""
+
+    name = "fault-raises-on-edge"
+    kv_cache_dtypes = ("auto",)
+
+    def __call__(self, kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale):  # type: ignore[no-untyped-def]
+        if kv_c.shape[0] == 8:
+            self.fault(kv_c.device)
+        ReferenceKernel.__call__(self, kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+
+
 def kernels() -> list[ReferenceKernel]:
     """The entry point for ``RTP_REF_KERNELS``."""
-    return [Raises(), Hangs(), KillsProcess(), AlwaysRaises(), AlwaysHangs(), AlwaysKillsProcess()]
+    return [Raises(), Hangs(), KillsProcess(), AlwaysRaises(), AlwaysHangs(), AlwaysKillsProcess(), RaisesOnEdge()]

@@ -6,7 +6,7 @@ import re
 import time
 from pathlib import Path
 
-from tests.mutants.test_mutation_score import certify
+from tests.mutants.test_mutation_score import REPO, certify
 
 TRIGGER = "auto-random-t1-b16-bf16"
 FAULTS = {
@@ -83,3 +83,30 @@ def test_kernels_that_fault_on_every_call_cost_a_bounded_time(tmp_path: Path) ->
             (bad,) = [c for c in mine if c.get("kind") == "bad_input"]
             assert not bad.get("reason", "").startswith("not run"), bad
             assert inputs[(kernel, layout)] == "crashed"
+
+
+EXCUSE_EDGE = """
+[[deviations]]
+kernel = "fault-raises-on-edge"
+layouts = ["auto"]
+cases = ["edge"]
+check = "bit_exact"
+reason = "a test's deviation: excuses bytes that differ on edge cases, nothing more"
+source = "tests/mutants/test_fault_isolation.py"
+"""
+
+
+def test_a_deviation_excuses_only_the_grade_it_names(tmp_path: Path) -> None:
+    """A bit_exact deviation for edge cases must not turn a kernel that raises on them into "certified with
+    deviations": the case fell further than the deviation says."""
+    table = tmp_path / "cpu-excused.toml"
+    table.write_text((REPO / "platforms" / "cpu.toml").read_text().replace('name = "cpu"', 'name = "cpu-excused"')
+                     + EXCUSE_EDGE)
+    report = certify(str(table), ["fault-raises-on-edge"], tmp_path / "out", extra=["--layout", "auto"],
+                     kernels_env="tests.mutants.faults:kernels")
+    rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]}  # type: ignore[index]
+    assert rows[("fault-raises-on-edge", "auto")] == "failed"
+    edge = [c for c in report["cases"] if c.get("kind") == "edge"]  # type: ignore[union-attr]
+    assert len(edge) == 2 and all(c["outcome"] == "failed" for c in edge), edge
+    assert all("the deviation for bit_exact does not cover this: fault-raises-on-edge raised" in c["reason"]
+               for c in edge), edge

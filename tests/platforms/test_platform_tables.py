@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tests.wheel import build_wheel
 REPO = Path(__file__).resolve().parents[2]
 REPO_PLATFORMS = REPO / "platforms"
 
-# Facts from shared/reference/mla-kv-layouts.md ("fp8 formats" table), written here by hand.
+# Facts from docs/sources.md#fp8-formats, written here by hand.
 EXPECTED_ELEMENT_FORMAT = {
     "cpu": "e4m3fn",
     "cuda-sm90": "e4m3fn",
@@ -172,3 +173,29 @@ def test_detect_on_this_machine_matches_torch() -> None:
         assert detected.name == "cpu"
     else:
         assert detected.backend == ("rocm" if torch.version.hip else "cuda")
+
+
+# Written split so that this file does not match itself.
+_PRIVATE_FOLDER_MARKERS = ("shared" + "/reference", "../" + "shared")
+
+
+def test_no_tracked_file_cites_the_private_reference_folder() -> None:
+    """The repository stands alone: users have no folder of gathered facts beside the checkout, so every
+    citation must be a public source or docs/sources.md."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=False
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    offenders = []
+    for name in listed.stdout.decode().split("\0"):
+        path = REPO / name
+        if not name or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary files (images) cannot carry a citation
+        offenders += [f"{name}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+                      if any(m in line for m in _PRIVATE_FOLDER_MARKERS)]
+    assert not offenders, "cite a public source or docs/sources.md#anchor instead:\n" + "\n".join(offenders)

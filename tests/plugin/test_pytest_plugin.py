@@ -1,4 +1,7 @@
-"""The pytest plugin, exercised in real inner pytest runs (pytester runs them in-process)."""
+"""The pytest plugin where it is active, exercised in real inner pytest runs (pytester runs them in-process,
+or in a subprocess where xdist or hypothesis's global settings are involved). An inner project activates the
+plugin as rtp-ref's own suites do (``ACTIVATING_CONFTEST``) or by giving an rtp-ref option;
+test_plugin_is_inert.py shows it changes nothing in any other project."""
 
 from __future__ import annotations
 
@@ -7,6 +10,13 @@ import pytest
 from rtp_ref.pytest_plugin import default_hypothesis_profile, parse_layout_flag
 
 pytest_plugins = ["pytester"]
+
+#: what rtp-ref's own conftest files (tests/, conformance/) do
+ACTIVATING_CONFTEST = """
+import rtp_ref.pytest_plugin
+def pytest_configure(config):
+    rtp_ref.pytest_plugin.activate(config)
+"""
 
 INNER_TEST = """
 def test_platform(rtp_platform, layout_flag_overrides):
@@ -60,6 +70,7 @@ def test_bad_layout_flag_syntax_is_a_usage_error(pytester: pytest.Pytester) -> N
 def test_markers_are_registered_and_gpu_tests_skip_with_reason(pytester: pytest.Pytester) -> None:
     import torch
 
+    pytester.makeconftest(ACTIVATING_CONFTEST)
     pytester.makepyfile("""
         import pytest
         @pytest.mark.gpu
@@ -69,7 +80,8 @@ def test_markers_are_registered_and_gpu_tests_skip_with_reason(pytester: pytest.
         @pytest.mark.slow
         def test_slow(): pass
     """)
-    result = pytester.runpytest("--strict-markers", "-rs")
+    # a subprocess: in-process, pytest's marker cache still holds the markers this outer run registered
+    result = pytester.runpytest_subprocess("--strict-markers", "-rs", "-p", "no:cacheprovider")
     if not torch.cuda.is_available():
         result.assert_outcomes(passed=1, skipped=2)
         result.stdout.fnmatch_lines(["*needs a gpu device; torch sees none here*"])
@@ -88,15 +100,33 @@ def test_hypothesis_profile_follows_ci_env(env: dict[str, str], profile: str) ->
     assert default_hypothesis_profile(env) == profile
 
 
+PRINT_PROFILE = """
+from hypothesis import settings
+def test_profile():
+    print("PROFILE", settings.get_current_profile_name(), settings().derandomize, settings().max_examples)
+"""
+
+
 def test_hypothesis_profile_in_inner_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile("""
-        from hypothesis import settings
-        def test_profile():
-            print("PROFILE", settings.get_current_profile_name(), settings().derandomize)
-    """)
+    """In rtp-ref's suites: ``ci`` on CI, and ``--hypothesis-profile`` finds ``thorough`` registered (the
+    activating conftest runs before hypothesis's own ``pytest_configure``)."""
+    pytester.makeconftest(ACTIVATING_CONFTEST)
+    pytester.makepyfile(PRINT_PROFILE)
     monkeypatch.setenv("CI", "true")
-    pytester.runpytest("-s").stdout.fnmatch_lines(["*PROFILE ci True*"])
-    pytester.runpytest("-s", "--hypothesis-profile", "thorough").stdout.fnmatch_lines(["*PROFILE thorough False*"])
+    pytester.runpytest_subprocess("-s").stdout.fnmatch_lines(["*PROFILE ci True 60*"])
+    thorough = pytester.runpytest_subprocess("-s", "--hypothesis-profile", "thorough")
+    thorough.stdout.fnmatch_lines(["*PROFILE thorough False 2000*"])
+
+
+@pytest.mark.parametrize("option", ["--platform=auto", "--rtp-platform=auto", "--rtp-require-input-checks"])
+def test_an_rtp_ref_option_activates_the_plugin(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                option: str) -> None:
+    """Any rtp-ref option activates the plugin in any project, even at its default value."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("RTP_REF_PLATFORM", raising=False)
+    pytester.makepyfile(PRINT_PROFILE)
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", option)
+    result.stdout.fnmatch_lines(["rtp-ref: platform=auto, *", "*PROFILE dev False 60*"])
 
 
 def test_parse_layout_flag() -> None:
@@ -148,6 +178,35 @@ def test_a_replacement_worker_gets_the_gpu_of_the_one_that_died(pytester: pytest
                                            "-p", "no:cacheprovider", timeout=300)
     result.assert_outcomes(passed=1, failed=1)
     assert (pytester.path / "pins.txt").read_text() == "a gw0 7 7;b gw1 7 7;"
+
+
+RECORD_PIN = """
+import os
+def test_pin():
+    with open("pins.txt", "a") as f:
+        f.write(f"{os.environ['PYTEST_XDIST_WORKER']} {os.environ.get('CUDA_VISIBLE_DEVICES')};")
+"""
+
+
+def test_rtp_refs_own_suites_give_each_worker_a_gpu_of_its_own(pytester: pytest.Pytester) -> None:
+    """Activated by a conftest as rtp-ref's suites are, with no rtp-ref option: -n 1 pins the worker to the
+    one GPU, -n 2 is refused before any worker starts."""
+    pytester.makeconftest(ONE_GPU_CONFTEST + ACTIVATING_CONFTEST)
+    pytester.makepyfile(RECORD_PIN)
+    pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert (pytester.path / "pins.txt").read_text() == "gw0 7;"
+    refused = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*-n 2: 1 GPU(s) visible (7) and each xdist worker needs one of its own*"])
+
+
+def test_n_auto_is_one_worker_per_gpu_only_when_an_option_asks(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import rtp_ref.pytest_plugin as plugin
+
+    monkeypatch.setattr(plugin, "visible_gpus", lambda: ["7"])
+    assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfigure()) is None  # xdist's own choice
+    assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfigure("--platform", "cuda-sm90")) == 1
 
 
 def test_certify_refuses_more_workers_than_gpus_before_pytest_starts() -> None:

@@ -1,7 +1,7 @@
 """An emulation of rtp-llm's plugin loading, model registry and ModelArgs, bugs included.
 
-Written for this test suite from the behaviour spec (``/work/shared/reference/rtp-llm-behaviour.md``
-sections 1, 3, 4 and 5: PR #1266's ``parse_external_model_packages`` and
+Written for this test suite from the behaviour spec (``docs/sources.md#rtp-llm-server-arguments``
+and ``#rtp-llm-model-registry-and-plugins``: PR #1266's ``parse_external_model_packages`` and
 ``load_external_model_packages``, ``model_factory_register.py``, ``ModelDict``,
 ``server_config_setup.py``, ``model_factory.py``, ``config/model_args.py``, and ROCm/ATOM's way of
 replacing a built-in model); it is not rtp-llm's code. Its one job: run the plugins behaviour tests

@@ -2,7 +2,7 @@
 
 Real boundaries only: packages are written to a temporary directory and imported by the import
 system; the worker test spawns a real ``multiprocessing`` 'spawn' child. Tests named after a bug
-of rtp-llm-behaviour.md or a review finding fail on the emulation of rtp-llm
+of docs/sources.md#rtp-llm-model-registry-and-plugins or a review finding fail on the emulation of rtp-llm
 (tests/plugins/legacy_rtp_llm_plugins.py); tests/args/test_legacy_emulation.py checks that.
 """
 
