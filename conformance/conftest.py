@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import pytest
 
 from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
-from rtp_ref.certify.collector import write_case_index
+from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.quarantine import quarantine_reason
@@ -125,7 +126,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
         return
     reason = quarantine_reason(Path(out), identity["kernel"], identity["layout"])
     if reason:
-        pyfuncitem.user_properties.append(("rtp_ref_case", {**identity, "failed_checks": ["support.not_run"]}))
+        record = json.dumps({**identity, "failed_checks": ["support.not_run"]})
+        pyfuncitem.user_properties.append(("rtp_ref_case", record))
         pytest.fail(reason, pytrace=False)
 
 
@@ -197,6 +199,6 @@ def record_case(record_property: Callable[[str, object], None]) -> Callable[...,
     """Attach a case record (kernel, layout, grade, checks...) for the report collector."""
 
     def record(**fields: Any) -> None:
-        record_property("rtp_ref_case", fields)
+        record_property("rtp_ref_case", json.dumps(json_safe(fields)))
 
     return record

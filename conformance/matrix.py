@@ -77,7 +77,9 @@ def suite(config: pytest.Config) -> Suite:
             device, device_reason = _device_for(entry.kernel, platform)
             execution = execution_mode(platform, device)
             bound, reason = _bind(entry.kernel, contract, execution)
-            path_execution = "emulated" if getattr(bound, "conversion_path", "hardware") == "software" else execution
+            # a software fp8 conversion emulates a GPU table's hardware; the cpu table's contract IS software
+            software = getattr(bound, "conversion_path", "hardware") == "software" and platform.backend != "cpu"
+            path_execution = "emulated" if software else execution
             kernels.append(KernelUnderTest(name, bound, device, path_execution, reason or device_reason))
         wanted = config.getoption("rtp_layout") or list(platform.supported_layouts)
         unknown = [n for n in wanted if n not in MLA_LAYOUT_NAMES]

@@ -18,6 +18,7 @@ from rtp_ref.certify.cases import GUARD_BYTES, CaseSpec, build_case, num_blocks_
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.grading import reference_image
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, VALIDATED, classify_bad_slot
+from rtp_ref.certify.session import execution_mode
 from rtp_ref.kv.layouts import default_dims
 
 from .matrix import KernelUnderTest, suite
@@ -110,7 +111,8 @@ def test_the_suite_generates_cases(pytestconfig: pytest.Config, record_case: Cal
     """Zero cases is a failure, never a pass: the platform and selection must yield runnable cases."""
     from .conftest import write_case_params
 
-    record_case(kernel="(suite)", layout="(all)", kind="sanity", case="cases-generated")
+    record_case(kernel="(suite)", layout="(all)", kind="sanity", case="cases-generated",
+                execution=execution_mode(suite(pytestconfig).platform))
     runnable = [p for p in write_case_params(pytestconfig) if not any(m.name == "skip" for m in p.marks)]
     assert runnable, ("no runnable conformance case for this platform and selection "
                       f"(kernels: {[k.name for k in suite(pytestconfig).kernels]}, "

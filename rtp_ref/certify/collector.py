@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,7 @@ class ReportCollector:
 
     def __init__(self, config: pytest.Config, out_dir: Path, crash_limit: int) -> None:
         self.out_dir = out_dir
+        self.started = time.time()
         self.cases: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self._index: dict[str, dict[str, Any]] = {}
@@ -101,8 +103,8 @@ class ReportCollector:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = self.cases.setdefault(report.nodeid, {"nodeid": report.nodeid})
         for key, value in report.user_properties:
-            if key == CASE_PROPERTY and isinstance(value, dict):
-                case.update(value)
+            if key == CASE_PROPERTY and isinstance(value, str):  # JSON, so junit.xml shows it as JSON too
+                case.update(json.loads(value))
         # A passing setup or teardown says nothing about the case; everything else decides it.
         # xdist reports a crashed worker's test with when="???": that is a failed case.
         if report.when == "call" or not report.passed:
@@ -146,7 +148,7 @@ class ReportCollector:
                                   "failed_checks": ["support.not_run"], "reason": f"not run: {why}"}
         cases = list(self.cases.values())
         complete = not self.interrupted and exitstatus in (0, 1) and not not_run and stop_reason is None
-        report = build_report(**describe_run(session.config, cases), cases=cases, complete=complete,
+        report = build_report(**describe_run(session.config, cases, self.started), cases=cases, complete=complete,
                               exit_status=int(exitstatus), stop_reason=stop_reason)
         write_report(report, self.out_dir)
 

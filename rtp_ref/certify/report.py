@@ -17,6 +17,12 @@ from typing import Any
 
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
 from rtp_ref.errors import RtpRefError
+from rtp_ref.platform import GRADES
+
+#: what the execution words mean (the session that writes a report uses the same words)
+EXECUTION_MEANING = ("native: the table is this machine's own platform and the kernel runs its conversions as this "
+                     "platform does; emulated: another platform's contract (or a software fp8 conversion on a GPU "
+                     "table) exercised on this machine")
 
 SCHEMA = "rtp-ref-report"
 SCHEMA_VERSION = 1
@@ -115,6 +121,9 @@ def build_report(
     complete: bool,
     exit_status: int,
     stop_reason: str | None = None,
+    run: Mapping[str, Any] | None = None,
+    kernels: Sequence[Mapping[str, Any]] = (),
+    unavailable_kernels: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Assemble a report document. ``complete`` is false when the run was interrupted or stopped early
     (``stop_reason`` says why) or some collected case never ran."""
@@ -124,6 +133,9 @@ def build_report(
         "schema_version": SCHEMA_VERSION,
         "platform": dict(platform),
         "environment": dict(environment),
+        "run": dict(run or {}),
+        "kernels": list(kernels),
+        "unavailable_kernels": list(unavailable_kernels),
         "layout_flags": dict(flags),
         "selection": dict(selection),
         "complete": complete,
@@ -158,14 +170,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     """A publishable markdown summary of one report."""
     p = report["platform"]
     env = report["environment"]
+    run = report.get("run") or {}
     lines = [
         f"# rtp-ref certification: {p['name']} ({p['execution']})",
         "",
+        f"- {EXECUTION_MEANING}",
+        f"- run {run.get('started', '-')} to {run.get('finished', '-')} ({run.get('duration_s', '-')} s) on host "
+        f"{run.get('host', '-')}: `{run.get('command', '-')}`",
         f"- rtp-ref {env.get('rtp_ref')}, torch {env.get('torch')}, triton {env.get('triton')}, "
         f"device {env.get('device')} ({env.get('device_arch') or 'cpu'}), driver {env.get('driver') or '-'}",
-        f"- platform table `{p['source']}` sha256 `{p['sha256'][:16]}`; "
+        f"- platform table `{p['source']}` sha256 `{p['sha256']}`; "
         f"fp8 {p['element_format']} {p['conversion_mode']}; required grade {p['required_grade']}",
         f"- layout flags: {', '.join(f'{k}={v}' for k, v in report['layout_flags'].items())}",
+        *[f"- kernel {k['name']}: {k['origin']}" for k in report.get("kernels", [])],
+        *[f"- kernel {k['name']}: not certified, not available here: {k['reason']}"
+          for k in report.get("unavailable_kernels", [])],
         f"- cases: {report['summary']['total']} ({_fmt_counts(report['summary']['outcomes'])})"
         + ("" if report["complete"] else " — **INCOMPLETE RUN**"
            + (f" ({report['stop_reason']})" if report.get("stop_reason") else "")),
@@ -328,6 +347,19 @@ def merge_reports(
             "complete": not unfinished, "unfinished": list(unfinished), "rows": rows}
 
 
+def cell_text(verdict_text: str, min_grade: str | None) -> str:
+    """A scoreboard cell that says what it means: ``certified (bit_exact)``, ``certified with deviations:
+    reaches numerics``, ``failed at numerics`` (the first grade a case did not reach), or the verdict."""
+    order = ["none", *GRADES]
+    if verdict_text == "certified" and min_grade:
+        return f"certified ({min_grade})"
+    if verdict_text == "certified with deviations" and min_grade:
+        return f"certified with deviations: reaches {min_grade}"
+    if verdict_text == "failed" and min_grade in order[:-1]:
+        return f"failed at {order[order.index(min_grade) + 1]}"
+    return verdict_text
+
+
 def render_scoreboard(board: Mapping[str, Any]) -> str:
     """The scoreboard as a markdown table: kernels x layouts down, platforms across; an incomplete
     scoreboard says so in its last line, with the platforms it lacks."""
@@ -335,8 +367,7 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for r in board["rows"]:
         key = (r["kernel"], r["layout"])
-        grade = f" ({r['min_grade']})" if r["min_grade"] else ""
-        cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = f"{r['verdict']}{grade}"
+        cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = cell_text(r["verdict"], r["min_grade"])
     lines = ["# rtp-ref scoreboard", "", "| kernel | layout | " + " | ".join(platforms) + " |",
              "|---|---|" + "---|" * len(platforms)]
     for (kernel, layout), by_platform in sorted(cells.items()):

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import shlex
+import socket
+import sys
+import time
 from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rtp_ref.certify.environment import collect_environment
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.discovery import discover_kernels, unavailable_kernels
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
 from rtp_ref.platform import Platform, detect_platform, resolve_platform
 
@@ -42,12 +49,27 @@ def run_flags(config: pytest.Config, platform: Platform) -> LayoutFlags:
     return resolve_flags(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
 
 
-def describe_run(config: pytest.Config, cases: list[dict[str, Any]]) -> dict[str, Any]:
-    """Report fields shared by all cases; deviations no case referred to are listed as unmatched."""
+def describe_run(config: pytest.Config, cases: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    """Report fields shared by all cases: platform, environment, the run (when, how long, where, the command
+    line), the kernels with their origins; deviations of the selected kernels no case referred to are listed
+    as unmatched. ``started``: the run's start, seconds since the epoch."""
     platform = run_platform(config)
     flags = run_flags(config, platform)
     used = {c["deviation"] for c in cases if c.get("deviation") is not None}
+    kernels = discover_kernels(config.getoption("rtp_kernel") or None)
+    finished = time.time()
     return {
+        "run": {
+            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "finished": datetime.fromtimestamp(finished, timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round(finished - started, 1),
+            "host": socket.gethostname(),
+            "command": shlex.join(["rtp-ref" if Path(sys.argv[0]).name in ("rtp-ref", "cli.py") else sys.argv[0],
+                                   *sys.argv[1:]]),
+        },
+        "kernels": [{"name": name, "origin": entry.origin} for name, entry in kernels.items()],
+        "unavailable_kernels": [{"name": name, "reason": reason} for name, reason in unavailable_kernels().items()
+                                if not config.getoption("rtp_kernel") or name in config.getoption("rtp_kernel")],
         "platform": {
             "name": platform.name,
             "source": platform.source,
@@ -66,5 +88,6 @@ def describe_run(config: pytest.Config, cases: list[dict[str, Any]]) -> dict[str
             "layouts": config.getoption("rtp_layout") or "all claimed",
             "layout_flag_overrides": dict(config.rtp_ref_layout_flags),  # type: ignore[attr-defined]
         },
-        "unmatched_deviations": [asdict(d) for i, d in enumerate(platform.deviations) if i not in used],
+        "unmatched_deviations": [asdict(d) for i, d in enumerate(platform.deviations)
+                                 if i not in used and d.kernel in kernels],
     }

@@ -166,7 +166,12 @@ def _certify(args: argparse.Namespace) -> int:
     env = suite_environment(dict(os.environ))
     os.environ.clear()
     os.environ.update(env)
-    status = pytest.main(argv)
+    if args.json:
+        # stdout holds the JSON document only: pytest's own output goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            status = pytest.main(argv)
+    else:
+        status = pytest.main(argv)
     report_path = Path(args.report) / "report.json"
     if not report_path.exists():
         print(f"rtp-ref: error: no report was written (pytest exit status {int(status)})", file=sys.stderr)

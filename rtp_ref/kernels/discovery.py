@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
+from rtp_ref import __version__
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.protocol import KernelEntry, KVCacheKernel, check_kernel
 
@@ -38,7 +39,7 @@ def entry_point_kernels(entry_points: Iterable[metadata.EntryPoint] | None = Non
     eps = entry_points if entry_points is not None else metadata.entry_points(group=ENTRY_POINT_GROUP)
     found = []
     for ep in eps:
-        dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else "unknown distribution"
         origin = f"entry point {ep.name} = {ep.value} ({dist})"
         try:
             loaded = ep.load()
@@ -71,7 +72,15 @@ def builtin_kernels() -> list[KernelEntry]:
     from rtp_ref.kernels.builtin import available_builtin_kernels
     from rtp_ref.kernels.reference import ReferenceKernel
 
-    return [KernelEntry(k, "builtin") for k in [ReferenceKernel(), *available_builtin_kernels()]]
+    origin = f"builtin (rtp-ref {__version__})"
+    return [KernelEntry(k, origin) for k in [ReferenceKernel(), *available_builtin_kernels()]]
+
+
+def unavailable_kernels() -> dict[str, str]:
+    """Built-in kernels that cannot run in this process, and why (reports list them; so do error messages)."""
+    from rtp_ref.kernels.builtin import unavailable_builtin_kernels
+
+    return unavailable_builtin_kernels()
 
 
 def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntry]:
@@ -92,6 +101,10 @@ def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntr
         return table
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in table]
+    missing = unavailable_kernels()
+    for name in unknown:
+        if name in missing:  # a known kernel that cannot run here is not "unknown": say why
+            raise RtpRefError(f"{name}: not available here: {missing[name]}")
     if unknown:
         raise RtpRefError(f"unknown kernel(s) {', '.join(map(repr, unknown))}; known kernels: {', '.join(table)}")
     return {n: table[n] for n in wanted}

@@ -131,7 +131,8 @@ def device_to_run(devices: Collection[str], prefer_gpu: bool = True) -> str | No
 
 @dataclass(frozen=True)
 class KernelEntry:
-    """A discovered kernel and where it came from (``builtin`` or ``entry point NAME = VALUE (dist)``)."""
+    """A discovered kernel and where it came from: ``builtin (rtp-ref VERSION)``, ``entry point NAME = VALUE
+    (DIST VERSION)`` or ``RTP_REF_KERNELS item 'module:attr'``."""
 
     kernel: KVCacheKernel
     origin: str

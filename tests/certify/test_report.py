@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from rtp_ref.certify.report import (
 )
 from rtp_ref.errors import RtpRefError
 from tests.certify.reports import case_row, minimal_report
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -110,7 +113,7 @@ def test_merge_builds_one_scoreboard(tmp_path: Path) -> None:
     verdicts = {r["platform"]: r["verdict"] for r in board["rows"]}
     assert verdicts == {"cuda-sm90": "certified", "rocm-gfx942": "failed", "cpu": "incomplete"}
     md = render_scoreboard(board)
-    assert "| triton | fp8 | incomplete (bit_exact) | certified (bit_exact) | failed (layout) |" in md
+    assert "| triton | fp8 | incomplete | certified (bit_exact) | failed at numerics |" in md
     assert board["schema_version"] == SCHEMA_VERSION
     json.dumps(board)
 
@@ -138,3 +141,39 @@ def test_a_pair_whose_cases_did_not_all_run_is_incomplete_never_certified() -> N
     assert rows[("k", "auto")] == "incomplete: 2 of 3 cases ran"
     assert rows[("q", "fp8")] == "failed"
     assert certification_failed(report) == "the run did not complete; the report is partial"
+
+
+def test_scoreboard_cells_say_what_they_mean() -> None:
+    from rtp_ref.certify.report import cell_text
+
+    assert cell_text("certified", "bit_exact") == "certified (bit_exact)"
+    assert cell_text("certified with deviations", "layout") == "certified with deviations: reaches layout"
+    assert cell_text("failed", "layout") == "failed at numerics"
+    assert cell_text("failed", "none") == "failed at layout"
+    assert cell_text("incomplete: 2 of 23 cases ran", None) == "incomplete: 2 of 23 cases ran"
+
+
+def test_a_published_report_says_when_where_what_and_how(tmp_path: Path) -> None:
+    """A real certify run of an emulated table with --json: stdout is the JSON document alone, and report.md
+    has the run's time, host and command line, each kernel's origin, the table's full sha256, what native and
+    emulated mean, and no "(suite) native" on an emulated table."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from tests.processes import child_env
+
+    out = tmp_path / "rep"
+    proc = subprocess.run([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "rocm-gfx942", "--kernel",
+                           "reference", "--layout", "auto", "--report", str(out), "--json"],
+                          env=child_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["problem"] is None  # nothing but the document on stdout
+    md = (out / "report.md").read_text()
+    sha = hashlib.sha256((REPO / "platforms" / "rocm-gfx942.toml").read_bytes()).hexdigest()
+    assert f"sha256 `{sha}`" in md
+    assert "- kernel reference: builtin (rtp-ref " in md
+    assert re.search(r"- run 20\d\d-\d\d-\d\dT[\d:]+\+00:00 to .* s\) on host .+: `rtp-ref certify --platform "
+                     r"rocm-gfx942 --kernel reference --layout auto --report \S+ --json`", md), md
+    assert "- native: the table is this machine's own platform" in md
+    assert "| (suite) | (all) | certified | - | - | emulated |" in md

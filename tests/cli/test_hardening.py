@@ -390,3 +390,31 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
     assert f"| {first} (native) |" in markdown and markdown.rstrip("\n").endswith(incomplete), markdown
     assert stdout.rstrip("\n").endswith(incomplete), "the printed scoreboard ends saying it is incomplete"
     assert _running(str(report / second)) == [], "the interrupted platform's processes were left running"
+
+
+TRITON_HERE_NEEDS = ("triton: not available here: torch sees no GPU and TRITON_INTERPRET is not set (set "
+                     "TRITON_INTERPRET=1 to run it on the CPU)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU host the triton kernel is available")
+@pytest.mark.parametrize("command", ["certify", "golden-check"])
+def test_a_kernel_that_cannot_run_here_is_named_with_the_reason_not_unknown(
+        command: str, inputs: dict[str, str], tmp_path: Path) -> None:
+    argv = ["certify", "--platform", "cpu", "--kernel", "triton", "--report", str(tmp_path / "rep")] \
+        if command == "certify" else ["golden-check", inputs["golden"], "--kernel", "triton"]
+    proc = subprocess.run([sys.executable, "-m", "rtp_ref.cli", *argv], env=child_env(TRITON_INTERPRET="0"),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert (proc.returncode, proc.stderr) == (2, f"rtp-ref: error: {TRITON_HERE_NEEDS}\n")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_report_lists_the_kernels_that_could_not_run(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--layout", "auto",
+                           "--report", str(tmp_path)], env=child_env(TRITON_INTERPRET="0"),
+                          capture_output=True, text=True, timeout=600, check=False)
+    report = json.loads((tmp_path / "report.json").read_text())
+    names = {k["name"] for k in report["unavailable_kernels"]}
+    assert "cuda" in names or torch.cuda.is_available(), proc.stdout[-2000:]
+    md = (tmp_path / "report.md").read_text()
+    for k in report["unavailable_kernels"]:
+        assert f"- kernel {k['name']}: not certified, not available here: {k['reason']}" in md

@@ -56,7 +56,7 @@ def test_both_kernels_are_discovered_without_building(installed: Path, tmp_path:
         "print('built:', acme_cuda_mla._ops.cache_info().currsize)\n"
     )
     out = _child(code, installed, TORCH_EXTENSIONS_DIR=str(extensions))
-    origin = "entry point acme-cuda = acme_cuda_mla:kernels (acme-cuda-mla)"
+    origin = "entry point acme-cuda = acme_cuda_mla:kernels (acme-cuda-mla 1.0.0)"
     assert out == [
         f"acme-cuda | {origin} | ['auto', 'fp8'] | ['cuda'] | False",
         f"acme-cuda-crashy | {origin} | ['auto', 'fp8'] | ['cuda'] | False",

@@ -27,7 +27,7 @@ def test_entry_point_is_discovered(installed: Path) -> None:
             "e = discover_kernels(['acme-mla'])['acme-mla']; print(e.origin); print(sorted(e.kernel.kv_cache_dtypes))")
     out = subprocess.run([sys.executable, "-c", code], env=child_env(installed), capture_output=True, text=True,
                          check=True, timeout=120).stdout.splitlines()
-    assert out[0] == "entry point acme = acme_mla:kernels (acme-mla)"
+    assert out[0] == "entry point acme = acme_mla:kernels (acme-mla 1.0.0)"
     assert out[1] == "['auto', 'fp8']"
 
 
