@@ -282,14 +282,14 @@ class GpuSlots:
         self.release(node.gateway.id)
 
 
-def check_gpu_count(workers: int, visible: list[str]) -> None:
-    """More xdist workers than GPUs is a UsageError that says so (two workers sharing one GPU would
-    make a device fault in one case take the other's cases with it)."""
-    if workers > len(visible):
-        raise pytest.UsageError(
-            f"-n {workers}: {len(visible)} GPU(s) visible ({','.join(visible)}) and each xdist worker needs one "
-            f"of its own; run with -n {len(visible)} or fewer"
-        )
+def gpu_count_problem(workers: int, visible: list[str]) -> str | None:
+    """Why ``workers`` xdist workers cannot each have a GPU of their own among ``visible`` (None: they can, or
+    there is no GPU and the workers run on the CPU). Two workers sharing one GPU would make a device fault in
+    one case take the other's cases with it. The one rule for the plugin and for ``rtp-ref certify``."""
+    if not visible or workers <= len(visible):
+        return None
+    return (f"-n {workers}: {len(visible)} GPU(s) visible ({','.join(visible)}) and each xdist worker needs one of "
+            f"its own; valid: -n 1 to {len(visible)}")
 
 
 def visible_gpus() -> list[str]:
@@ -321,7 +321,9 @@ def _pin_gpus(config: pytest.Config) -> None:
         return
     gpus = visible_gpus()
     if gpus:
-        check_gpu_count(workers, gpus)
+        problem = gpu_count_problem(workers, gpus)
+        if problem:
+            raise pytest.UsageError(problem)
         config.pluginmanager.register(GpuSlots(gpus), "rtp_ref_gpu_slots")
 
 

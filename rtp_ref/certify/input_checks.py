@@ -31,21 +31,18 @@ def classify_bad_slot(before: torch.Tensor, after: torch.Tensor, valid_footprint
     ``cache_end``: the storage offset where the cache ends and the trailing guard (at least a block) begins;
     ``error``: what the kernel raised, or None. The guard canaries show where an unchecked write went.
     """
-    changed_any = bool((after != before).any())
-    changed = torch.nonzero((after != before) & ~valid_footprint).flatten()
-    if error is not None and changed_any:
-        error = f"{error}; the valid tokens had been written" if changed.numel() == 0 else error
-    if error is not None and not changed_any:
+    changed = after != before
+    strays = torch.nonzero(changed & ~valid_footprint).flatten()
+    if error is not None and not bool(changed.any()):
         return VALIDATED, f"raised before writing: {error}"
-    if changed.numel() == 0:
-        told = f"raised ({error}) only after writing" if error is not None else "slot == capacity was accepted:"
-        return UNCHECKED, f"{told} the valid tokens were written and the bad one dropped"
-    guard = changed[changed >= cache_end]
-    inside = changed.numel() - guard.numel()
+    told = f"raised ({error}) only after writing" if error is not None else "slot == capacity was accepted and wrote"
+    if strays.numel() == 0:
+        return UNCHECKED, f"{told} the valid tokens, dropping the bad one"
+    guard = strays[strays >= cache_end]
+    inside = strays.numel() - guard.numel()
     where = []
     if guard.numel():
         where.append(f"{guard.numel()} byte(s) into the guard after the cache (bytes {_span(guard, cache_end)})")
     if inside:
         where.append(f"{inside} byte(s) inside the cache")
-    told = f"raised ({error}) only after writing" if error is not None else "slot == capacity was accepted and wrote"
     return UNCHECKED, f"{told} {' and '.join(where)}"

@@ -136,21 +136,13 @@ def validate_selection(args: argparse.Namespace) -> None:
         raise RtpRefError(f"--layout {refused[0]!r}: {where}; valid: {', '.join(sorted(supported))}")
     discover_kernels(args.kernel or None)
     if any(platform.name != "cpu" for platform in platforms):
-        from rtp_ref.pytest_plugin import visible_gpus  # imports pytest: only when certifying
+        from rtp_ref.pytest_plugin import gpu_count_problem, visible_gpus  # imports pytest: only when certifying
 
-        check_worker_count(args.workers, visible_gpus())
+        problem = gpu_count_problem(args.workers, visible_gpus())
+        if problem:  # before pytest starts, so the message is the command's own
+            raise RtpRefError(problem)
     # Last, as it touches the file system: pytest would only find out at its end (an INTERNALERROR).
     writable_dir("--report", args.report)
-
-
-def check_worker_count(workers: int, gpus: list[str]) -> None:
-    """Each worker gets a GPU of its own on a GPU host: more workers than ``gpus`` raises RtpRefError
-    (before pytest starts, so the message is the command's own). No GPUs: no limit (CPU runs)."""
-    if gpus and workers > len(gpus):
-        raise RtpRefError(
-            f"-n {workers}: {len(gpus)} GPU(s) visible ({','.join(gpus)}) and each worker needs one of its own; "
-            f"valid: -n 1 to {len(gpus)}"
-        )
 
 
 def _certify(args: argparse.Namespace) -> int:

@@ -209,11 +209,11 @@ def test_n_auto_is_one_worker_per_gpu_only_when_an_option_asks(pytester: pytest.
     assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfigure("--platform", "cuda-sm90")) == 1
 
 
-def test_certify_refuses_more_workers_than_gpus_before_pytest_starts() -> None:
-    from rtp_ref.commands.certify import check_worker_count
-    from rtp_ref.errors import RtpRefError
+def test_more_workers_than_gpus_is_refused_by_one_rule() -> None:
+    """The rule the plugin raises as a UsageError and certify as its own one-line error, before pytest starts."""
+    from rtp_ref.pytest_plugin import gpu_count_problem
 
-    check_worker_count(2, ["0", "1"])
-    check_worker_count(8, [])  # no GPU: CPU workers, no limit
-    with pytest.raises(RtpRefError, match=r"-n 3: 2 GPU\(s\) visible \(0,1\).*valid: -n 1 to 2"):
-        check_worker_count(3, ["0", "1"])
+    assert gpu_count_problem(2, ["0", "1"]) is None
+    assert gpu_count_problem(8, []) is None  # no GPU: CPU workers, no limit
+    assert gpu_count_problem(3, ["0", "1"]) == ("-n 3: 2 GPU(s) visible (0,1) and each xdist worker needs one of its "
+                                                "own; valid: -n 1 to 2")
