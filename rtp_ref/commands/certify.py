@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rtp_ref.certify.cores import share_cores
+from rtp_ref.certify.platform_runs import default_jobs, run_platforms
 from rtp_ref.certify.quarantine import DEFAULT_CRASH_LIMIT
 from rtp_ref.certify.report import (
     certification_failed,
@@ -52,13 +52,14 @@ SUITE_PLUGINS = ("xdist.plugin", "pytest_timeout", "rtp_ref.pytest_plugin")
 FOREIGN_PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 
 
-def suite_environment(environ: dict[str, str]) -> dict[str, str]:
-    """``environ`` as certify's pytest (and its xdist workers) must see it: no PYTEST_ADDOPTS or
+def suite_environment(environ: dict[str, str], workers: int) -> dict[str, str]:
+    """``environ`` as certify's pytest (and its ``workers`` xdist workers) must see it: no PYTEST_ADDOPTS or
     PYTEST_PLUGINS of the surrounding project, and no plugin autoloading (the suite's plugins are named
-    with -p), so a vendor's pytest setup cannot change the suite's verdicts or stop it from running."""
+    with -p), so a vendor's pytest setup cannot change the suite's verdicts or stop it from running; the
+    CPU cores shared among the workers."""
     env = {k: v for k, v in environ.items() if k not in FOREIGN_PYTEST_ENV}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    return env
+    return share_cores(env, workers)
 
 
 def pytest_arguments(args: argparse.Namespace) -> list[str]:
@@ -119,6 +120,9 @@ def validate_selection(args: argparse.Namespace) -> None:
 
     (Inside pytest the same mistakes would surface as collection errors and a partial report.)
     """
+    if args.jobs is not None and args.platform != ALL:
+        raise RtpRefError(f"--jobs {args.jobs}: platforms are certified at once only with --platform all; "
+                          f"valid: leave --jobs out, or --platform all")
     platforms = [resolve_platform(name) for name in (platform_names() if args.platform == ALL else [args.platform])]
     for platform in platforms:
         resolve_flags(platform, parse_overrides(args.layout_flag))
@@ -155,7 +159,7 @@ def _certify(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("pytest " + " ".join(argv))
         return 0
-    env = suite_environment(dict(os.environ))
+    env = suite_environment(dict(os.environ), args.workers)
     os.environ.clear()
     os.environ.update(env)
     if args.json:
@@ -192,26 +196,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
-
-
-def _run_platform(argv: list[str]) -> int:
-    """Run one platform's certify process to its end; its exit status.
-
-    It runs in a session of its own with everything it starts (pytest's xdist workers), so a
-    terminal's Ctrl-C reaches only this process, and the whole group is ended on the way out: on
-    Ctrl-C nothing of the run is left behind, and a finished platform leaves no stray worker.
-    """
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        # A Ctrl-C while the child starts waits until it is known here (else it would run on, orphaned).
-        with interrupts_held():
-            proc = subprocess.Popen(argv, start_new_session=True)
-        return proc.wait()
-    finally:
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # the whole group is gone already
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
@@ -257,20 +241,17 @@ def _certify_all(args: argparse.Namespace) -> int:
              if not args.layout or set(args.layout) & set(resolve_platform(name).supported_layouts)]
     for name in sorted(set(platform_names()) - set(names)):
         print(f"rtp-ref: platform {name} supports none of --layout {', '.join(args.layout)}: not certified")
-    codes = {}
+    codes: dict[str, int] = {}
     interrupted = False
+    runs = [(name, _platform_argv(args, out, name)) for name in names]
+    if args.dry_run:
+        for _, argv in runs:
+            print(" ".join(argv))
+        return 0
     try:
-        for name in names:
-            argv = _platform_argv(args, out, name)
-            if args.dry_run:
-                print(" ".join(argv))
-                continue
-            print(f"rtp-ref: certifying platform {name} ...", flush=True)
-            codes[name] = _run_platform([*argv, *_pytest_extra(args)])
+        run_platforms([(name, [*argv, *_pytest_extra(args)]) for name, argv in runs], _jobs(args), codes)
     except KeyboardInterrupt:
         interrupted = True
-    if args.dry_run:
-        return 0
     # A second Ctrl-C while the scoreboard is written is held, then ends the command as interrupted.
     with interrupts_held():
         written = [out / name / "report.json" for name in codes if (out / name / "report.json").exists()]
@@ -291,6 +272,14 @@ def _certify_all(args: argparse.Namespace) -> int:
             + (f"NOT CERTIFIED on: {', '.join(failed)}" if failed else "every platform certified")
         )
         return max(codes.values(), default=1) if failed else 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    if args.jobs is not None:
+        return int(args.jobs)
+    from rtp_ref.pytest_plugin import visible_gpus  # imports torch: only when certifying every platform
+
+    return default_jobs(len(visible_gpus()))
 
 
 def _pytest_extra(args: argparse.Namespace) -> list[str]:
@@ -335,6 +324,13 @@ def register(sub: Any) -> None:
         default=1,
         metavar="N",
         help="worker processes (default 1); on a GPU host each worker gets its own GPU",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        metavar="J",
+        help="with --platform all: certify J platforms at once (default: 1 on a GPU host, else one per CPU core)",
     )
     parser.add_argument(
         "--case-timeout",

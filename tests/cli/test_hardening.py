@@ -1,7 +1,8 @@
 """Bad input to every command, through a real process: exit 2, one clear error line, no traceback,
 and no output file left behind or half-written.
 
-Each row of ``BAD_INPUTS`` is one invocation of ``python -m rtp_ref.cli``. Its arguments may name
+Each row of ``BAD_INPUTS`` is one ``rtp-ref`` process, forked from a zygote that has imported torch
+(tests/cli/processes.py). Its arguments may name
 the damaged inputs built once per module (``{name}`` placeholders, see ``inputs``) and the test's
 own directory (``{tmp}``). A row that asks for an output (``output``) must leave it absent, or,
 when the row pre-creates it (``keep``), byte for byte as it was, with no temporary file beside it.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -31,6 +31,7 @@ from safetensors.torch import save_file
 from rtp_ref.kv.golden import make_golden, write_golden
 from rtp_ref.platform import load_platform
 from tests.certify.reports import case_row, minimal_report
+from tests.cli.processes import CliZygote
 from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,6 +136,8 @@ BAD_INPUTS = [
         "unknown platform 'sm90'; known platforms", output="{tmp}/rep"),
     Bad("certify-unknown-kernel", ("certify", "--platform", "cpu", "--kernel", "tritonn", "--report", "{tmp}/rep"),
         "unknown kernel(s) 'tritonn'; known kernels: reference", output="{tmp}/rep"),
+    Bad("certify-jobs-one-platform", ("certify", "--platform", "cpu", "--jobs", "2", "--report", "{tmp}/rep"),
+        "--jobs 2: platforms are certified at once only with --platform all", output="{tmp}/rep"),
     Bad("certify-unknown-layout", ("certify", "--platform", "cpu", "--layout", "fp9", "--report", "{tmp}/rep"),
         "--layout 'fp9': unknown layout; valid: auto, fp8", output="{tmp}/rep"),
     Bad("certify-unknown-flag", ("certify", "--platform", "cpu", "--layout-flag", "x=1", "--report", "{tmp}/rep"),
@@ -284,13 +287,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {name: str(path) for name, path in paths.items()}
 
 
-def _limit_file_size(limit: int) -> Callable[[], None]:
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return apply
-
-
 def _error_line(stderr: str) -> str:
     """The error line: stderr's last line; anything before it may only be argparse's usage text."""
     lines = stderr.rstrip("\n").split("\n")
@@ -300,7 +296,8 @@ def _error_line(stderr: str) -> str:
 
 
 @pytest.mark.parametrize("bad", [pytest.param(b, id=b.id) for b in BAD_INPUTS])
-def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str], tmp_path: Path) -> None:
+def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str], tmp_path: Path,
+                                               cli_zygote: CliZygote) -> None:
     values = {**inputs, "tmp": str(tmp_path)}
     argv = [arg.format(**values) for arg in bad.argv]
     output = Path(bad.output.format(**values)) if bad.output else None
@@ -309,11 +306,7 @@ def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str],
     before = sorted(os.listdir(tmp_path))
     # From the repository, tests.mutants is importable for the rows that name its kernels.
     env = child_env(*(path.format(**values) for path in bad.path), REPO, **bad.env)
-    done = subprocess.run(
-        [sys.executable, "-m", "rtp_ref.cli", *argv], capture_output=True, text=True, env=env, cwd=tmp_path,
-        timeout=300, check=False,
-        preexec_fn=_limit_file_size(bad.file_size_limit) if bad.file_size_limit else None,
-    )
+    done = cli_zygote.run(argv, env, tmp_path, file_size_limit=bad.file_size_limit)
     assert "Traceback" not in done.stderr + done.stdout, done.stderr
     assert done.returncode == 2, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
     assert done.stdout == "", "an error must not print a result"
@@ -356,7 +349,7 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
     report = tmp_path / "rep"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "all", "--kernel", "reference", "--layout",
-         "auto", "--report", str(report)],
+         "auto", "--report", str(report), "--jobs", "1"],  # one at a time: the second starts after the first
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(REPO), cwd=tmp_path,
     )
     watchdog = threading.Timer(120, proc.kill)  # a run that never gets to the second platform fails, not hangs

@@ -1,0 +1,88 @@
+"""``certify --platform all``: one certify process per platform, up to ``jobs`` at a time.
+
+Each process runs in a session of its own with everything it starts (pytest's xdist workers), so a
+terminal's Ctrl-C reaches only this process, and every group still running is ended on the way out: on
+Ctrl-C nothing of the run is left behind, and a finished platform leaves no stray worker. With more than
+one job the processes' output is held and printed whole when each finishes, so two platforms' lines never
+interleave, and the CPU cores are shared among them (rtp_ref.certify.cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO
+
+from rtp_ref.certify.cores import share_cores
+from rtp_ref.commands._output import interrupts_held
+
+#: how often the running processes are polled (seconds)
+POLL_S = 0.05
+
+
+@dataclass
+class _Running:
+    process: subprocess.Popen[bytes]
+    #: the held output (None: the process writes to this terminal directly)
+    output: IO[bytes] | None
+
+
+def default_jobs(gpus_visible: int) -> int:
+    """How many platforms to certify at once when not told: one on a GPU host (every platform's workers use
+    the same GPUs), else one per CPU core, at least one."""
+    return 1 if gpus_visible else max(1, os.cpu_count() or 1)
+
+
+def run_platforms(runs: list[tuple[str, list[str]]], jobs: int, codes: dict[str, int]) -> None:
+    """Run each ``(platform, argv)`` to its end, at most ``jobs`` at once, in order of the list; each
+    finished platform's exit status goes into ``codes`` as it finishes (so that a caller interrupted by
+    Ctrl-C, which propagates as KeyboardInterrupt after every running group is killed, knows which
+    platforms finished)."""
+    pending = list(runs)
+    running: dict[str, _Running] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                name, argv = pending.pop(0)
+                print(f"rtp-ref: certifying platform {name} ...", flush=True)
+                # A Ctrl-C while the child starts waits until it is in ``running`` (else it would run on, orphaned).
+                with interrupts_held():
+                    running[name] = _start(argv, share_cores(dict(os.environ), jobs), hold_output=jobs > 1)
+            for name, run in list(running.items()):
+                if run.process.poll() is None:
+                    continue
+                del running[name]
+                _end(run)
+                codes[name] = run.process.returncode
+            time.sleep(POLL_S)
+    finally:
+        for run in running.values():
+            _end(run, show=False)
+
+
+def _start(argv: list[str], env: dict[str, str], hold_output: bool) -> _Running:
+    output = tempfile.TemporaryFile() if hold_output else None  # noqa: SIM115 (closed by _end)
+    process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output,
+                               stderr=subprocess.STDOUT if output else None)
+    return _Running(process, output)
+
+
+def _end(run: _Running, show: bool = True) -> None:
+    """Kill what is left of the run's process group, reap it, and print its held output."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the whole group is gone already
+        os.killpg(run.process.pid, signal.SIGKILL)
+    run.process.wait()
+    if run.output is None:
+        return
+    if show:
+        run.output.seek(0)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(run.output.read())
+        sys.stdout.flush()
+    run.output.close()
