@@ -13,6 +13,7 @@ import pytest
 
 from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
+from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
@@ -199,6 +200,8 @@ def record_case(record_property: Callable[[str, object], None]) -> Callable[...,
     """Attach a case record (kernel, layout, grade, checks...) for the report collector."""
 
     def record(**fields: Any) -> None:
+        for name in fields.get("failed_checks", []):
+            check_spec(name)  # a name not in rtp_ref.certify.checks.CHECKS is the suite's error, caught here
         record_property("rtp_ref_case", json.dumps(json_safe(fields)))
 
     return record

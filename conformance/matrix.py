@@ -11,13 +11,14 @@ from dataclasses import dataclass
 import pytest
 
 from rtp_ref.certify.cases import CaseSpec
+from rtp_ref.certify.checks import grade_below
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.protocol import KVCacheKernel, device_to_run
 from rtp_ref.kv.layouts import check_layout_bytes
-from rtp_ref.platform import GRADES, MLA_LAYOUT_NAMES, Deviation, Platform
+from rtp_ref.platform import MLA_LAYOUT_NAMES, Deviation, Platform
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,7 @@ class DeviationOccurred(AssertionError):
 
 def grade_a_deviation_keeps(check: str) -> str:
     """The grade a case under a deviation for ``check`` must still reach: the one below ``check``."""
-    order = ["none", *GRADES]
-    return order[order.index(check) - 1]
+    return grade_below(check)
 
 
 def matching_deviation(platform: Platform, kernel: KernelUnderTest, spec: CaseSpec) -> tuple[int, Deviation] | None:

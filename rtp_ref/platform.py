@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from rtp_ref.certify.checks import GRADES
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
 
@@ -28,8 +29,6 @@ BACKENDS = ("cpu", "cuda", "rocm")
 SCALE_FORMATS = ("fp32", "ue8m0")
 #: Every MLA KV-cache layout a platform may claim (rtp_ref.kv defines each one).
 MLA_LAYOUT_NAMES = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
-#: Grades a kernel can reach on a case, weakest first.
-GRADES = ("layout", "numerics", "bit_exact")
 #: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
 CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only")
 

@@ -25,13 +25,13 @@ from typing import Any
 import torch
 
 from rtp_ref.certify.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
+from rtp_ref.certify.checks import grade_reached, reaches, spec
 from rtp_ref.fp8 import FP8_FORMATS, decode, decode_table, decode_ue8m0
 from rtp_ref.fp8.formats import ConversionMode
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.platform import GRADES
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Check:
     name: str
     passed: bool
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        spec(self.name)  # every check is a row of rtp_ref.certify.checks.CHECKS
 
 
 @dataclass
@@ -57,8 +60,7 @@ class Grading:
 
     def reaches(self, grade: str) -> bool:
         """True when the case reached ``grade`` (or a stronger one)."""
-        order = ["none", *GRADES]
-        return order.index(self.grade) >= order.index(grade)
+        return reaches(self.grade, grade)
 
 
 @dataclass
@@ -478,11 +480,4 @@ def _merge(checks: list[Check]) -> list[Check]:
 
 
 def _grade(checks: list[Check]) -> str:
-    def ok(prefixes: tuple[str, ...]) -> bool:
-        return all(c.passed for c in checks if c.name.startswith(prefixes))
-
-    if not ok(("layout.", "support.")):
-        return "none"
-    if not ok(("numerics.",)):
-        return "layout"
-    return "bit_exact" if ok(("bit_exact.",)) else "numerics"
+    return grade_reached([c.name for c in checks if not c.passed])

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rtp_ref.certify.checks import grade_above, rank
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
 from rtp_ref.errors import RtpRefError
-from rtp_ref.platform import GRADES
 
 #: what the execution words mean (the session that writes a report uses the same words)
 EXECUTION_MEANING = ("native: the table is this machine's own platform and the kernel runs its conversions as this "
@@ -217,14 +217,6 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the order failed checks are explained in: what stopped the call first, then where bytes went, then values
-_CHECK_ORDER = ("support.", "input.", "layout.", "numerics.", "bit_exact.")
-
-
-def _check_rank(name: str) -> int:
-    return next((i for i, prefix in enumerate(_CHECK_ORDER) if name.startswith(prefix)), len(_CHECK_ORDER))
-
-
 def _followed(summary: str) -> set[str] | None:
     """The contract parts a diagnosis says the kernel follows (``a=b, c=d; this table...``), or None."""
     head = "the kernel follows "
@@ -251,7 +243,7 @@ def _diagnosis_lines(report: Mapping[str, Any]) -> list[str]:
         group = [c for c in report["cases"] if c.get("kernel") == row["kernel"] and c.get("layout") == layout
                  and (c.get("kind") == UNCLAIMED_KIND) == row["layout"].endswith("(unclaimed)")]
         out += ["", f"### {row['kernel']} / {row['layout']}: {row['verdict']}", ""]
-        for name in sorted(row["failed_checks"], key=lambda n: (_check_rank(n), n)):
+        for name in sorted(row["failed_checks"], key=lambda n: (rank(n), n)):
             first: Mapping[str, Any] = next((c for c in group if name in c.get("failed_checks", [])), {})
             detail = (first.get("checks") or {}).get(name) or first.get("reason") or ""
             out.append(f"- `{name}` ({first.get('case') or first.get('kind', '')}): {detail}"[:700])
@@ -350,13 +342,13 @@ def merge_reports(
 def cell_text(verdict_text: str, min_grade: str | None) -> str:
     """A scoreboard cell that says what it means: ``certified (bit_exact)``, ``certified with deviations:
     reaches numerics``, ``failed at numerics`` (the first grade a case did not reach), or the verdict."""
-    order = ["none", *GRADES]
     if verdict_text == "certified" and min_grade:
         return f"certified ({min_grade})"
     if verdict_text == "certified with deviations" and min_grade:
         return f"certified with deviations: reaches {min_grade}"
-    if verdict_text == "failed" and min_grade in order[:-1]:
-        return f"failed at {order[order.index(min_grade) + 1]}"
+    above = grade_above(min_grade) if verdict_text == "failed" and min_grade else None
+    if above is not None:
+        return f"failed at {above}"
     return verdict_text
 
 

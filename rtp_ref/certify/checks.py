@@ -1,0 +1,139 @@
+"""Every named check of the suite, the grade it guards and what its failure means: the one table.
+
+A check's grade is looked up here, never read from its name's prefix; ``docs/conformance.md``'s check table
+is tested against this one (tests/certify/test_checks_table.py), and a check the code records that is not
+in it is an error at once (:func:`spec`).
+
+Grades, weakest first: a case reaches ``layout`` when every check of grade ``layout`` passes, ``numerics``
+when the ``numerics`` checks pass as well, ``bit_exact`` when the bytes are identical too. ``input`` checks
+are input hardening: they grade no case, and count only where a platform requires input checks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: grades a case can reach, weakest first (``none``: not even ``layout``)
+GRADES = ("layout", "numerics", "bit_exact")
+#: the grade of a check that grades no case (input hardening)
+INPUT = "input"
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One check: its name (``family.what``), the grade it guards (or ``input``), and what a failure means."""
+
+    name: str
+    grade: str
+    meaning: str
+
+
+def _c(name: str, grade: str, meaning: str) -> CheckSpec:
+    return CheckSpec(name, grade, meaning)
+
+
+#: the table, in the order failures are explained: what stopped the call first, then where bytes went,
+#: then values. ``layout.<field>_exact`` stands for one check per copied field.
+CHECKS: tuple[CheckSpec, ...] = (
+    _c("support.kernel_ran", "layout", "the kernel was not called exactly once, or its own launch counter "
+       "(`launch_count`, when it has one) did not move — it fell back instead of running"),
+    _c("support.kernel_raised", "layout", "the kernel raised on a layout it claims (inputs it declared it "
+       "cannot take are refused, not failed: see Cases)"),
+    _c("support.device_error", "layout", "the call left a CUDA/HIP error (a launch error left pending, e.g. an "
+       "empty grid for 0 tokens; an asynchronous fault), with the error text; checked after every call, so it "
+       "lands on the case that caused it"),
+    _c("support.device_fault", "layout", "the call left the device context unusable (an illegal or misaligned "
+       "address); the worker was replaced"),
+    _c("support.worker_died", "layout", "the kernel killed its process (a segmentation fault)"),
+    _c("support.hang", "layout", "the case exceeded `--case-timeout` and its worker was ended"),
+    _c("support.not_run", "layout", "the case never ran: its (kernel, layout) pair crashed or hung "
+       "`--crash-limit` times, or the run stopped early"),
+    _c("support.unclaimed_layout_raises", "layout", "called on a layout it does not claim, the kernel did not "
+       "raise, or wrote to the cache before raising (claimed-unsupported must raise)"),
+    _c("support.deterministic", "layout", "two calls on the same inputs wrote different bytes"),
+    _c("input.rejects_bad_slot", INPUT, "only where input checks are required: the kernel did not refuse the "
+       "out-of-range slot"),
+    _c("layout.untouched_bytes", "layout", "any byte outside the footprint changed (guard zones, padding rows, "
+       "other entries, pad bytes)"),
+    _c("layout.entry_bounds", "layout", "a changed byte sits right next to a target entry (one byte past the "
+       "entry, say)"),
+    _c("layout.block_stride", "layout", "stray bytes sit where entries would be if the padded block stride were "
+       "ignored"),
+    _c("layout.negative_slots", "layout", "anything changed although every slot was negative"),
+    _c("layout.slot_mapping", "layout", "a target entry was never written (its token went elsewhere or nowhere)"),
+    _c("layout.<field>_exact", "layout", "a 16-bit field (ds_mla/model1 rope, the whole `auto` entry) is not a "
+       "bit-for-bit copy"),
+    _c("layout.block_scales", "layout", "fp8_model1_mla: a token has no scale bytes at "
+       "`block_size * 576 + t * 8`"),
+    _c("layout.scale_order", "layout", "the right tile scales sit in the wrong tiles"),
+    _c("numerics.scale_positive", "numerics", "a stored scale is zero, negative, inf or NaN (e.g. a missing "
+       "floor on an all-zero tile)"),
+    _c("numerics.scale_form", "numerics", "the platform's rule is `pow2_ceil` and a stored fp32 scale is not a "
+       "power of two (readers truncate it)"),
+    _c("numerics.scale_value", "numerics", "a stored scale differs from the contract's scale for its tile "
+       "(exactly for power-of-two rules, by more than 2^-22 relative for `amax_div`) — wrong divisor, wrong "
+       "tile size, wrong floor"),
+    _c("numerics.error_bound", "numerics", "a decoded value is more than `numerics_max_ulp` fp8 grid steps from "
+       "the exact quotient x / scale (the bound comes from the format's spacing at that value, not a "
+       "percentage)"),
+    _c("numerics.element_format", "numerics", "the bytes decode within the bound as another fp8 format (e4m3fn "
+       "written where the platform is fnuz)"),
+    _c("numerics.saturation", "numerics", "under `satfinite`, a value beyond +-max (or +-inf) was not stored as "
+       "+-max"),
+    _c("numerics.nan", "numerics", "a NaN input was not stored as NaN"),
+    _c("bit_exact.bytes", "bit_exact", "any footprint byte differs from the reference"),
+)
+
+_BY_NAME = {c.name: c for c in CHECKS}
+#: ``layout.kv_c_exact``, ``layout.entry_exact``...: one check per copied field, one row in the table
+_FIELD_EXACT = re.compile(r"layout\.\w+_exact")
+
+
+def spec(name: str) -> CheckSpec:
+    """The table's row for check ``name``; a name the table lacks is a programming error (ValueError)."""
+    found = _BY_NAME.get(name) or (_BY_NAME["layout.<field>_exact"] if _FIELD_EXACT.fullmatch(name) else None)
+    if found is None:
+        raise ValueError(f"check {name!r} is not in rtp_ref.certify.checks.CHECKS")
+    return found
+
+
+def rank(name: str) -> int:
+    """Where check ``name`` comes in the table (failures are explained in this order); a name from a report
+    written by another version, not in this table, comes last."""
+    try:
+        return CHECKS.index(spec(name))
+    except ValueError:
+        return len(CHECKS)
+
+
+def grade_reached(failed: list[str]) -> str:
+    """The grade a case reaches with these checks failed: the strongest grade below the weakest failure's
+    (``none`` when a ``layout`` check failed); ``input`` checks do not count."""
+    reached = GRADES[-1]
+    for name in failed:
+        grade = spec(name).grade
+        if grade != INPUT:
+            reached = min(reached, grade_below(grade), key=_order)
+    return reached
+
+
+def grade_below(grade: str) -> str:
+    """The grade just weaker than ``grade`` (``none`` below ``layout``)."""
+    return ("none", *GRADES)[_order(grade) - 1]
+
+
+def grade_above(grade: str) -> str | None:
+    """The grade just stronger than ``grade`` (``layout`` above ``none``; None above ``bit_exact``)."""
+    order = ("none", *GRADES)
+    i = _order(grade)
+    return order[i + 1] if i + 1 < len(order) else None
+
+
+def reaches(grade: str, required: str) -> bool:
+    """Whether a case at ``grade`` (``none`` or one of GRADES) reaches ``required``."""
+    return _order(grade) >= _order(required)
+
+
+def _order(grade: str) -> int:
+    return ("none", *GRADES).index(grade)
