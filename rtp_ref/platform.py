@@ -18,6 +18,7 @@ from typing import Any
 from rtp_ref.certify.checks import GRADES
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
+from rtp_ref.kv.flags import check_flag_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -198,9 +199,6 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         if not isinstance(table, dict):
             raise RtpRefError(f"{path}: missing table [{section}] (keys: {', '.join(keys)})")
         _validate_table(f"{path} [{section}]", table, keys)
-    # Imported here: rtp_ref.kv's modules may need this one; a top-level import would make the two circular.
-    from rtp_ref.kv.flags import check_flag_table
-
     check_flag_table(f"{path} [layout_flags]", data.get("layout_flags"))
     stated, supported = set(data["layout_bytes"]), set(data["layouts"]["supported"])
     if stated != supported:

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from rtp_ref.errors import RtpRefError
+from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import KV_CACHE_DTYPE_ALIASES
 from rtp_ref.kv.fields import (
     ELEMENT_FP32,

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.errors import UnsupportedLayoutError as UnsupportedLayoutError  # re-exported: the kernels' import path
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
-if TYPE_CHECKING:  # contract.py imports this module (UnsupportedLayoutError)
+if TYPE_CHECKING:
     from rtp_ref.kernels.contract import WriteContract
 
 
@@ -81,10 +82,6 @@ def broken_requirements(requirements: Collection[str], kv_c: torch.Tensor, k_pe:
     ):
         broken.append("aligned16")
     return broken
-
-
-class UnsupportedLayoutError(NotImplementedError):
-    """Raised by a kernel asked for a layout (or device) it does not claim."""
 
 
 def check_kernel(obj: Any, origin: str) -> KVCacheKernel:

@@ -13,13 +13,20 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule  # not fp8.scales: loading a platform table needs no torch
 
-if TYPE_CHECKING:
-    from rtp_ref.platform import Platform
+
+class FlagSource(Protocol):
+    """Where layout flags come from: a platform table (rtp_ref.platform.Platform is one), named for errors."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def layout_flags(self) -> Mapping[str, Any]: ...
 
 
 class LoraAlignment(str, Enum):
@@ -207,7 +214,7 @@ def parse_overrides(assignments: Sequence[str]) -> dict[str, str]:
     return overrides
 
 
-def resolve_flags(platform: Platform, overrides: Mapping[str, str] | None = None) -> LayoutFlags:
+def resolve_flags(platform: FlagSource, overrides: Mapping[str, str] | None = None) -> LayoutFlags:
     """The platform's layout flags with ``overrides`` (raw ``KEY=VALUE`` strings) applied on top."""
     flags = check_flag_table(f"{platform.source} [layout_flags]", platform.layout_flags)
     return apply_overrides(flags, overrides or {})

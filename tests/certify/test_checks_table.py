@@ -39,7 +39,7 @@ def test_every_check_name_in_the_code_is_a_row_of_the_table() -> None:
 
 
 def test_a_check_outside_the_table_is_refused() -> None:
-    with pytest.raises(ValueError, match="'layout.untuoched_bytes' is not in"):
+    with pytest.raises(ValueError, match=r"'layout\.untuoched_bytes' is not in"):
         Check("layout.untuoched_bytes", False)
     assert spec("layout.kv_c_exact").name == "layout.<field>_exact"
 
