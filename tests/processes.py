@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 
@@ -15,3 +16,11 @@ def child_env(*paths: Path | str, **extra: str) -> dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join([*map(str, paths), *filter(None, [os.environ.get("PYTHONPATH")])])
     env.update(extra)
     return env
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a child a test will interrupt: SIGINT does what a terminal's Ctrl-C does (Python's
+    KeyboardInterrupt), even when this test run was started in the background. A non-interactive shell
+    starts background jobs with SIGINT ignored, children inherit that, and Python then never installs its
+    handler: the child would run to its end and the test would blame the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

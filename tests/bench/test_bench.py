@@ -20,6 +20,7 @@ from rtp_ref.commands.bench import CompiledBaseline
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
 from rtp_ref.platform import load_platform
+from tests.processes import interruptible
 
 #: entry bytes per token written by each layout at R=512/P=64 (docs/layouts.md)
 ENTRY_BYTES = {"fp8": 512 + 64, "fp8_ds_mla": 512 + 4 * 4 + 2 * 64}
@@ -63,7 +64,8 @@ def test_ctrl_c_during_bench_exits_130_with_one_line_and_writes_nothing(tmp_path
     # Sizes that keep it timing for seconds after its first line: the signal lands mid-run.
     argv = [sys.executable, "-m", "rtp_ref.cli", "bench", "--platform", "cpu", "--kernel", "torch-eager",
             "--layout", "fp8", "--tokens", *["65536"] * 8, "--report", str(report)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     assert proc.stdout is not None  # stdout=PIPE
     first = proc.stdout.readline()
     assert first.startswith("device copy roof: "), first  # the timing has begun

@@ -32,7 +32,7 @@ from rtp_ref.kv.golden import make_golden, write_golden
 from rtp_ref.platform import load_platform
 from tests.certify.reports import case_row, minimal_report
 from tests.cli.processes import CliZygote
-from tests.processes import child_env
+from tests.processes import child_env, interruptible
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_TOML = REPO / "platforms" / "cpu.toml"
@@ -351,6 +351,7 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
         [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "all", "--kernel", "reference", "--layout",
          "auto", "--report", str(report), "--jobs", "1"],  # one at a time: the second starts after the first
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(REPO), cwd=tmp_path,
+        preexec_fn=interruptible,
     )
     watchdog = threading.Timer(120, proc.kill)  # a run that never gets to the second platform fails, not hangs
     watchdog.start()

@@ -25,7 +25,7 @@ import torch
 
 from rtp_ref.cli import main
 from rtp_ref.memcheck.transcript import Transcript
-from tests.processes import child_env
+from tests.processes import child_env, interruptible
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = {"RTP_REF_KERNELS": "tests.mutants.faults:kernels"}
@@ -210,7 +210,8 @@ def test_ctrl_c_ends_the_sanitizer_and_its_driver_and_exits_130(fake_sanitizer: 
     pids = tmp_path / "pids"
     proc = subprocess.Popen(_argv(fake_sanitizer, "--kernel", "fault-hangs", *CASES[:2], "--case", "t1-b16-bf16"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=child_env(REPO, **FAULTS, FAKE_PIDS_AT=TRIGGER, FAKE_PIDS_FILE=str(pids)))
+                            env=child_env(REPO, **FAULTS, FAKE_PIDS_AT=TRIGGER, FAKE_PIDS_FILE=str(pids)),
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
