@@ -39,9 +39,9 @@ def test_faulty_kernels_fail_their_case_and_the_report_is_complete(tmp_path: Pat
     assert all(rows[(k, "auto")] == "failed" for k in FAULTS)
 
 
-ALWAYS = {  # kernel -> the named check its first deaths get, and the word the quarantined cases use
-    "fault-always-hangs": ("support.hang", "hung"),
-    "fault-always-kills-process": ("support.worker_died", "crashed"),
+ALWAYS = {  # kernel -> the named check its first deaths get, the word the quarantined cases use, its layouts
+    "fault-always-hangs": ("support.hang", "hung", ("auto",)),
+    "fault-always-kills-process": ("support.worker_died", "crashed", ("auto", "fp8")),
 }
 
 
@@ -68,8 +68,8 @@ def test_kernels_that_fault_on_every_call_cost_a_bounded_time(tmp_path: Path) ->
     assert rows[("reference", "auto")] == rows[("reference", "fp8")] == "certified"
     raised = [c for c in cases if c.get("kernel") == "fault-always-raises" and "test_write_conforms" in c["nodeid"]]
     assert raised and all(c["outcome"] == "failed" for c in raised)
-    for kernel, (check, word) in ALWAYS.items():
-        for layout in ("auto", "fp8"):
+    for kernel, (check, word, layouts) in ALWAYS.items():
+        for layout in layouts:
             mine = [c for c in cases if c.get("kernel") == kernel and c.get("layout") == layout]
             died = [c for c in mine if check in c.get("failed_checks", []) and c.get("kind") != "bad_input"]
             quarantined = rf"not run: {kernel}/{layout} {word} [23] times"
