@@ -1,0 +1,119 @@
+"""The DeepSeek V3.2 indexer cache as data, and its reference writer: ``indexer_k_quant_and_cache``.
+
+Sources: docs/sources.md#the-deepseek-indexer-cache (vLLM ``csrc/cache_kernels.cu``
+``indexer_k_quant_and_cache_kernel``; sglang ``NSATokenToKVPool``; rtp-llm ``SingleConfigCreator.cc``, whose
+spec gives ``(indexer_dim + indexer_dim / 128 * 4) * S`` bytes a block).
+
+Contract: ``k`` is ``[T, head_dim]``; ``kv_cache`` is uint8 ``[num_blocks, block_size, bytes_per_token]``
+whose rows are a view of the block's bytes, not one token each (as ``fp8_model1_mla``): a block holds
+``block_size * head_dim`` fp8 values, token ``t`` at ``t * head_dim``, then ``block_size * head_dim /
+quant_block_size`` fp32 scales, token ``t``'s ``j``-th at ``block_size * head_dim + (t * n + j) * 4``
+(``n = head_dim / quant_block_size``). Each ``quant_block_size`` slice of a row has the scale
+``max(amax, 1e-4) / divisor`` in fp32, raised to the smallest power of two at or above it when ``scale_fmt``
+is ``ue8m0``; the values are ``encode(x / scale)``. The divisor follows the cache's format: for the
+platform's own format it is the platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA
+writers there), for a cache kept in another format that format's largest value.
+A negative slot writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.codec import decode, encode
+from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
+from rtp_ref.kv.flags import resolve_flags
+
+if TYPE_CHECKING:
+    from rtp_ref.platform import Platform
+
+#: ``scale_fmt``: fp32 scales as computed, or raised to powers of two
+SCALE_FORMATS = ("none", "ue8m0")
+#: the amax floor of a slice (an all-zero slice still gets a positive scale)
+AMAX_FLOOR = 1e-4
+#: DeepSeek V3.2's indexer: 128 dims, one scale per 128 values
+DEFAULT_HEAD_DIM = 128
+DEFAULT_QUANT_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class IndexerLayout:
+    """The indexer cache of ``head_dim`` fp8 values a token, one fp32 scale per ``quant_block_size``."""
+
+    head_dim: int
+    quant_block_size: int
+    element_format: Fp8Format
+    conversion_mode: ConversionMode
+    scale_divisor: float
+
+    @property
+    def scales_per_token(self) -> int:
+        return self.head_dim // self.quant_block_size
+
+    @property
+    def bytes_per_token(self) -> int:
+        """fp8 values plus fp32 scales: 132 at head_dim 128, quant block 128."""
+        return self.head_dim + 4 * self.scales_per_token
+
+
+
+def format_max(fmt: Fp8Format) -> float:
+    """The largest finite value of ``fmt`` (448 for e4m3fn, 240 for e4m3fnuz)."""
+    return float(decode(torch.tensor([fmt.max_code], dtype=torch.uint8), fmt))
+
+
+def indexer_layout(platform: Platform, head_dim: int = DEFAULT_HEAD_DIM,
+                   quant_block_size: int = DEFAULT_QUANT_BLOCK,
+                   element_format: Fp8Format | None = None) -> IndexerLayout:
+    """The indexer layout on ``platform`` (its e4m3 format unless ``element_format`` says otherwise)."""
+    for name, value in (("head_dim", head_dim), ("quant_block_size", quant_block_size)):
+        if value < 1:
+            raise RtpRefError(f"{name} {value} is not valid; valid: >= 1")
+    if head_dim % quant_block_size:
+        raise RtpRefError(f"head_dim {head_dim} is not a multiple of quant_block_size {quant_block_size}; "
+                          f"valid: a quant block that divides head_dim")
+    fmt = element_format or platform.element_format
+    divisor = resolve_flags(platform).fp8_max_divisor if fmt == platform.element_format else format_max(fmt)
+    return IndexerLayout(head_dim, quant_block_size, fmt, platform.conversion_mode, divisor)
+
+
+def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torch.Tensor:
+    """The fp32 scale of each ``quant_block_size`` slice of ``k`` ``[T, head_dim]``: ``[T, n]``."""
+    if scale_fmt not in SCALE_FORMATS:
+        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    amax = k.to(torch.float32).reshape(k.shape[0], layout.scales_per_token, -1).abs().amax(dim=-1)
+    floor = torch.tensor(AMAX_FLOOR, dtype=torch.float32)
+    scale = torch.maximum(amax, floor) / torch.tensor(layout.scale_divisor, dtype=torch.float32)
+    if scale_fmt == "ue8m0":
+        scale = decode_ue8m0(encode_ue8m0(scale, Pow2Rule.CEIL))
+    return scale
+
+
+def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
+                                        slot_mapping: torch.Tensor, scale_fmt: str) -> None:
+    """Write ``k`` into ``kv_cache`` as the module doc states (CPU tensors; in place)."""
+    num_blocks, block_size, row = kv_cache.shape
+    if row != layout.bytes_per_token or kv_cache.stride(1) != row or kv_cache.stride(2) != 1:
+        raise RtpRefError(f"kv_cache rows must be {layout.bytes_per_token} contiguous bytes; "
+                          f"got shape {tuple(kv_cache.shape)}, strides {kv_cache.stride()}")
+    slots = slot_mapping.to(torch.int64)
+    valid = torch.nonzero(slots >= 0).flatten()
+    if valid.numel() == 0:
+        return
+    x = k[valid]
+    scales = slice_scales(layout, x, scale_fmt)
+    per_value = scales.repeat_interleave(layout.quant_block_size, dim=1)
+    codes = encode(x.to(torch.float32) / per_value, layout.element_format, layout.conversion_mode)
+    blocks = torch.as_strided(kv_cache, (num_blocks, block_size * row), (kv_cache.stride(0), 1))
+    block, offset = slots[valid] // block_size, slots[valid] % block_size
+    d, n = layout.head_dim, layout.scales_per_token
+    value_cols = offset[:, None] * d + torch.arange(d)
+    blocks[block[:, None], value_cols] = codes
+    scale_bytes = scales.contiguous().view(torch.uint8).reshape(-1, 4 * n)
+    scale_cols = block_size * d + offset[:, None] * 4 * n + torch.arange(4 * n)
+    blocks[block[:, None], scale_cols] = scale_bytes

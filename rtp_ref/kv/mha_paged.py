@@ -1,0 +1,116 @@
+"""The MHA paged cache as data, and its reference writer: vLLM's ``reshape_and_cache_flash``.
+
+Sources: docs/sources.md#the-mha-paged-cache (vLLM ``csrc/cache.h`` and ``csrc/cache_kernels.cu``:
+``reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+v_scale)``; per-head scales since vLLM #30141; rtp-llm ``MHAKVCacheSpec.h`` for the per-rank head count).
+
+Contract: ``key`` and ``value`` are ``[T, H, D]`` (any strides); ``key_cache`` and ``value_cache`` are
+``[num_blocks, block_size, H, D]`` views in NHD order, or the same index order over HND storage
+(``[num_blocks, H, block_size, D]`` permuted: the order is expressed through strides, as in vLLM). Token
+``t`` with ``slot_mapping[t] = s >= 0`` goes to block ``s // block_size``, row ``s % block_size``; a negative
+slot writes nothing; only the first ``slot_mapping.numel()`` tokens are written (vLLM pads key for CUDA
+graphs). ``auto`` copies the bits; ``fp8`` and ``fp8_e5m2`` store ``encode(x / scale)`` with the scale of
+the token's head (``k_scale``/``v_scale`` of shape ``[1]`` per tensor or ``[H]`` per head), the quotient in
+fp32 (vLLM's CUDA path divides: ``__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, ...)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.codec import encode
+from rtp_ref.fp8.formats import E5M2, ConversionMode, Fp8Format
+
+if TYPE_CHECKING:
+    from rtp_ref.platform import Platform
+
+#: the cache dtypes of the op, as vLLM names them
+MHA_CACHE_DTYPES = ("auto", "fp8", "fp8_e5m2")
+#: how a block's rows and heads are ordered in memory
+CACHE_ORDERS = ("NHD", "HND")
+
+
+@dataclass(frozen=True)
+class MhaPagedLayout:
+    """One MHA paged layout: K and V caches of ``num_kv_heads`` heads of ``head_size`` values per token.
+
+    ``element_format`` is None for ``auto`` (the inputs' own 16-bit type, bits copied).
+    """
+
+    kv_cache_dtype: str
+    num_kv_heads: int
+    head_size: int
+    element_format: Fp8Format | None
+    conversion_mode: ConversionMode
+
+    def k_bytes_per_token(self, input_itemsize: int = 2) -> int:
+        """Bytes of one token's keys: H * D values of 1 byte (fp8) or of the inputs' size (auto)."""
+        return self.num_kv_heads * self.head_size * (input_itemsize if self.element_format is None else 1)
+
+    def v_bytes_per_token(self, input_itemsize: int = 2) -> int:
+        """Bytes of one token's values: the same as the keys'."""
+        return self.k_bytes_per_token(input_itemsize)
+
+    def cache_dtype(self, input_dtype: torch.dtype) -> torch.dtype:
+        """The cache tensors' dtype: the inputs' for ``auto``, uint8 codes for fp8."""
+        return input_dtype if self.element_format is None else torch.uint8
+
+    def new_cache(self, num_blocks: int, block_size: int, order: str, input_dtype: torch.dtype,
+                  device: torch.device | str = "cpu") -> torch.Tensor:
+        """A zeroed cache in ``order``, always indexed ``[block, row, head, dim]``."""
+        if order not in CACHE_ORDERS:
+            raise RtpRefError(f"order {order!r}; valid: {', '.join(CACHE_ORDERS)}")
+        dtype = self.cache_dtype(input_dtype)
+        if order == "NHD":
+            return torch.zeros(num_blocks, block_size, self.num_kv_heads, self.head_size, dtype=dtype, device=device)
+        hnd = torch.zeros(num_blocks, self.num_kv_heads, block_size, self.head_size, dtype=dtype, device=device)
+        return hnd.permute(0, 2, 1, 3)
+
+
+def mha_layout(platform: Platform, kv_cache_dtype: str, num_kv_heads: int, head_size: int,
+               element_format: Fp8Format | None = None) -> MhaPagedLayout:
+    """The layout of ``kv_cache_dtype`` on ``platform``: ``fp8`` is the platform's e4m3 (e4m3fnuz on gfx942),
+    ``fp8_e5m2`` is OCP e5m2; ``element_format`` overrides either (a cache's format is the cache's: one
+    model can keep two caches in two formats on one platform)."""
+    if kv_cache_dtype not in MHA_CACHE_DTYPES:
+        raise RtpRefError(f"kv_cache_dtype {kv_cache_dtype!r}; valid: {', '.join(MHA_CACHE_DTYPES)}")
+    for name, value in (("num_kv_heads", num_kv_heads), ("head_size", head_size)):
+        if value < 1:
+            raise RtpRefError(f"{name} {value} is not valid; valid: >= 1")
+    if kv_cache_dtype == "auto":
+        if element_format is not None:
+            raise RtpRefError("kv_cache_dtype 'auto' stores the inputs' own type; an element format needs fp8")
+        fmt = None
+    else:
+        fmt = element_format or (platform.element_format if kv_cache_dtype == "fp8" else E5M2)
+    return MhaPagedLayout(kv_cache_dtype, num_kv_heads, head_size, fmt, platform.conversion_mode)
+
+
+def _store(layout: MhaPagedLayout, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The cache elements of ``x`` ``[T, H, D]``: its bits (auto), or the fp8 codes of ``x / scale`` in fp32."""
+    if layout.element_format is None:
+        return x
+    per_head = scale.to(torch.float32).reshape(1, -1, 1)
+    return encode(x.to(torch.float32) / per_head, layout.element_format, layout.conversion_mode)
+
+
+def reference_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
+                                      key_cache: torch.Tensor, value_cache: torch.Tensor,
+                                      slot_mapping: torch.Tensor, k_scale: torch.Tensor,
+                                      v_scale: torch.Tensor) -> None:
+    """Write ``key``/``value`` into the caches as the module doc states (CPU tensors; in place)."""
+    tokens = slot_mapping.numel()
+    heads = layout.num_kv_heads
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if layout.element_format is not None and scale.numel() not in (1, heads):
+            raise RtpRefError(f"{name} has {scale.numel()} values; valid: 1 (per tensor) or {heads} (per head)")
+    block_size = key_cache.shape[1]
+    slots = slot_mapping.to(torch.int64)
+    valid = torch.nonzero(slots >= 0).flatten()
+    blocks, rows = slots[valid] // block_size, slots[valid] % block_size
+    key_cache[blocks, rows] = _store(layout, key[:tokens][valid], k_scale)
+    value_cache[blocks, rows] = _store(layout, value[:tokens][valid], v_scale)
