@@ -1,4 +1,4 @@
-"""``rtp-ref layouts``: every MLA KV-cache layout's fields, offsets and sizes on a platform."""
+"""``rtp-ref layouts``: every KV-cache family's layouts on a platform (MLA field tables, MHA paged, indexer)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,17 @@ from typing import Any
 from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.describe import layout_as_dict, layout_table
+from rtp_ref.kv.describe_families import indexer_as_dict, indexer_table, mha_as_dict, mha_table
+from rtp_ref.kv.dtypes import KvDtype
 from rtp_ref.kv.flags import parse_overrides, resolve_flags
+from rtp_ref.kv.indexer import indexer_layout
 from rtp_ref.kv.layouts import LAYOUT_BUILDERS, layout_for_platform
-from rtp_ref.kv.specs import resolve_sparse_fp8_layout
-from rtp_ref.platform import resolve_platform
+from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, mha_layout
+from rtp_ref.kv.specs import MhaSpec, resolve_sparse_fp8_layout
+from rtp_ref.platform import Platform, resolve_platform
+
+#: the cache families ``--family`` selects
+FAMILIES = ("mla", "mha", "indexer")
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,13 +40,20 @@ def _json_floats(value: Any) -> Any:
     return value
 
 
-def _layouts(args: argparse.Namespace) -> int:
-    platform = resolve_platform(args.platform)
+def _families(args: argparse.Namespace) -> list[str]:
+    families = args.family or (["mla"] if args.layout else list(FAMILIES))
+    if args.layout and "mla" not in families:
+        raise RtpRefError(f"--layout {args.layout}: an MLA layout; valid: with --family mla (or no --family)")
+    for option in ("num_kv_heads", "head_size", "tp_size", "indexer_dim", "quant_block_size"):
+        value = getattr(args, option)
+        if value < 1:
+            raise RtpRefError(f"--{option.replace('_', '-')} {value} is not valid; valid: >= 1")
+    return families
+
+
+def _mla(args: argparse.Namespace, platform: Platform) -> tuple[list[dict[str, Any]], list[list[str]]]:
     overrides = parse_overrides(args.layout_flag)
-    flags = resolve_flags(platform, overrides)
     names = [args.layout] if args.layout else list(LAYOUT_BUILDERS)
-    if args.block_size < 1:
-        raise RtpRefError(f"--block-size {args.block_size} is not valid; valid: >= 1")
     # Checked here, not per layout: every layout would refuse the value, and the command would still
     # exit 0 with only per-layout errors to show for it.
     for option, value in (("--kv-lora-rank", args.kv_lora_rank), ("--rope-dim", args.rope_dim)):
@@ -63,29 +77,49 @@ def _layouts(args: argparse.Namespace) -> int:
         mark = "supported" if supported else "not claimed"
         table = layout_table(layout, args.block_size)
         texts.append([f"{table[0]}  [{mark} by {platform.name}]", *table[1:]])
+    return views, texts
+
+
+def _mha(args: argparse.Namespace, platform: Platform) -> dict[str, Any]:
+    # one rank's heads by rtp-llm's rule (kv / tp, or kv / gcd(kv, tp)): the spec and the op agree on it
+    local = MhaSpec(KvDtype.BF16, args.num_kv_heads, args.head_size, tp_size=args.tp_size).local_head_num_kv
+    layouts = [mha_layout(platform, dtype, local, args.head_size) for dtype in MHA_CACHE_DTYPES]
+    return mha_as_dict(layouts, args.num_kv_heads, args.tp_size, args.block_size)
+
+
+def _layouts(args: argparse.Namespace) -> int:
+    platform = resolve_platform(args.platform)
+    flags = resolve_flags(platform, parse_overrides(args.layout_flag))
+    if args.block_size < 1:
+        raise RtpRefError(f"--block-size {args.block_size} is not valid; valid: >= 1")
+    families = _families(args)
+    views, texts = _mla(args, platform) if "mla" in families else ([], [])
+    mha = _mha(args, platform) if "mha" in families else None
+    indexer = indexer_as_dict(indexer_layout(platform, args.indexer_dim, args.quant_block_size), args.block_size) \
+        if "indexer" in families else None
     sparse = resolve_sparse_fp8_layout(flags)
     if args.json:
-        print_json(
-            _json_floats(
-                {
-                    "platform": platform.name,
-                    "source": platform.source,
-                    "fp8_format": platform.element_format.name,
-                    "conversion_mode": platform.conversion_mode.value,
-                    "flags": flags.as_dict(),
-                    "sparse_fp8_layout": sparse,
-                    "layouts": views,
-                }
-            )
-        )
+        document: dict[str, Any] = {
+            "platform": platform.name,
+            "source": platform.source,
+            "fp8_format": platform.element_format.name,
+            "conversion_mode": platform.conversion_mode.value,
+            "flags": flags.as_dict(),
+            "families": families,
+        }
+        if "mla" in families:
+            document.update({"sparse_fp8_layout": sparse, "layouts": views})
+        document.update({key: value for key, value in (("mha", mha), ("indexer", indexer)) if value is not None})
+        print_json(_json_floats(document))
         return 0
     print(
         f"platform {platform.name} ({platform.source}): fp8 {platform.element_format.name}, "
         f"conversion {platform.conversion_mode.value}"
     )
     print(f"layout flags: {flags.as_text()}")
-    print(f"rtp-llm's sparse fp8 MLA spec stores: {sparse}")
-    for lines in texts:
+    if "mla" in families:
+        print(f"rtp-llm's sparse fp8 MLA spec stores: {sparse}")
+    for lines in [*texts, *([mha_table(mha)] if mha else []), *([indexer_table(indexer)] if indexer else [])]:
         print()
         print("\n".join(lines))
     return 0
@@ -95,11 +129,17 @@ def register(sub: Any) -> None:
     """Add ``layouts``."""
     parser = sub.add_parser(
         "layouts",
-        help="every MLA KV-cache layout's fields, offsets and sizes on a platform",
+        help="every KV-cache family's layouts on a platform: MLA field tables, MHA paged and indexer sizes",
         description="Print each MLA layout's field table (byte offset, size, element format, placement) "
-        "and the "
-        "byte counts derived from it, built with the platform's fp8 format and layout flags. Example: "
+        "and the byte counts derived from it, built with the platform's fp8 format and layout flags; the MHA "
+        "paged cache's K and V bytes per token for the given heads; the DeepSeek indexer cache's bytes. Example: "
         "rtp-ref layouts --platform rocm-gfx942 --layout-flag lora_alignment=round_up --kv-lora-rank 100",
+    )
+    parser.add_argument(
+        "--family",
+        action="append",
+        choices=FAMILIES,
+        help="show only this cache family (repeatable; default: every family, or mla with --layout)",
     )
     parser.add_argument(
         "--platform",
@@ -119,5 +159,14 @@ def register(sub: Any) -> None:
         help="tokens per block for the per-block sizes (default: 64)",
     )
     add_layout_arguments(parser)
+    mha = parser.add_argument_group("mha paged")
+    mha.add_argument("--num-kv-heads", type=int, default=8, metavar="H", help="KV heads of the model (default: 8)")
+    mha.add_argument("--head-size", type=int, default=128, metavar="D", help="values per head (default: 128)")
+    mha.add_argument("--tp-size", type=int, default=1, metavar="N",
+                     help="tensor-parallel ranks: one rank's caches hold its share of the heads (default: 1)")
+    indexer = parser.add_argument_group("indexer")
+    indexer.add_argument("--indexer-dim", type=int, default=128, metavar="D", help="indexer head dim (default: 128)")
+    indexer.add_argument("--quant-block-size", type=int, default=128, metavar="Q",
+                         help="values per fp32 scale (default: 128)")
     add_json_flag(parser)
     parser.set_defaults(func=_layouts)

@@ -227,3 +227,30 @@ def test_golden_unwritable_out_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     out = tmp_path / "missing-dir" / "g.safetensors"
     assert main(["golden", "--layout", "fp8", "--platform", "cpu", "--out", str(out)]) == 2
     assert f"--out '{out}' cannot be written" in capsys.readouterr().err
+
+
+def test_layouts_shows_every_family_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    document = run_json(capsys, "layouts", "--platform", "cuda-sm90", "--json")
+    assert document["families"] == ["mla", "mha", "indexer"]
+    assert {"layouts", "mha", "indexer"} <= set(document)
+    only_mla = run_json(capsys, "layouts", "--platform", "cuda-sm90", "--layout", "fp8", "--json")
+    assert only_mla["families"] == ["mla"] and "mha" not in only_mla
+
+
+def test_the_indexer_family_states_132_bytes_a_token(capsys: pytest.CaptureFixture[str]) -> None:
+    indexer = run_json(capsys, "layouts", "--platform", "cuda-sm90", "--family", "indexer", "--json")["indexer"]
+    assert (indexer["bytes_per_token"], indexer["head_dim"], indexer["quant_block_size"]) == (132, 128, 128)
+    # per block: values first, then the scales (block_size * 128 bytes, then block_size * 4)
+    assert (indexer["value_bytes_per_block"], indexer["scale_bytes_per_block"]) == (64 * 128, 64 * 4)
+
+
+@pytest.mark.parametrize(("heads", "tp", "head_size", "local"), [(8, 1, 128, 8), (8, 2, 64, 4), (1, 1, 256, 1)])
+def test_the_mha_family_states_k_and_v_bytes_for_the_heads(capsys: pytest.CaptureFixture[str], heads: int, tp: int,
+                                                           head_size: int, local: int) -> None:
+    mha = run_json(capsys, "layouts", "--platform", "rocm-gfx942", "--family", "mha", "--num-kv-heads", str(heads),
+                   "--tp-size", str(tp), "--head-size", str(head_size), "--json")["mha"]
+    assert mha["local_kv_heads"] == local
+    rows = {r["kv_cache_dtype"]: r for r in mha["layouts"]}
+    assert rows["auto"]["k_bytes_per_token"] == rows["auto"]["v_bytes_per_token"] == local * head_size * 2
+    assert rows["fp8"]["k_bytes_per_token"] == local * head_size and rows["fp8"]["element"] == "e4m3fnuz"
+    assert rows["fp8_e5m2"]["element"] == "e5m2"

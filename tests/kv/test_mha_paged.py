@@ -102,6 +102,6 @@ def test_bad_arguments_name_themselves() -> None:
     layout = mha_layout(platform, "fp8", 4, 8)
     cache = layout.new_cache(1, 16, "NHD", torch.bfloat16)
     x = torch.zeros(1, 4, 8, dtype=torch.bfloat16)
-    with pytest.raises(RtpRefError, match="k_scale has 3 values; valid: 1 .per tensor. or 4 .per head."):
+    with pytest.raises(RtpRefError, match=r"k_scale has 3 values; valid: 1 \(per tensor\) or 4 \(per head\)"):
         reference_reshape_and_cache_flash(layout, x, x, cache, cache.clone(), torch.tensor([0]), torch.ones(3),
                                           torch.ones(1))
