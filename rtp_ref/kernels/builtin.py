@@ -21,7 +21,7 @@ def _triton_unavailable_reason() -> str | None:
     import torch
 
     try:
-        from rtp_ref.kernels.triton_mla import interpreted
+        from rtp_ref.kernels.triton_fp8 import interpreted
     except Exception as exc:  # an incompatible Triton build: report it, never break kernel discovery
         return f"rtp_ref.kernels.triton_mla does not load with triton {triton.__version__}: {type(exc).__name__}: {exc}"
 

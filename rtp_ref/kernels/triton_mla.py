@@ -7,7 +7,7 @@ strides allow), computes tile scales in registers and writes each entry once; no
 is a set of constexprs taken from the reference field table (``WritePlan``), so every layout compiles
 to its own specialised kernel.
 
-fp8 conversion has two paths, chosen per call and reported as ``conversion_path``:
+fp8 conversion (rtp_ref.kernels.triton_fp8) has two paths, chosen per call and reported as ``conversion_path``:
 
 * ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton
   3.8) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. On AMD the value
@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.contract import (
     ConversionChoice,
     ConversionPath,
@@ -48,96 +48,21 @@ from rtp_ref.kernels.contract import (
     block_shift_of,
     default_contract,
 )
+from rtp_ref.kernels.triton_fp8 import (
+    F32_2POW_M127_BITS,
+    F32_NAN_BITS,
+    HW_E4M3FN,
+    HW_E4M3FNUZ,
+    SW,
+    conversion_saturates,
+    format_constexprs,
+    fp8_codes,
+    hardware_selector,
+    interpreted,
+    load_f32,
+    ue8m0_ceil,
+)
 from rtp_ref.platform import MLA_LAYOUT_NAMES
-
-#: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
-_SW, _HW_E4M3FN, _HW_E4M3FNUZ = 0, 1, 2
-#: float32 bit pattern of a quiet NaN, and of 2**-127 (the ue8m0 byte 0; a float32 subnormal)
-_F32_NAN_BITS = tl.constexpr(0x7FC00000)
-_F32_2POW_M127_BITS = tl.constexpr(0x00400000)
-
-
-@triton.jit
-def _fp8_software(x: tl.tensor, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
-                  NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr,
-                  INF_CODE: tl.constexpr, SATFINITE: tl.constexpr) -> tl.tensor:
-    """fp8 codes (uint8) of float32 ``x``: round half to even on the float32 bits, then the mode."""
-    bits = x.to(tl.int32, bitcast=True)
-    sign = (bits >> 31) & 1
-    exp_field = (bits >> 23) & 0xFF
-    man = bits & 0x7FFFFF
-    is_nan = (exp_field == 0xFF) & (man != 0)
-    is_inf = (exp_field == 0xFF) & (man == 0)
-    normal = exp_field != 0
-    sig = tl.where(normal, man | 0x800000, man)
-    exp = tl.where(normal, exp_field - 127, -126)
-    target = tl.maximum(exp, EMIN)
-    # A shift of 25 already rounds every 24-bit significand to 0; the clamp keeps 1 << shift in int32.
-    shift = tl.minimum(23 - MAN_BITS + target - exp, 25)
-    q = sig >> shift
-    rem = sig - (q << shift)
-    half = (1 << shift) >> 1
-    up = (rem > half) | ((rem == half) & (shift > 0) & ((q & 1) == 1))
-    mag = ((target - EMIN) << MAN_BITS) + q + up.to(tl.int32)
-    overflow = (mag > MAX_CODE) | is_inf
-    if SATFINITE:
-        mag = tl.where(overflow, MAX_CODE, mag)
-        nan_out = is_nan
-    elif HAS_INF:
-        mag = tl.where(overflow, INF_CODE, mag)
-        nan_out = is_nan
-    else:
-        nan_out = is_nan | overflow
-    sign_bit = sign << 7
-    if not NEG_ZERO:
-        sign_bit = tl.where(mag == 0, 0, sign_bit)
-    return tl.where(nan_out, NAN_CODE, sign_bit | mag).to(tl.uint8)
-
-
-@triton.jit
-def _fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CODE: tl.constexpr,
-                  CLAMP: tl.constexpr) -> tl.tensor:
-    """fp8 codes of float32 ``x`` by the GPU's conversion, saturating by an explicit clamp if ``CLAMP``.
-
-    Without ``CLAMP`` the conversion itself must saturate: on NVIDIA Triton emits
-    ``cvt.rn.satfinite.e4m3x2.f32`` (tests/kernels/test_triton_aot.py reads the PTX to hold it to that).
-    """
-    if CLAMP:
-        # Comparisons with NaN are false, so NaN passes both selects unchanged.
-        x = tl.where(x > MAX_VALUE, MAX_VALUE, tl.where(x < -MAX_VALUE, -MAX_VALUE, x))
-    if HW == 2:
-        code = x.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
-        # fnuz has no negative zero: 0x80 is its NaN, never a rounded -0.
-        code = tl.where(code == 0x80, 0, code)
-    else:
-        code = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    return tl.where(x != x, NAN_CODE, code).to(tl.uint8)
-
-
-@triton.jit
-def _fp8(x: tl.tensor, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
-         NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
-         SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr) -> tl.tensor:
-    if HW == 0:
-        code = _fp8_software(x, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE)
-    else:
-        code = _fp8_hardware(x, HW, MAX_VALUE, NAN_CODE, CLAMP)
-    return code
-
-
-@triton.jit
-def _ue8m0_ceil(s: tl.tensor) -> tl.tensor:
-    """ue8m0 byte (int32) of the smallest power of two >= ``s`` (s > 0 or NaN), as encode_ue8m0 'ceil'.
-
-    Subnormal s are scaled by 2**24 first (exact), so one normal-number formula covers them; results
-    below 2**-127 clamp to byte 0, above 2**127 or NaN/inf give 0xFF.
-    """
-    subnormal = s < 1.1754943508222875e-38
-    bits = tl.where(subnormal, s * 16777216.0, s).to(tl.int32, bitcast=True)
-    exp_field = (bits >> 23) & 0xFF
-    k = exp_field - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32) - tl.where(subnormal, 24, 0)
-    byte = tl.maximum(k + 127, 0)
-    return tl.where((byte > 254) | (exp_field == 0xFF), 0xFF, byte)
 
 
 @triton.jit
@@ -166,17 +91,6 @@ def _store32(cache: tl.tensor, base: tl.tensor, cols: tl.tensor, value: tl.tenso
     else:
         ptr = (cache + base[:, None]).to(tl.pointer_type(tl.float32)) + cols[None, :]
         tl.store(ptr, value, mask=mask)
-
-
-@triton.jit
-def _load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.constexpr) -> tl.tensor:
-    """Load 16-bit inputs as float32. bf16 is widened by placing its bits in the top half of a float32:
-    exact for every value, subnormals included (Triton 3.9's interpreter flushes bf16 subnormals to
-    zero in ``.to(tl.float32)``)."""
-    if IN_BF16:
-        bits = tl.load(ptr.to(tl.pointer_type(tl.int16)) + offs, mask=mask, other=0)
-        return ((bits.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
-    return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -210,14 +124,14 @@ def _mla_cache_write(
     if NOPE_MODE == 0:
         nbits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nload)
     else:
-        x = _load_f32(kv_c, nsrc, nload, IN_BF16)
+        x = load_f32(kv_c, nsrc, nload, IN_BF16)
     pcols = tl.arange(0, P_PAD)
     pload = in_range[:, None] & (pcols < P)[None, :]
     psrc = t[:, None] * k_pe_row + pcols[None, :]
     if ROPE_MODE == 0:
         pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pload)
     else:
-        y = _load_f32(k_pe, psrc, pload, IN_BF16)
+        y = load_f32(k_pe, psrc, pload, IN_BF16)
     if NOPE_MODE == 1 or ROPE_MODE == 1:
         tensor_scale = tl.load(scale_ptr)
 
@@ -246,18 +160,18 @@ def _mla_cache_write(
             # |x| as float32 bits orders like |x|, and every NaN's bits exceed inf's: one integer max
             # gives the amax and whether the tile holds a NaN (then its amax is NaN, as torch's amax).
             amax_bits = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
-            amax = tl.where(amax_bits > 0x7F800000, _F32_NAN_BITS, amax_bits).to(tl.float32, bitcast=True)
+            amax = tl.where(amax_bits > 0x7F800000, F32_NAN_BITS, amax_bits).to(tl.float32, bitcast=True)
             raw = tl.math.div_rn(amax, divisor)
             s = tl.where(raw < floor, floor, raw)  # max(raw, floor) that keeps a NaN raw
-            byte = _ue8m0_ceil(s)
+            byte = ue8m0_ceil(s)
             if POW2:
-                sbits = tl.where(byte == 0, _F32_2POW_M127_BITS,
-                                 tl.where(byte == 0xFF, _F32_NAN_BITS, byte << 23))
+                sbits = tl.where(byte == 0, F32_2POW_M127_BITS,
+                                 tl.where(byte == 0xFF, F32_NAN_BITS, byte << 23))
                 s = sbits.to(tl.float32, bitcast=True)
                 # x / 2**e == x * 2**-e exactly (both are the correctly rounded x * 2**-e), and 2**-e is
                 # built from the exponent: 2**(127 - byte), 2**-127 a subnormal for byte 254, NaN for 0xFF.
-                rbits = tl.where(byte == 254, _F32_2POW_M127_BITS,
-                                 tl.where(byte == 0xFF, _F32_NAN_BITS, (254 - byte) << 23))
+                rbits = tl.where(byte == 254, F32_2POW_M127_BITS,
+                                 tl.where(byte == 0xFF, F32_NAN_BITS, (254 - byte) << 23))
                 q3 = x3 * rbits.to(tl.float32, bitcast=True)[:, :, None]
             else:
                 q3 = tl.math.div_rn(x3, s[:, :, None])
@@ -272,7 +186,8 @@ def _mla_cache_write(
                 tl.store(cache + sbase[:, None] + tiles[None, :], byte.to(tl.uint8), mask=smask)
             else:
                 _store32(cache, sbase, tiles, s, smask, SPLIT)
-        code = _fp8(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
+        code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
+                         MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + NOPE_OFF + cols[None, :], code, mask=nmask)
 
     # ---- rope (k_pe) ----
@@ -280,61 +195,9 @@ def _mla_cache_write(
         _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
     else:
         pq = tl.math.div_rn(y, tensor_scale)
-        pcode = _fp8(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
+        pcode = fp8_codes(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                      MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
-
-
-def interpreted() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` at import time)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(_mla_cache_write, InterpretedFunction)
-
-
-def hip_hardware_format(arch: str) -> Fp8Format | None:
-    """The fp8 format this Triton converts to with a hardware instruction on AMD ``arch``, if any.
-
-    gfx942: fnuz (``tl.float8e4b8`` -> ``v_cvt_pk_fp8_f32``, triton 3.6, 3.8 and 3.9). gfx950: OCP
-    from triton 3.8 (``v_cvt_scalef32_pk_fp8_f32``, seen with 3.8 and 3.9); triton 3.6 lowers it to
-    integer code without the instruction, so the kernel's own software path is used there. gfx12:
-    no instruction in 3.9.
-    Measured with ahead-of-time builds (tests/kernels/test_triton_aot.py checks the claim).
-    """
-    base = arch.split(":", 1)[0]
-    if base == "gfx942":
-        return E4M3FNUZ
-    if base == "gfx950" and _triton_version() >= (3, 8):
-        return E4M3FN
-    return None
-
-
-def _triton_version() -> tuple[int, int]:
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
-
-def _hardware_selector(contract: WriteContract) -> int:
-    """Which hardware fp8 type the active GPU converts the contract's format with (``_SW``: none)."""
-    if interpreted() or contract.conversion_mode is not ConversionMode.SATFINITE:
-        return _SW
-    target = triton.runtime.driver.active.get_current_target()
-    if target.backend == "cuda":
-        native = E4M3FN if isinstance(target.arch, int) and target.arch >= 89 else None
-    elif target.backend == "hip":
-        native = hip_hardware_format(str(target.arch))
-    else:
-        return _SW
-    if contract.element_format != native:
-        return _SW
-    return _HW_E4M3FNUZ if native == E4M3FNUZ else _HW_E4M3FN
-
-
-def _conversion_saturates() -> bool:
-    """Whether this backend's fp8 conversion saturates by itself: NVIDIA's ``cvt.rn.satfinite``."""
-    if interpreted():
-        return False
-    return bool(triton.runtime.driver.active.get_current_target().backend == "cuda")
 
 
 def _pow2_at_least(n: int) -> int:
@@ -350,7 +213,7 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
     r, p, f = plan.kv_lora_rank, plan.rope_dim, plan.traits
     if ValueMode.COPY16 == plan.nope_mode == plan.rope_mode:
         # No fp8 field: one specialisation serves every contract (fewer compiles).
-        hw, f = _SW, FormatTraits.of(E4M3FN, ConversionMode.SATFINITE)
+        hw, f = SW, FormatTraits.of(E4M3FN, ConversionMode.SATFINITE)
     tile = plan.tile if plan.nope_mode is ValueMode.TILED else 1
     r_pad = max(_pow2_at_least(r), tile)
     return {
@@ -361,15 +224,7 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
         "TILE": tile, "N_TILES": plan.n_tiles, "NT_PAD": r_pad // tile, "POW2": plan.pow2_scale,
         "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
         "SPLIT": split, "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
-        **_format_constexprs(f),
-    }
-
-
-def _format_constexprs(f: FormatTraits) -> dict[str, Any]:
-    return {
-        "MAN_BITS": f.man_bits, "EMIN": f.emin, "MAX_CODE": f.max_code, "NAN_CODE": f.nan_code,
-        "NEG_ZERO": f.negative_zero, "HAS_INF": f.has_inf, "INF_CODE": f.inf_code,
-        "SATFINITE": f.satfinite, "MAX_VALUE": f.max_value,
+        **format_constexprs(f),
     }
 
 
@@ -412,7 +267,7 @@ class TritonMlaKernel(PlannedKernel):
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""
-        if self.conversion == "software" or _hardware_selector(contract) == _SW:
+        if self.conversion == "software" or hardware_selector(contract.element_format, contract.conversion_mode) == SW:
             return "software"
         return "hardware"
 
@@ -428,10 +283,11 @@ class TritonMlaKernel(PlannedKernel):
         if tokens == 0:
             return
         # The same choice as conversion_path_for, asking Triton for its target once.
-        hw = _SW if self.conversion == "software" else _hardware_selector(contract)
+        hw = SW if self.conversion == "software" else hardware_selector(contract.element_format,
+                                                                        contract.conversion_mode)
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
-                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _conversion_saturates())
+                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not conversion_saturates())
         block_size = kv_cache.shape[1]
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
@@ -462,7 +318,7 @@ def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
     if not _backend_ready("amd"):
         raise RuntimeError("this Triton build has no AMD backend; amdgcn_for needs triton's 'amd' backend")
     fmt_is_fnuz = not plan.traits.negative_zero
-    hw = (_HW_E4M3FNUZ if fmt_is_fnuz else _HW_E4M3FN) if hardware else _SW
+    hw = (HW_E4M3FNUZ if fmt_is_fnuz else HW_E4M3FN) if hardware else SW
     return _compile_ahead(plan, ("hip", arch, 64), hw, clamp=True, asm="amdgcn")
 
 
@@ -472,7 +328,7 @@ def ptx_for(plan: WritePlan, sm: int) -> str:
     Raises RuntimeError when this Triton has no NVIDIA backend."""
     if not _backend_ready("nvidia"):
         raise RuntimeError("this Triton build has no NVIDIA backend; ptx_for needs triton's 'nvidia' backend")
-    return _compile_ahead(plan, ("cuda", sm, 32), _HW_E4M3FN, clamp=False, asm="ptx")
+    return _compile_ahead(plan, ("cuda", sm, 32), HW_E4M3FN, clamp=False, asm="ptx")
 
 
 def _compile_ahead(plan: WritePlan, target: tuple[str, int | str, int], hw: int, clamp: bool, asm: str) -> str:

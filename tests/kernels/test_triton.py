@@ -17,7 +17,8 @@ from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from tests.kernels.cases import CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 pytest.importorskip("triton")
-from rtp_ref.kernels.triton_mla import TritonMlaKernel, interpreted
+from rtp_ref.kernels.triton_fp8 import interpreted
+from rtp_ref.kernels.triton_mla import TritonMlaKernel
 
 # NaN and inf inputs make the interpreter's numpy division warn; the results are what is checked.
 pytestmark = [pytest.mark.triton, pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]

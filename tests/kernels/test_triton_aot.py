@@ -31,7 +31,8 @@ pytestmark = pytest.mark.triton
 _SCRIPT = r"""
 import json, re
 from rtp_ref.kernels.contract import WritePlan
-from rtp_ref.kernels.triton_mla import amdgcn_for, hip_hardware_format, ptx_for
+from rtp_ref.kernels.triton_fp8 import hip_hardware_format
+from rtp_ref.kernels.triton_mla import amdgcn_for, ptx_for
 from tests.kernels.cases import contract
 
 def build(platform, arch, hardware):

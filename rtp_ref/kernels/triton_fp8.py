@@ -1,0 +1,182 @@
+# Triton ships no type information: every @triton.jit is an untyped decorator to mypy.
+# mypy: disable-error-code="untyped-decorator"
+"""fp8 and ue8m0 conversion inside Triton kernels, shared by every built-in Triton kernel.
+
+Two conversion paths (each kernel reports which one it took): ``hardware``, Triton's ``.to(tl.float8e4nv)``
+(OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton 3.8) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942), see
+``hip_hardware_format``; and ``software``, round-half-even in integer arithmetic (the algorithm of
+``rtp_ref.fp8.codec.encode``), used where no hardware conversion exists, for other formats, for the
+``nonsat`` mode and under ``TRITON_INTERPRET=1`` (Triton's interpreter rounds fp8 conversions wrongly:
+-31.74 -> -16, 126.48 -> 64; triton 3.6 and 3.9).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
+from rtp_ref.kernels.contract import FormatTraits
+
+#: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
+SW, HW_E4M3FN, HW_E4M3FNUZ = 0, 1, 2
+#: float32 bit pattern of a quiet NaN, and of 2**-127 (the ue8m0 byte 0; a float32 subnormal)
+F32_NAN_BITS = tl.constexpr(0x7FC00000)
+F32_2POW_M127_BITS = tl.constexpr(0x00400000)
+
+
+@triton.jit
+def fp8_software(x: tl.tensor, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+                  NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr,
+                  INF_CODE: tl.constexpr, SATFINITE: tl.constexpr) -> tl.tensor:
+    """fp8 codes (uint8) of float32 ``x``: round half to even on the float32 bits, then the mode."""
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 31) & 1
+    exp_field = (bits >> 23) & 0xFF
+    man = bits & 0x7FFFFF
+    is_nan = (exp_field == 0xFF) & (man != 0)
+    is_inf = (exp_field == 0xFF) & (man == 0)
+    normal = exp_field != 0
+    sig = tl.where(normal, man | 0x800000, man)
+    exp = tl.where(normal, exp_field - 127, -126)
+    target = tl.maximum(exp, EMIN)
+    # A shift of 25 already rounds every 24-bit significand to 0; the clamp keeps 1 << shift in int32.
+    shift = tl.minimum(23 - MAN_BITS + target - exp, 25)
+    q = sig >> shift
+    rem = sig - (q << shift)
+    half = (1 << shift) >> 1
+    up = (rem > half) | ((rem == half) & (shift > 0) & ((q & 1) == 1))
+    mag = ((target - EMIN) << MAN_BITS) + q + up.to(tl.int32)
+    overflow = (mag > MAX_CODE) | is_inf
+    if SATFINITE:
+        mag = tl.where(overflow, MAX_CODE, mag)
+        nan_out = is_nan
+    elif HAS_INF:
+        mag = tl.where(overflow, INF_CODE, mag)
+        nan_out = is_nan
+    else:
+        nan_out = is_nan | overflow
+    sign_bit = sign << 7
+    if not NEG_ZERO:
+        sign_bit = tl.where(mag == 0, 0, sign_bit)
+    return tl.where(nan_out, NAN_CODE, sign_bit | mag).to(tl.uint8)
+
+
+@triton.jit
+def fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CODE: tl.constexpr,
+                  CLAMP: tl.constexpr) -> tl.tensor:
+    """fp8 codes of float32 ``x`` by the GPU's conversion, saturating by an explicit clamp if ``CLAMP``.
+
+    Without ``CLAMP`` the conversion itself must saturate: on NVIDIA Triton emits
+    ``cvt.rn.satfinite.e4m3x2.f32`` (tests/kernels/test_triton_aot.py reads the PTX to hold it to that).
+    """
+    if CLAMP:
+        # Comparisons with NaN are false, so NaN passes both selects unchanged.
+        x = tl.where(x > MAX_VALUE, MAX_VALUE, tl.where(x < -MAX_VALUE, -MAX_VALUE, x))
+    if HW == 2:
+        code = x.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
+        # fnuz has no negative zero: 0x80 is its NaN, never a rounded -0.
+        code = tl.where(code == 0x80, 0, code)
+    else:
+        code = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    return tl.where(x != x, NAN_CODE, code).to(tl.uint8)
+
+
+@triton.jit
+def fp8_codes(x: tl.tensor, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+         NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
+         SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr) -> tl.tensor:
+    if HW == 0:
+        code = fp8_software(x, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE)
+    else:
+        code = fp8_hardware(x, HW, MAX_VALUE, NAN_CODE, CLAMP)
+    return code
+
+
+@triton.jit
+def ue8m0_ceil(s: tl.tensor) -> tl.tensor:
+    """ue8m0 byte (int32) of the smallest power of two >= ``s`` (s > 0 or NaN), as encode_ue8m0 'ceil'.
+
+    Subnormal s are scaled by 2**24 first (exact), so one normal-number formula covers them; results
+    below 2**-127 clamp to byte 0, above 2**127 or NaN/inf give 0xFF.
+    """
+    subnormal = s < 1.1754943508222875e-38
+    bits = tl.where(subnormal, s * 16777216.0, s).to(tl.int32, bitcast=True)
+    exp_field = (bits >> 23) & 0xFF
+    k = exp_field - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32) - tl.where(subnormal, 24, 0)
+    byte = tl.maximum(k + 127, 0)
+    return tl.where((byte > 254) | (exp_field == 0xFF), 0xFF, byte)
+
+
+@triton.jit
+def load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.constexpr) -> tl.tensor:
+    """Load 16-bit inputs as float32. bf16 is widened by placing its bits in the top half of a float32:
+    exact for every value, subnormals included (Triton 3.9's interpreter flushes bf16 subnormals to
+    zero in ``.to(tl.float32)``)."""
+    if IN_BF16:
+        bits = tl.load(ptr.to(tl.pointer_type(tl.int16)) + offs, mask=mask, other=0)
+        return ((bits.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+    return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+
+
+def interpreted() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1`` at import time)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(fp8_codes, InterpretedFunction)
+
+
+def hip_hardware_format(arch: str) -> Fp8Format | None:
+    """The fp8 format this Triton converts to with a hardware instruction on AMD ``arch``, if any.
+
+    gfx942: fnuz (``tl.float8e4b8`` -> ``v_cvt_pk_fp8_f32``, triton 3.6, 3.8 and 3.9). gfx950: OCP
+    from triton 3.8 (``v_cvt_scalef32_pk_fp8_f32``, seen with 3.8 and 3.9); triton 3.6 lowers it to
+    integer code without the instruction, so the kernel's own software path is used there. gfx12:
+    no instruction in 3.9.
+    Measured with ahead-of-time builds (tests/kernels/test_triton_aot.py checks the claim).
+    """
+    base = arch.split(":", 1)[0]
+    if base == "gfx942":
+        return E4M3FNUZ
+    if base == "gfx950" and triton_version() >= (3, 8):
+        return E4M3FN
+    return None
+
+
+def triton_version() -> tuple[int, int]:
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def hardware_selector(element_format: Fp8Format, mode: ConversionMode) -> int:
+    """Which hardware fp8 type the active GPU converts ``element_format`` with (``SW``: none, or the
+    interpreter, or a mode other than satfinite)."""
+    if interpreted() or mode is not ConversionMode.SATFINITE:
+        return SW
+    target = triton.runtime.driver.active.get_current_target()
+    if target.backend == "cuda":
+        native = E4M3FN if isinstance(target.arch, int) and target.arch >= 89 else None
+    elif target.backend == "hip":
+        native = hip_hardware_format(str(target.arch))
+    else:
+        return SW
+    if element_format != native:
+        return SW
+    return HW_E4M3FNUZ if native == E4M3FNUZ else HW_E4M3FN
+
+
+def conversion_saturates() -> bool:
+    """Whether this backend's fp8 conversion saturates by itself: NVIDIA's ``cvt.rn.satfinite``."""
+    if interpreted():
+        return False
+    return bool(triton.runtime.driver.active.get_current_target().backend == "cuda")
+
+
+def format_constexprs(f: FormatTraits) -> dict[str, Any]:
+    return {
+        "MAN_BITS": f.man_bits, "EMIN": f.emin, "MAX_CODE": f.max_code, "NAN_CODE": f.nan_code,
+        "NEG_ZERO": f.negative_zero, "HAS_INF": f.has_inf, "INF_CODE": f.inf_code,
+        "SATFINITE": f.satfinite, "MAX_VALUE": f.max_value,
+    }
