@@ -9,10 +9,11 @@ whose rows are a view of the block's bytes, not one token each (as ``fp8_model1_
 ``block_size * head_dim`` fp8 values, token ``t`` at ``t * head_dim``, then ``block_size * head_dim /
 quant_block_size`` fp32 scales, token ``t``'s ``j``-th at ``block_size * head_dim + (t * n + j) * 4``
 (``n = head_dim / quant_block_size``). Each ``quant_block_size`` slice of a row has the scale
-``max(amax, 1e-4) / divisor`` in fp32, raised to the smallest power of two at or above it when ``scale_fmt``
-is ``ue8m0``; the values are ``encode(x / scale)``. The divisor follows the cache's format: for the
-platform's own format it is the platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA
-writers there), for a cache kept in another format that format's largest value.
+``max(amax, 1e-4) / divisor`` in fp32 (amax over the slice's non-NaN values, as ``fmaxf`` folds), raised
+to the smallest power of two at or above it when ``scale_fmt`` is ``ue8m0``; the values are
+``encode(x / scale)``. The divisor follows the cache's format: for the platform's own format it is the
+platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA writers there), for a cache kept in
+another format that format's largest value.
 A negative slot writes nothing.
 """
 
@@ -86,11 +87,14 @@ def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torc
     """The fp32 scale of each ``quant_block_size`` slice of ``k`` ``[T, head_dim]``: ``[T, n]``."""
     if scale_fmt not in SCALE_FORMATS:
         raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
-    amax = k.to(torch.float32).reshape(k.shape[0], layout.scales_per_token, -1).abs().amax(dim=-1)
+    magnitude = k.to(torch.float32).reshape(k.shape[0], layout.scales_per_token, -1).abs()
+    # vLLM's kernel folds with fmaxf, which drops NaN: a NaN value does not make its slice's scale NaN
+    amax = torch.where(torch.isnan(magnitude), 0.0, magnitude).amax(dim=-1)
     floor = torch.tensor(AMAX_FLOOR, dtype=torch.float32)
     scale = torch.maximum(amax, floor) / torch.tensor(layout.scale_divisor, dtype=torch.float32)
     if scale_fmt == "ue8m0":
-        scale = decode_ue8m0(encode_ue8m0(scale, Pow2Rule.CEIL))
+        # exp2f(ceilf(log2f(inf))) is inf: an infinite slice keeps an infinite scale
+        scale = torch.where(torch.isinf(scale), scale, decode_ue8m0(encode_ue8m0(scale, Pow2Rule.CEIL)))
     return scale
 
 

@@ -1,0 +1,94 @@
+# Triton ships no type information: every @triton.jit is an untyped decorator to mypy.
+# mypy: disable-error-code="untyped-decorator"
+"""``indexer_k_quant_and_cache`` in Triton (rtp_ref.kv.indexer states the contract).
+
+One program quantises one ``QUANT``-value slice of one token: the slice's amax (NaN dropped, as ``fmaxf``
+folds), its fp32 scale ``div_rn(max(amax, 1e-4), divisor)`` (a power of two for ue8m0), the fp8 codes of
+``div_rn(x, scale)``, then the four scale bytes after the block's values. Bytes are stored one by one, so
+no alignment is asked of the cache. All offsets are int64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.contract import FormatTraits
+from rtp_ref.kernels.triton_fp8 import (
+    conversion_saturates,
+    format_constexprs,
+    fp8_codes,
+    hardware_selector,
+    load_f32,
+    ue8m0_ceil,
+)
+from rtp_ref.kv.indexer import AMAX_FLOOR, SCALE_FORMATS, IndexerLayout
+
+
+@triton.jit
+def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel arguments
+        k, cache, slot_mapping, k_stride, block_stride, block_size, divisor, floor,
+        D: tl.constexpr, QUANT: tl.constexpr, N: tl.constexpr, IN_BF16: tl.constexpr, UE8M0: tl.constexpr,
+        HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+        NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
+        SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1).to(tl.int64)
+    slot = tl.load(slot_mapping + t).to(tl.int64)
+    if slot >= 0:
+        block = slot // block_size
+        row = slot % block_size
+        lane = tl.arange(0, QUANT)
+        x = load_f32(k + t * k_stride + j * QUANT, lane, lane < QUANT, IN_BF16)
+        magnitude = tl.abs(x)
+        amax = tl.max(tl.where(magnitude != magnitude, 0.0, magnitude), axis=0)
+        scale = tl.math.div_rn(tl.maximum(amax, floor), divisor)
+        if UE8M0:
+            byte = ue8m0_ceil(scale)
+            # byte 0 would be 2**-127, far below the floor / divisor; 0xFF only for an infinite scale
+            scale = tl.where(byte == 0xFF, scale, (byte << 23).to(tl.float32, bitcast=True))
+        code = fp8_codes(tl.math.div_rn(x, tl.full([QUANT], 1.0, tl.float32) * scale), HW, MAN_BITS, EMIN,
+                         MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
+        base = cache + block * block_stride
+        tl.store(base + row * D + j * QUANT + lane, code)
+        bits = scale.to(tl.int32, bitcast=True)
+        at = base + block_size * D + (row * N + j) * 4
+        four = tl.arange(0, 4)
+        tl.store(at + four, ((bits >> (8 * four)) & 0xFF).to(tl.uint8))
+
+
+def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
+                                     slot_mapping: torch.Tensor, scale_fmt: str) -> None:
+    """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
+
+    ``k``'s rows must be contiguous, ``kv_cache``'s rows ``bytes_per_token`` contiguous bytes (checked from
+    metadata); ``quant_block_size`` a power of two (a Triton block).
+    """
+    if scale_fmt not in SCALE_FORMATS:
+        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    _, block_size, row = kv_cache.shape
+    if row != layout.bytes_per_token or kv_cache.stride(1) != row or kv_cache.stride(2) != 1:
+        raise RtpRefError(f"kv_cache rows must be {layout.bytes_per_token} contiguous bytes; "
+                          f"got shape {tuple(kv_cache.shape)}, strides {kv_cache.stride()}")
+    if k.stride(-1) != 1:
+        raise RtpRefError(f"k: the last dimension must be contiguous; got strides {k.stride()}")
+    quant = layout.quant_block_size
+    if quant & (quant - 1):
+        raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two")
+    tokens = slot_mapping.numel()
+    if tokens == 0:
+        return
+    traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
+    on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
+    with on_gpu:
+        _indexer_k_quant_and_cache[(tokens, layout.scales_per_token)](
+            k, kv_cache, slot_mapping, k.stride(0), kv_cache.stride(0), block_size, layout.scale_divisor,
+            AMAX_FLOOR, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
+            IN_BF16=k.dtype == torch.bfloat16, UE8M0=scale_fmt == "ue8m0",
+            HW=hardware_selector(layout.element_format, layout.conversion_mode), CLAMP=not conversion_saturates(),
+            enable_fp_fusion=False, **format_constexprs(traits),
+        )

@@ -1,0 +1,118 @@
+# Triton ships no type information: every @triton.jit is an untyped decorator to mypy.
+# mypy: disable-error-code="untyped-decorator"
+"""``reshape_and_cache_flash`` in Triton (rtp_ref.kv.mha_paged states the contract).
+
+One program writes one head of one token to the K and the V cache. The cache order (NHD or HND) is only
+strides: the program addresses ``block * block_stride + row * page_stride + head * head_stride + d``, in
+elements, for each cache separately. ``auto`` moves the 16-bit inputs as int16, so every bit pattern
+(NaN payloads included) is copied; fp8 divides in fp32 with ``tl.math.div_rn`` (correctly rounded, as
+vLLM's ``x / scale``) and converts with rtp_ref.kernels.triton_fp8. All offsets are int64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import E4M3FN, ConversionMode
+from rtp_ref.kernels.contract import FormatTraits
+from rtp_ref.kernels.triton_fp8 import (
+    SW,
+    conversion_saturates,
+    format_constexprs,
+    fp8_codes,
+    hardware_selector,
+    load_f32,
+)
+from rtp_ref.kv.mha_paged import MhaPagedLayout
+
+
+@triton.jit
+def _head_row(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers and ints
+        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, t, h, block, row, D: tl.constexpr,
+              D_PAD: tl.constexpr, IN_BF16: tl.constexpr, FP8: tl.constexpr, PER_HEAD: tl.constexpr, HW: tl.constexpr,
+              MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
+              NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr,
+              MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
+    d = tl.arange(0, D_PAD)
+    mask = d < D
+    out = dst + block * d_block + row * d_page + h * d_head + d
+    if FP8:
+        x = load_f32(src + t * src_t + h * src_h, d, mask, IN_BF16)
+        scale = tl.load(scale_ptr + h) if PER_HEAD else tl.load(scale_ptr)
+        q = tl.math.div_rn(x, tl.full([D_PAD], 1.0, tl.float32) * scale)
+        code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
+                         MAX_VALUE, CLAMP)
+        tl.store(out, code, mask=mask)
+    else:
+        tl.store(out, tl.load(src + t * src_t + h * src_h + d, mask=mask, other=0), mask=mask)
+
+
+@triton.jit
+def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel arguments
+        key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                             key_t, key_h, value_t, value_h, kc_block, kc_page, kc_head,
+                             vc_block, vc_page, vc_head, block_size,
+                             D: tl.constexpr, D_PAD: tl.constexpr, IN_BF16: tl.constexpr, FP8: tl.constexpr,
+                             PER_HEAD: tl.constexpr,
+                             HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr,
+                             MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
+                             HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr,
+                             MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    slot = tl.load(slot_mapping + t).to(tl.int64)
+    if slot >= 0:
+        block = slot // block_size
+        row = slot % block_size
+        _head_row(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, t, h, block, row, D, D_PAD,
+                  IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE,
+                  SATFINITE, MAX_VALUE, CLAMP)
+        _head_row(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, t, h, block, row, D,
+                  D_PAD, IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE,
+                  SATFINITE, MAX_VALUE, CLAMP)
+
+
+def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
+                                   key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                   k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
+
+    The inputs' and caches' last dimension must be contiguous (every engine's are; checked from metadata).
+    """
+    tokens, heads = slot_mapping.numel(), layout.num_kv_heads
+    for name, tensor in (("key", key), ("value", value), ("key_cache", key_cache), ("value_cache", value_cache)):
+        if tensor.stride(-1) != 1:
+            raise RtpRefError(f"{name}: the last dimension must be contiguous; got strides {tensor.stride()}")
+    if tokens == 0:
+        return
+    fp8 = layout.element_format is not None
+    if fp8 and k_scale.numel() != v_scale.numel():
+        raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both per "
+                          f"tensor (1) or both per head ({heads})")
+    per_head = fp8 and k_scale.numel() == heads and heads > 1
+    if fp8:
+        assert layout.element_format is not None
+        traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
+        hw = hardware_selector(layout.element_format, layout.conversion_mode)
+        srcs = (key, value)
+    else:
+        # no fp8 value: one specialisation; 16-bit bits moved as int16
+        traits, hw = FormatTraits.of(E4M3FN, ConversionMode.SATFINITE), SW
+        srcs = (key.view(torch.int16), value.view(torch.int16))
+        key_cache, value_cache = key_cache.view(torch.int16), value_cache.view(torch.int16)
+    on_gpu = torch.cuda.device(key_cache.device) if key_cache.is_cuda else contextlib.nullcontext()
+    with on_gpu:
+        _reshape_and_cache_flash[(tokens, heads)](
+            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, k_scale, v_scale,
+            key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+            value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1],
+            D=layout.head_size, D_PAD=triton.next_power_of_2(layout.head_size),
+            IN_BF16=key.dtype == torch.bfloat16, FP8=fp8, PER_HEAD=per_head,
+            HW=hw, CLAMP=not conversion_saturates(), enable_fp_fusion=False, **format_constexprs(traits),
+        )

@@ -1,0 +1,106 @@
+"""The Triton kernels of the other cache families against their references, byte for byte: the MHA paged
+write (reshape_and_cache_flash) and the DeepSeek indexer write (indexer_k_quant_and_cache).
+
+Inputs are built on the device under test (strided key/value views of a fused projection among them),
+the caches are filled with a canary, and the whole cache is compared with the reference's on the CPU, so a
+stray byte anywhere fails too. On a machine without a GPU the kernels run in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.mha_paged import mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.platform import load_platform
+
+pytest.importorskip("triton")
+from rtp_ref.kernels.triton_fp8 import interpreted
+from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
+from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
+
+pytestmark = [pytest.mark.triton, pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+
+DEVICE = "cpu" if interpreted() else "cuda"
+if DEVICE == "cuda" and not torch.cuda.is_available():
+    pytest.skip("triton was imported without TRITON_INTERPRET and torch sees no GPU", allow_module_level=True)
+CANARY = 0x5A
+
+
+def _edge_values(x: torch.Tensor) -> torch.Tensor:
+    """A few values every fp8 write must get right: +-inf, NaN, overflow, a subnormal, -0."""
+    flat = x.view(-1)
+    flat[:6] = torch.tensor([float("inf"), float("-inf"), float("nan"), 1e6, 1e-9, -0.0], dtype=x.dtype)
+    return x
+
+
+def _mha_inputs(tokens: int, heads: int, head_size: int, dtype: torch.dtype, strided: bool,
+                seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    if strided:  # key and value as views of one fused [T, 3 * H * D] projection, as engines pass them
+        fused = (torch.randn(tokens, 3 * heads * head_size, generator=gen) * 4).to(dtype).to(DEVICE)
+        key = fused[:, heads * head_size: 2 * heads * head_size].view(tokens, heads, head_size)
+        value = fused[:, 2 * heads * head_size:].view(tokens, heads, head_size)
+        assert not key.is_contiguous()
+        return key, value
+    key = (torch.randn(tokens, heads, head_size, generator=gen) * 4).to(dtype)
+    value = (torch.randn(tokens, heads, head_size, generator=gen) * 4).to(dtype)
+    return _edge_values(key).to(DEVICE), value.to(DEVICE)
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+@pytest.mark.parametrize(("cache_dtype", "platform_name", "per_head"), [
+    ("auto", "cuda-sm90", False), ("fp8", "cuda-sm90", False), ("fp8", "cuda-sm90", True),
+    ("fp8", "rocm-gfx942", True), ("fp8_e5m2", "cuda-sm90", False),
+])
+@pytest.mark.parametrize(("heads", "head_size", "block_size", "strided"), [(1, 64, 16, False), (8, 128, 16, True),
+                                                                          (2, 256, 64, False)])
+def test_mha_paged_is_bit_exact(order: str, cache_dtype: str, platform_name: str, per_head: bool, heads: int,
+                                head_size: int, block_size: int, strided: bool) -> None:
+    layout = mha_layout(load_platform(platform_name), cache_dtype, heads, head_size)
+    dtype = torch.bfloat16 if head_size != 256 else torch.float16
+    tokens, num_blocks = 9, 3
+    key, value = _mha_inputs(tokens, heads, head_size, dtype, strided, seed=heads * head_size)
+    # padding slots, the first and last slot of the cache, and a key longer than the slot mapping
+    slots = torch.tensor([0, -1, block_size * num_blocks - 1, 5, block_size + 2, -1, 2 * block_size, 7])
+    k_scale = torch.linspace(0.5, 2.0, heads if per_head else 1)
+    v_scale = torch.linspace(1.5, 0.25, heads if per_head else 1)
+    caches = []
+    for device in ("cpu", DEVICE):
+        kc = layout.new_cache(num_blocks, block_size, order, dtype, device)
+        vc = layout.new_cache(num_blocks, block_size, order, dtype, device)
+        for cache in (kc, vc):
+            cache.view(torch.uint8).fill_(CANARY) if cache.is_contiguous() else \
+                cache.permute(0, 2, 1, 3).view(torch.uint8).fill_(CANARY)
+        caches.append((kc, vc))
+    (rk, rv), (gk, gv) = caches
+    reference_reshape_and_cache_flash(layout, key.cpu(), value.cpu(), rk, rv, slots, k_scale, v_scale)
+    triton_reshape_and_cache_flash(layout, key, value, gk, gv, slots.to(DEVICE), k_scale.to(DEVICE),
+                                   v_scale.to(DEVICE))
+    for name, want, got in (("key_cache", rk, gk), ("value_cache", rv, gv)):
+        want_bytes = want.contiguous().view(torch.uint8)
+        got_bytes = got.cpu().contiguous().view(torch.uint8)
+        differ = int((want_bytes != got_bytes).sum())
+        assert differ == 0, f"{name}: {differ} bytes differ from the reference"
+
+
+@pytest.mark.parametrize(("platform_name", "dim", "quant", "scale_fmt"), [
+    ("cuda-sm90", 128, 128, "none"), ("cuda-sm90", 128, 128, "ue8m0"), ("rocm-gfx942", 128, 128, "none"),
+    ("cuda-sm90", 256, 64, "ue8m0"),
+])
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_indexer_is_bit_exact(platform_name: str, dim: int, quant: int, scale_fmt: str, block_size: int) -> None:
+    layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
+    gen = torch.Generator().manual_seed(dim + block_size)
+    k = torch.randn(7, dim, generator=gen) * torch.tensor([4.0, 0.01, 1.0, 100.0, 1.0, 1.0, 3.0])[:, None]
+    k[4] = 0.0
+    k = _edge_values(k.to(torch.bfloat16))
+    slots = torch.tensor([3, -1, 2 * block_size - 1, 0, block_size, 9, -1])
+    num_blocks = 2
+    want = torch.full((num_blocks, block_size, layout.bytes_per_token), CANARY, dtype=torch.uint8)
+    got = want.clone().to(DEVICE)
+    reference_indexer_k_quant_and_cache(layout, k, want, slots, scale_fmt)
+    triton_indexer_k_quant_and_cache(layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
+    differ = int((want != got.cpu()).sum())
+    assert differ == 0, f"{differ} bytes differ from the reference"
