@@ -13,11 +13,13 @@
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; -n 3 refused
 #   scripts/gpu_check.sh vendor        the CUDA C++ example vendor package (examples/cuda_vendor_kernel): built,
 #                                      certified next to its crashing variant, its GPU test, and memcheck over both
+#   scripts/gpu_check.sh families      the MHA paged and indexer Triton kernels against their references, the same
+#                                      under compute-sanitizer, and the MLA triton kernel's tests and certification
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning or vendor" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -114,8 +116,15 @@ PY
       | tail -15 | tee -a "$out/vendor.log"
     memcheck acme-cuda acme-cuda-crashy | tee -a "$out/vendor.log"
     ;;
+  families)
+    unit_tests tests/kernels/test_triton_families.py tests/kernels/test_triton.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+      tests/kernels/test_triton_families.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
+    echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
+    certify cuda-sm90 --kernel triton
+    ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning or vendor" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2
     ;;
   esac
 done
