@@ -13,8 +13,8 @@
 #   scripts/gpu_check.sh pinning       -n 2 on a 2-GPU host: one GPU per xdist worker; -n 3 refused
 #   scripts/gpu_check.sh vendor        the CUDA C++ example vendor package (examples/cuda_vendor_kernel): built,
 #                                      certified next to its crashing variant, its GPU test, and memcheck over both
-#   scripts/gpu_check.sh families      the MHA paged and indexer Triton kernels against their references, the same
-#                                      under compute-sanitizer, and the MLA triton kernel's tests and certification
+#   scripts/gpu_check.sh families      the MHA paged and indexer kernels (triton, cuda) against their references, the
+#                                      same under compute-sanitizer, and the MLA kernels' tests and certification
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
@@ -117,11 +117,11 @@ PY
     memcheck acme-cuda acme-cuda-crashy | tee -a "$out/vendor.log"
     ;;
   families)
-    unit_tests tests/kernels/test_triton_families.py tests/kernels/test_triton.py
+    unit_tests tests/kernels/test_family_kernels.py tests/kernels/test_triton.py tests/kernels/test_cuda.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
-      tests/kernels/test_triton_families.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
+      tests/kernels/test_family_kernels.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
-    certify cuda-sm90 --kernel triton
+    certify cuda-sm90 --kernel triton --kernel cuda
     ;;
   *)
     echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2

@@ -1,9 +1,7 @@
 """The ``cuda`` built-in kernel: CUDA C++ (``csrc/mla_cache.cu``) built at first use for the running GPU.
 
-The source is compiled once per process and GPU architecture with
-``torch.utils.cpp_extension.load`` (``-O3``, ``sm_XYa`` of the device: ``sm_90a`` on an H200), into
-``$TORCH_EXTENSIONS_DIR`` (torch's default cache folder when unset), and reused by later processes.
-The library has a plain C entry point called through ctypes, so the build needs no torch headers.
+Built at first use by rtp_ref.kernels.cuda_build (once per GPU architecture, cached on disk); the
+library has a plain C entry point called through ctypes.
 
 fp8 conversion: ``hardware`` (``__nv_cvt_float2_to_fp8x2`` with ``__NV_SATFINITE``) for OCP e4m3
 with ``satfinite``, the NVIDIA platforms' contract; ``software`` (integer round-half-even) for any
@@ -17,10 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 from collections.abc import Collection
-from importlib import resources
 
 import torch
 
@@ -35,6 +31,7 @@ from rtp_ref.kernels.contract import (
     block_shift_of,
     default_contract,
 )
+from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -66,7 +63,7 @@ class _Params(ctypes.Structure):
 
 
 def _source_path() -> str:
-    return str(resources.files("rtp_ref.kernels").joinpath("csrc", "mla_cache.cu"))
+    return os.path.join(csrc_dir(), "mla_cache.cu")
 
 
 def unavailable_reason() -> str | None:
@@ -88,32 +85,10 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _arch(device: torch.device) -> str:
-    """``sm_XY`` of the device, with the ``a`` (architecture-specific) suffix from Hopper on."""
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"{major}{minor}a" if major >= 9 else f"{major}{minor}"
-
-
 @functools.cache
 def _library(arch: str) -> ctypes.CDLL:
-    """Build (or reuse from the extensions cache) the kernel library for ``sm_<arch>``; once per process."""
-    from torch.utils import cpp_extension
-
-    source = _source_path()
-    with open(source, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    name = f"rtp_ref_mla_cache_sm{arch}_{digest}"
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
-    build_directory = os.path.join(root, name)
-    os.makedirs(build_directory, exist_ok=True)
-    cpp_extension.load(
-        name=name,
-        sources=[source],
-        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
-        build_directory=build_directory,
-        is_python_module=False,
-    )
-    lib = ctypes.CDLL(os.path.join(build_directory, f"{name}.so"))
+    """The built kernel library for ``sm_<arch>`` with its entry points typed."""
+    lib = build_library("mla_cache.cu", arch)
     lib.rtp_ref_mla_cache_write.argtypes = [ctypes.POINTER(_Params), ctypes.c_void_p]
     lib.rtp_ref_mla_cache_write.restype = ctypes.c_int
     lib.rtp_ref_mla_error_string.argtypes = [ctypes.c_int]
@@ -180,7 +155,7 @@ class CudaMlaKernel(PlannedKernel):
                 f"tiles of {_CHUNK} x a power of two up to {_CHUNK * _MAX_LANES_PER_TILE} values (one chunk index "
                 f"across a half warp)"
             )
-        lib = _library(_arch(kv_cache.device))
+        lib = _library(arch_of(kv_cache.device))
         block_size = kv_cache.shape[1]
         f = plan.traits
         params = _Params(

@@ -1,9 +1,10 @@
-"""The Triton kernels of the other cache families against their references, byte for byte: the MHA paged
-write (reshape_and_cache_flash) and the DeepSeek indexer write (indexer_k_quant_and_cache).
+"""The built-in kernels of the other cache families (triton, cuda) against their references, byte for byte:
+the MHA paged write (reshape_and_cache_flash) and the DeepSeek indexer write (indexer_k_quant_and_cache).
 
 Inputs are built on the device under test (strided key/value views of a fused projection among them),
 the caches are filled with a canary, and the whole cache is compared with the reference's on the CPU, so a
-stray byte anywhere fails too. On a machine without a GPU the kernels run in Triton's interpreter.
+stray byte anywhere fails too. On a machine without a GPU the Triton kernels run in Triton's interpreter
+and the CUDA ones are skipped.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rtp_ref.kernels.cuda_families import cuda_indexer_k_quant_and_cache, cuda_reshape_and_cache_flash
 from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.platform import load_platform
@@ -20,12 +22,19 @@ from rtp_ref.kernels.triton_fp8 import interpreted
 from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
 from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
 
-pytestmark = [pytest.mark.triton, pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
 DEVICE = "cpu" if interpreted() else "cuda"
 if DEVICE == "cuda" and not torch.cuda.is_available():
     pytest.skip("triton was imported without TRITON_INTERPRET and torch sees no GPU", allow_module_level=True)
 CANARY = 0x5A
+#: kernel name -> (MHA writer, indexer writer); cuda only where the inputs live on a GPU
+WRITERS = {
+    "triton": (triton_reshape_and_cache_flash, triton_indexer_k_quant_and_cache),
+    "cuda": (cuda_reshape_and_cache_flash, cuda_indexer_k_quant_and_cache),
+}
+KERNELS = [pytest.param("triton", marks=pytest.mark.triton),
+           pytest.param("cuda", marks=pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU"))]
 
 
 def _edge_values(x: torch.Tensor) -> torch.Tensor:
@@ -49,6 +58,7 @@ def _mha_inputs(tokens: int, heads: int, head_size: int, dtype: torch.dtype, str
     return _edge_values(key).to(DEVICE), value.to(DEVICE)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("order", ["NHD", "HND"])
 @pytest.mark.parametrize(("cache_dtype", "platform_name", "per_head"), [
     ("auto", "cuda-sm90", False), ("fp8", "cuda-sm90", False), ("fp8", "cuda-sm90", True),
@@ -56,8 +66,8 @@ def _mha_inputs(tokens: int, heads: int, head_size: int, dtype: torch.dtype, str
 ])
 @pytest.mark.parametrize(("heads", "head_size", "block_size", "strided"), [(1, 64, 16, False), (8, 128, 16, True),
                                                                           (2, 256, 64, False)])
-def test_mha_paged_is_bit_exact(order: str, cache_dtype: str, platform_name: str, per_head: bool, heads: int,
-                                head_size: int, block_size: int, strided: bool) -> None:
+def test_mha_paged_is_bit_exact(kernel: str, order: str, cache_dtype: str, platform_name: str, per_head: bool,
+                                heads: int, head_size: int, block_size: int, strided: bool) -> None:
     layout = mha_layout(load_platform(platform_name), cache_dtype, heads, head_size)
     dtype = torch.bfloat16 if head_size != 256 else torch.float16
     tokens, num_blocks = 9, 3
@@ -76,8 +86,7 @@ def test_mha_paged_is_bit_exact(order: str, cache_dtype: str, platform_name: str
         caches.append((kc, vc))
     (rk, rv), (gk, gv) = caches
     reference_reshape_and_cache_flash(layout, key.cpu(), value.cpu(), rk, rv, slots, k_scale, v_scale)
-    triton_reshape_and_cache_flash(layout, key, value, gk, gv, slots.to(DEVICE), k_scale.to(DEVICE),
-                                   v_scale.to(DEVICE))
+    WRITERS[kernel][0](layout, key, value, gk, gv, slots.to(DEVICE), k_scale.to(DEVICE), v_scale.to(DEVICE))
     for name, want, got in (("key_cache", rk, gk), ("value_cache", rv, gv)):
         want_bytes = want.contiguous().view(torch.uint8)
         got_bytes = got.cpu().contiguous().view(torch.uint8)
@@ -90,7 +99,9 @@ def test_mha_paged_is_bit_exact(order: str, cache_dtype: str, platform_name: str
     ("cuda-sm90", 256, 64, "ue8m0"),
 ])
 @pytest.mark.parametrize("block_size", [16, 64])
-def test_indexer_is_bit_exact(platform_name: str, dim: int, quant: int, scale_fmt: str, block_size: int) -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str,
+                              block_size: int) -> None:
     layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
     gen = torch.Generator().manual_seed(dim + block_size)
     k = torch.randn(7, dim, generator=gen) * torch.tensor([4.0, 0.01, 1.0, 100.0, 1.0, 1.0, 3.0])[:, None]
@@ -101,6 +112,6 @@ def test_indexer_is_bit_exact(platform_name: str, dim: int, quant: int, scale_fm
     want = torch.full((num_blocks, block_size, layout.bytes_per_token), CANARY, dtype=torch.uint8)
     got = want.clone().to(DEVICE)
     reference_indexer_k_quant_and_cache(layout, k, want, slots, scale_fmt)
-    triton_indexer_k_quant_and_cache(layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
+    WRITERS[kernel][1](layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
     differ = int((want != got.cpu()).sum())
     assert differ == 0, f"{differ} bytes differ from the reference"

@@ -1,0 +1,140 @@
+// The other cache families in CUDA C++ (rtp_ref/kernels/cuda_families.py): the MHA paged write
+// (reshape_and_cache_flash, contract in rtp_ref/kv/mha_paged.py) and the DeepSeek indexer write
+// (indexer_k_quant_and_cache, contract in rtp_ref/kv/indexer.py).
+//
+// MHA: one thread block per (token, head); its threads stride over the head's values. The cache order
+// (NHD or HND) is only strides, in elements. auto moves the 16-bit bits; fp8 stores the codes of
+// __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale), by the hardware's saturating e4m3
+// conversion or the software encoder of fp8_convert.cuh.
+// Indexer: one thread block per (token, quant slice) of QUANT threads, one value each; the slice's amax
+// folds with fmaxf (NaN dropped, as vLLM's kernel), scale = __fdiv_rn(fmaxf(amax, floor), divisor), a
+// power of two for ue8m0; thread 0 stores the four scale bytes one by one (no alignment asked).
+// All offsets are int64. The host side is plain C, called through ctypes.
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "fp8_convert.cuh"
+
+// Mirror the ctypes Structures in cuda_families.py field by field: 8-byte fields, no padding.
+struct RtpRefMhaParams {
+  int64_t key, value, key_cache, value_cache, slots, k_scale, v_scale;  // device addresses
+  int64_t num_tokens, heads, head_size, key_t, key_h, value_t, value_h;
+  int64_t kc_block, kc_page, kc_head, vc_block, vc_page, vc_head, block_size;
+  int64_t fp8, per_head, input_fp16, hardware;
+  int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
+};
+
+struct RtpRefIndexerParams {
+  int64_t k, cache, slots;  // device addresses
+  int64_t num_tokens, k_row, block_bytes, block_size, head_dim, quant, n_slices, ue8m0;
+  int64_t input_fp16, hardware;
+  int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
+  double divisor, floor_;
+};
+
+namespace {
+
+using namespace rtp_ref_fp8;
+
+constexpr int kMhaThreads = 128;
+
+__device__ __forceinline__ float widen(uint16_t bits, bool fp16) {
+  return fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+__device__ __forceinline__ uint8_t fp8_code(float q, bool hardware, const Fmt& f) {
+  if (!hardware) return fp8_software(q, f);
+  // The hardware's saturating e4m3 conversion; NaN written as the canonical code.
+  const uint8_t code = static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+  return q != q ? static_cast<uint8_t>(f.nan_code) : code;
+}
+
+__device__ __forceinline__ Fmt fmt_of(int64_t man_bits, int64_t emin, int64_t max_code, int64_t nan_code,
+                                      int64_t inf_code, int64_t neg_zero, int64_t has_inf, int64_t satfinite) {
+  return Fmt{static_cast<int>(man_bits), static_cast<int>(emin), static_cast<int>(max_code),
+             static_cast<int>(nan_code), static_cast<int>(inf_code), neg_zero != 0, has_inf != 0, satfinite != 0};
+}
+
+__device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, const float* scale, const Fmt& f,
+                                         const RtpRefMhaParams& p, int64_t head) {
+  const float s = p.fp8 ? scale[p.per_head ? head : 0] : 1.0f;
+  for (int64_t d = threadIdx.x; d < p.head_size; d += blockDim.x) {
+    if (p.fp8) {
+      dst[d] = fp8_code(__fdiv_rn(widen(src[d], p.input_fp16), s), p.hardware, f);
+    } else {
+      reinterpret_cast<uint16_t*>(dst)[d] = src[d];
+    }
+  }
+}
+
+__global__ void mha_paged_write(const RtpRefMhaParams p) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
+  if (slot < 0) return;
+  const int64_t block = slot / p.block_size, row = slot % p.block_size;
+  const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
+  const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
+  const auto* key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
+  const auto* value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
+  auto* kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + row * p.kc_page + h * p.kc_head) * elem;
+  auto* vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + row * p.vc_page + h * p.vc_head) * elem;
+  mha_head(key, kc, reinterpret_cast<const float*>(p.k_scale), f, p, h);
+  mha_head(value, vc, reinterpret_cast<const float*>(p.v_scale), f, p, h);
+}
+
+__global__ void indexer_write(const RtpRefIndexerParams p) {
+  extern __shared__ float partial[];
+  const int64_t t = blockIdx.x, j = blockIdx.y;
+  const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
+  if (slot < 0) return;  // the whole block returns: no barrier is left waiting
+  const int64_t block = slot / p.block_size, row = slot % p.block_size;
+  const int lane = threadIdx.x;
+  const auto* k = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;
+  const float x = widen(k[lane], p.input_fp16);
+  partial[lane] = fmaxf(0.0f, fabsf(x));  // fmaxf drops NaN
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (lane < half) partial[lane] = fmaxf(partial[lane], partial[lane + half]);
+    __syncthreads();
+  }
+  float scale = __fdiv_rn(fmaxf(partial[0], static_cast<float>(p.floor_)), static_cast<float>(p.divisor));
+  if (p.ue8m0) {
+    const int byte = ue8m0_ceil(scale);
+    scale = byte == 0xFF ? scale : ue8m0_value(byte);  // 0xFF only for an infinite scale: keep it
+  }
+  const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
+  uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
+  base[row * p.head_dim + j * p.quant + lane] = fp8_code(__fdiv_rn(x, scale), p.hardware, f);
+  if (lane == 0) {
+    const uint32_t bits = __float_as_uint(scale);
+    uint8_t* at = base + p.block_size * p.head_dim + (row * p.n_slices + j) * 4;
+    for (int b = 0; b < 4; ++b) at[b] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
+  if (p->num_tokens == 0) return 0;
+  const int threads = p->head_size < kMhaThreads ? static_cast<int>(p->head_size) : kMhaThreads;
+  mha_paged_write<<<dim3(static_cast<unsigned>(p->num_tokens), static_cast<unsigned>(p->heads)), threads, 0,
+                    static_cast<cudaStream_t>(stream)>>>(*p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
+  if (p->num_tokens == 0) return 0;
+  const int threads = static_cast<int>(p->quant);
+  indexer_write<<<dim3(static_cast<unsigned>(p->num_tokens), static_cast<unsigned>(p->n_slices)), threads,
+                  threads * sizeof(float), static_cast<cudaStream_t>(stream)>>>(*p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+const char* rtp_ref_families_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+}  // extern "C"

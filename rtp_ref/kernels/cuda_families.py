@@ -1,0 +1,140 @@
+"""The MHA paged and indexer writes in CUDA C++ (``csrc/families.cu``), for CUDA GPUs.
+
+fp8 conversion: ``hardware`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``) for OCP e4m3 under
+``satfinite``; ``software`` (integer round-half-even) for every other format or mode, e.g. fnuz of a ROCm
+table emulated on an NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import E4M3FN, ConversionMode, Fp8Format
+from rtp_ref.kernels.contract import FormatTraits
+from rtp_ref.kernels.cuda_build import arch_of, build_library
+from rtp_ref.kv.indexer import AMAX_FLOOR, SCALE_FORMATS, IndexerLayout
+from rtp_ref.kv.mha_paged import MhaPagedLayout
+
+_TRAITS = ("man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite")
+
+
+class _MhaParams(ctypes.Structure):
+    """Mirror of ``struct RtpRefMhaParams`` in families.cu: int64 fields, no padding."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "key", "value", "key_cache", "value_cache", "slots", "k_scale", "v_scale",
+        "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
+        "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
+        "fp8", "per_head", "input_fp16", "hardware", *_TRAITS)]
+
+
+class _IndexerParams(ctypes.Structure):
+    """Mirror of ``struct RtpRefIndexerParams`` in families.cu: int64 fields, then 2 doubles."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
+        "n_slices", "ue8m0", "input_fp16", "hardware", *_TRAITS)] + [("divisor", ctypes.c_double),
+                                                                      ("floor_", ctypes.c_double)]
+
+
+@functools.cache
+def _library(arch: str) -> ctypes.CDLL:
+    lib = build_library("families.cu", arch)
+    lib.rtp_ref_mha_paged_write.argtypes = [ctypes.POINTER(_MhaParams), ctypes.c_void_p]
+    lib.rtp_ref_indexer_write.argtypes = [ctypes.POINTER(_IndexerParams), ctypes.c_void_p]
+    lib.rtp_ref_mha_paged_write.restype = lib.rtp_ref_indexer_write.restype = ctypes.c_int
+    lib.rtp_ref_families_error_string.argtypes = [ctypes.c_int]
+    lib.rtp_ref_families_error_string.restype = ctypes.c_char_p
+    return lib
+
+
+def _traits(fmt: Fp8Format, mode: ConversionMode) -> dict[str, int]:
+    f = FormatTraits.of(fmt, mode)
+    return {"man_bits": f.man_bits, "emin": f.emin, "max_code": f.max_code, "nan_code": f.nan_code,
+            "neg_zero": f.negative_zero, "has_inf": f.has_inf, "inf_code": f.inf_code, "satfinite": f.satfinite}
+
+
+def _hardware(fmt: Fp8Format, mode: ConversionMode) -> bool:
+    return fmt == E4M3FN and mode is ConversionMode.SATFINITE
+
+
+def _check_inputs(*named: tuple[str, torch.Tensor]) -> None:
+    for name, tensor in named:
+        if tensor.dtype not in (torch.bfloat16, torch.float16):
+            raise RtpRefError(f"{name} has dtype {tensor.dtype}; valid: bfloat16, float16")
+        if tensor.stride(-1) != 1:
+            raise RtpRefError(f"{name}: the last dimension must be contiguous; got strides {tensor.stride()}")
+
+
+def _check_slots(slot_mapping: torch.Tensor) -> None:
+    if slot_mapping.dtype != torch.int64:
+        raise RtpRefError(f"slot_mapping has dtype {slot_mapping.dtype}; valid: int64")
+
+
+def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
+    lib = _library(arch_of(device))
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        code = getattr(lib, entry)(ctypes.byref(params), ctypes.c_void_p(stream))
+    if code != 0:
+        raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_families_error_string(code).decode()}")
+
+
+def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
+                                 key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                 k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch."""
+    _check_inputs(("key", key), ("value", value))
+    _check_slots(slot_mapping)
+    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if cache.stride(-1) != 1:
+            raise RtpRefError(f"{name}: the last dimension must be contiguous; got strides {cache.stride()}")
+    fmt = layout.element_format
+    if fmt is not None and k_scale.numel() != v_scale.numel():
+        raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both "
+                          f"per tensor (1) or both per head ({layout.num_kv_heads})")
+    traits = _traits(fmt or E4M3FN, layout.conversion_mode)
+    params = _MhaParams(
+        key=key.data_ptr(), value=value.data_ptr(), key_cache=key_cache.data_ptr(),
+        value_cache=value_cache.data_ptr(), slots=slot_mapping.data_ptr(), k_scale=k_scale.data_ptr(),
+        v_scale=v_scale.data_ptr(), num_tokens=slot_mapping.numel(), heads=layout.num_kv_heads,
+        head_size=layout.head_size, key_t=key.stride(0), key_h=key.stride(1), value_t=value.stride(0),
+        value_h=value.stride(1), kc_block=key_cache.stride(0), kc_page=key_cache.stride(1),
+        kc_head=key_cache.stride(2), vc_block=value_cache.stride(0), vc_page=value_cache.stride(1),
+        vc_head=value_cache.stride(2), block_size=key_cache.shape[1], fp8=fmt is not None,
+        per_head=fmt is not None and k_scale.numel() == layout.num_kv_heads > 1,
+        input_fp16=key.dtype == torch.float16,
+        hardware=fmt is not None and _hardware(fmt, layout.conversion_mode), **traits,
+    )
+    _launch("rtp_ref_mha_paged_write", params, key_cache.device)
+
+
+def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
+                                   slot_mapping: torch.Tensor, scale_fmt: str) -> None:
+    """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one CUDA launch.
+    ``quant_block_size`` must be a power of two up to 1024 (one thread a value)."""
+    if scale_fmt not in SCALE_FORMATS:
+        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    _check_inputs(("k", k))
+    _check_slots(slot_mapping)
+    _, block_size, row = kv_cache.shape
+    if row != layout.bytes_per_token or kv_cache.stride(1) != row or kv_cache.stride(2) != 1:
+        raise RtpRefError(f"kv_cache rows must be {layout.bytes_per_token} contiguous bytes; "
+                          f"got shape {tuple(kv_cache.shape)}, strides {kv_cache.stride()}")
+    quant = layout.quant_block_size
+    if quant & (quant - 1) or quant > 1024:
+        raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to 1024")
+    params = _IndexerParams(
+        k=k.data_ptr(), cache=kv_cache.data_ptr(), slots=slot_mapping.data_ptr(), num_tokens=slot_mapping.numel(),
+        k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size, head_dim=layout.head_dim,
+        quant=quant, n_slices=layout.scales_per_token, ue8m0=scale_fmt == "ue8m0",
+        input_fp16=k.dtype == torch.float16,
+        hardware=_hardware(layout.element_format, layout.conversion_mode),
+        divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
+        **_traits(layout.element_format, layout.conversion_mode),
+    )
+    _launch("rtp_ref_indexer_write", params, kv_cache.device)
