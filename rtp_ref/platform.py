@@ -64,6 +64,11 @@ class Platform:
     conversion_mode: ConversionMode
     scale_formats: tuple[str, ...]
     supported_layouts: tuple[str, ...]
+    #: fp8 formats with a hardware conversion instruction on this target (``[hardware]``)
+    fp8_conversion: tuple[str, ...]
+    #: the formats Triton converts with that instruction here, and from which Triton release (None: any)
+    triton_fp8_conversion: tuple[str, ...]
+    triton_fp8_since: tuple[int, int] | None
     layout_flags: Mapping[str, FlagValue]
     #: bytes per token of each supported layout at R=512/P=64 (model1: 448/64), stated by hand
     layout_bytes: Mapping[str, int]
@@ -122,6 +127,19 @@ class _Key:
     check: _Check | None = None
 
 
+def _parse_version(text: str) -> tuple[int, int]:
+    """``"3.8"`` -> (3, 8)."""
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def _version(value: Any) -> str | None:
+    parts = str(value).split(".")
+    if len(parts) == 2 and all(part.isdigit() for part in parts):
+        return None
+    return "valid: a release as MAJOR.MINOR, e.g. 3.8"
+
+
 _TOP: dict[str, _Key] = {
     "schema_version": _Key(
         "integer", lambda v: isinstance(v, int) and not isinstance(v, bool), check=_one_of([SCHEMA_VERSION])
@@ -141,6 +159,14 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
             "string", lambda v: isinstance(v, str), check=_one_of([m.value for m in ConversionMode])
         ),
         "scale_formats": _Key("list of strings", _is_str_list, check=_each_one_of(SCALE_FORMATS)),
+    },
+    # fp8 formats the target converts to with a hardware instruction: what the CUDA C++ kernels may use
+    # (fp8_conversion) and what Triton emits it for (triton_fp8_conversion, from release triton_fp8_since)
+    "hardware": {
+        "fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
+        "triton_fp8_conversion": _Key("list of strings", _is_str_list,
+                                      check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
+        "triton_fp8_since": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
     },
     "layouts": {
         "supported": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
@@ -239,6 +265,10 @@ def parse_platform(text: bytes, source: str) -> Platform:
         conversion_mode=ConversionMode(fp8["conversion_mode"]),
         scale_formats=tuple(fp8["scale_formats"]),
         supported_layouts=tuple(data["layouts"]["supported"]),
+        fp8_conversion=tuple(data["hardware"]["fp8_conversion"]),
+        triton_fp8_conversion=tuple(data["hardware"]["triton_fp8_conversion"]),
+        triton_fp8_since=_parse_version(data["hardware"]["triton_fp8_since"])
+        if "triton_fp8_since" in data["hardware"] else None,
         layout_flags=dict(data["layout_flags"]),
         layout_bytes=dict(data["layout_bytes"]),
         numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),

@@ -1,9 +1,9 @@
 """The MHA paged and indexer writes in CUDA C++ (``csrc/families.cu``), for CUDA GPUs.
 
 fp8 conversion: ``hardware`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``) for OCP e4m3 under
-``satfinite``; ``software`` (integer round-half-even) for every other format or mode, e.g. fnuz of a ROCm
-table emulated on an NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension.
-"""
+``satfinite`` where the GPU's platform table lists it under ``[hardware] fp8_conversion``; ``software``
+(integer round-half-even) for every other format or mode, e.g. fnuz of a ROCm table emulated on an
+NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension. """
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import FormatTraits
-from rtp_ref.kernels.cuda_build import arch_of, build_library
+from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
 from rtp_ref.kv.indexer import AMAX_FLOOR, SCALE_FORMATS, IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 
@@ -56,10 +56,6 @@ def _traits(fmt: Fp8Format, mode: ConversionMode) -> dict[str, int]:
     f = FormatTraits.of(fmt, mode)
     return {"man_bits": f.man_bits, "emin": f.emin, "max_code": f.max_code, "nan_code": f.nan_code,
             "neg_zero": f.negative_zero, "has_inf": f.has_inf, "inf_code": f.inf_code, "satfinite": f.satfinite}
-
-
-def _hardware(fmt: Fp8Format, mode: ConversionMode) -> bool:
-    return fmt == E4M3FN and mode is ConversionMode.SATFINITE
 
 
 def _check_inputs(*named: tuple[str, torch.Tensor]) -> None:
@@ -108,7 +104,7 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
         vc_head=value_cache.stride(2), block_size=key_cache.shape[1], fp8=fmt is not None,
         per_head=fmt is not None and k_scale.numel() == layout.num_kv_heads > 1,
         input_fp16=key.dtype == torch.float16,
-        hardware=fmt is not None and _hardware(fmt, layout.conversion_mode), **traits,
+        hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode), **traits,
     )
     _launch("rtp_ref_mha_paged_write", params, key_cache.device)
 
@@ -133,7 +129,7 @@ def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_ca
         k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size, head_dim=layout.head_dim,
         quant=quant, n_slices=layout.scales_per_token, ue8m0=scale_fmt == "ue8m0",
         input_fp16=k.dtype == torch.float16,
-        hardware=_hardware(layout.element_format, layout.conversion_mode),
+        hardware=hardware_converts(layout.element_format, layout.conversion_mode),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **_traits(layout.element_format, layout.conversion_mode),
     )

@@ -3,9 +3,10 @@
 Built at first use by rtp_ref.kernels.cuda_build (once per GPU architecture, cached on disk); the
 library has a plain C entry point called through ctypes.
 
-fp8 conversion: ``hardware`` (``__nv_cvt_float2_to_fp8x2`` with ``__NV_SATFINITE``) for OCP e4m3
-with ``satfinite``, the NVIDIA platforms' contract; ``software`` (integer round-half-even) for any
-other contract, e.g. the fnuz format of a ROCm table emulated on an NVIDIA GPU.
+fp8 conversion: ``hardware`` (``__nv_cvt_float2_to_fp8x2`` with ``__NV_SATFINITE``) for OCP e4m3 with
+``satfinite``, the NVIDIA platforms' contract, where the GPU's table lists it under ``[hardware]``;
+``software`` (integer round-half-even) for any other contract, e.g. the fnuz format of a ROCm table
+emulated on an NVIDIA GPU.
 
 Without an NVIDIA GPU, CUDA toolkit (nvcc) or ninja the kernel is unavailable and
 ``unavailable_reason()`` says why.
@@ -20,7 +21,6 @@ from collections.abc import Collection
 
 import torch
 
-from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.contract import (
     ConversionChoice,
     ConversionPath,
@@ -31,7 +31,7 @@ from rtp_ref.kernels.contract import (
     block_shift_of,
     default_contract,
 )
-from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir
+from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir, hardware_converts
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -131,7 +131,7 @@ class CudaMlaKernel(PlannedKernel):
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
-        hardware = contract.element_format == E4M3FN and contract.conversion_mode is ConversionMode.SATFINITE
+        hardware = hardware_converts(contract.element_format, contract.conversion_mode)
         return "hardware" if hardware and self.conversion == "auto" else "software"
 
     @property

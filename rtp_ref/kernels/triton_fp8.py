@@ -3,8 +3,9 @@
 """fp8 and ue8m0 conversion inside Triton kernels, shared by every built-in Triton kernel.
 
 Two conversion paths (each kernel reports which one it took): ``hardware``, Triton's ``.to(tl.float8e4nv)``
-(OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton 3.8) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942), see
-``hip_hardware_format``; and ``software``, round-half-even in integer arithmetic (the algorithm of
+or ``.to(tl.float8e4b8)`` (fnuz) where the running GPU's platform table lists the format under
+``[hardware] triton_fp8_conversion`` (OCP e4m3 on NVIDIA sm90/sm100 and AMD gfx950 from triton 3.8, fnuz on
+gfx942); and ``software``, round-half-even in integer arithmetic (the algorithm of
 ``rtp_ref.fp8.codec.encode``), used where no hardware conversion exists, for other formats, for the
 ``nonsat`` mode and under ``TRITON_INTERPRET=1`` (Triton's interpreter rounds fp8 conversions wrongly:
 -31.74 -> -16, 126.48 -> 64; triton 3.6 and 3.9).
@@ -12,13 +13,17 @@ Two conversion paths (each kernel reports which one it took): ``hardware``, Trit
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
 import triton
 import triton.language as tl
 
-from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, FP8_FORMATS, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import FormatTraits
+
+if TYPE_CHECKING:
+    from rtp_ref.platform import Platform
 
 #: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
 SW, HW_E4M3FN, HW_E4M3FNUZ = 0, 1, 2
@@ -128,43 +133,47 @@ def interpreted() -> bool:
     return isinstance(fp8_codes, InterpretedFunction)
 
 
-def hip_hardware_format(arch: str) -> Fp8Format | None:
-    """The fp8 format this Triton converts to with a hardware instruction on AMD ``arch``, if any.
-
-    gfx942: fnuz (``tl.float8e4b8`` -> ``v_cvt_pk_fp8_f32``, triton 3.6, 3.8 and 3.9). gfx950: OCP
-    from triton 3.8 (``v_cvt_scalef32_pk_fp8_f32``, seen with 3.8 and 3.9); triton 3.6 lowers it to
-    integer code without the instruction, so the kernel's own software path is used there. gfx12:
-    no instruction in 3.9.
-    Measured with ahead-of-time builds (tests/kernels/test_triton_aot.py checks the claim).
+def triton_hardware_format(platform: Platform) -> Fp8Format | None:
+    """The fp8 format this Triton converts to with a hardware instruction on ``platform``, if any: the
+    table's ``[hardware] triton_fp8_conversion``, from its ``triton_fp8_since`` release on (data, not code:
+    tests/kernels/test_triton_aot.py builds each AMD target ahead of time and checks the claim both ways).
     """
-    base = arch.split(":", 1)[0]
-    if base == "gfx942":
-        return E4M3FNUZ
-    if base == "gfx950" and triton_version() >= (3, 8):
-        return E4M3FN
-    return None
+    if not platform.triton_fp8_conversion:
+        return None
+    if platform.triton_fp8_since is not None and triton_version() < platform.triton_fp8_since:
+        return None
+    return FP8_FORMATS[platform.triton_fp8_conversion[0]]
 
 
 def triton_version() -> tuple[int, int]:
+    """This Triton's (major, minor) release."""
     major, minor = triton.__version__.split(".")[:2]
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
+@functools.cache
+def _device_platform() -> Platform | None:
+    """The platform table of the GPU this process runs on (None: no table matches it, or no GPU)."""
+    from rtp_ref.errors import RtpRefError
+    from rtp_ref.platform import detect_platform
+
+    try:
+        platform = detect_platform()
+    except RtpRefError:
+        return None
+    return None if platform.backend == "cpu" else platform
+
+
 def hardware_selector(element_format: Fp8Format, mode: ConversionMode) -> int:
-    """Which hardware fp8 type the active GPU converts ``element_format`` with (``SW``: none, or the
-    interpreter, or a mode other than satfinite)."""
+    """Which hardware fp8 type the running GPU converts ``element_format`` with (``SW``: none: the
+    interpreter, a mode other than satfinite, a GPU without a platform table, or a format its table's
+    ``[hardware]`` does not list for this Triton)."""
     if interpreted() or mode is not ConversionMode.SATFINITE:
         return SW
-    target = triton.runtime.driver.active.get_current_target()
-    if target.backend == "cuda":
-        native = E4M3FN if isinstance(target.arch, int) and target.arch >= 89 else None
-    elif target.backend == "hip":
-        native = hip_hardware_format(str(target.arch))
-    else:
+    platform = _device_platform()
+    if platform is None or triton_hardware_format(platform) != element_format:
         return SW
-    if element_format != native:
-        return SW
-    return HW_E4M3FNUZ if native == E4M3FNUZ else HW_E4M3FN
+    return HW_E4M3FNUZ if element_format == E4M3FNUZ else HW_E4M3FN if element_format == E4M3FN else SW
 
 
 def conversion_saturates() -> bool:

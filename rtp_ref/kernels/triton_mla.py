@@ -10,7 +10,7 @@ to its own specialised kernel.
 fp8 conversion (rtp_ref.kernels.triton_fp8) has two paths, chosen per call and reported as ``conversion_path``:
 
 * ``hardware``: Triton's ``.to(tl.float8e4nv)`` (OCP e4m3: NVIDIA sm89+, AMD gfx950 from triton
-  3.8) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942); see ``hip_hardware_format``. On AMD the value
+  3.8) or ``.to(tl.float8e4b8)`` (fnuz: AMD gfx942), as the platform tables' ``[hardware]`` list. On AMD the value
   is clamped to +-max first with a select that lets NaN through, so saturation never depends on the
   backend's default; on NVIDIA Triton emits the saturating ``cvt.rn.satfinite`` (a test reads the
   PTX), so the clamp would only cost instructions. NaN is written as the format's canonical code.

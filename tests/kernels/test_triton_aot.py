@@ -1,10 +1,11 @@
 """Ahead-of-time builds of the triton kernel for AMD and NVIDIA targets, on a machine without their GPUs.
 
-``hip_hardware_format`` claims which fp8 format each AMD target converts with a hardware
-instruction under this Triton; the builds check the claim both ways. gfx942 must convert fnuz
-(``tl.float8e4b8``) with ``v_cvt_pk_fp8_f32``. gfx950 converts OCP e4m3 (``tl.float8e4nv``) with
-``v_cvt_scalef32_pk_fp8_f32`` from triton 3.8, while triton 3.6 emits no conversion instruction
-(the kernel then takes its software path). The software path uses no conversion instruction.
+The platform tables' ``[hardware] triton_fp8_conversion`` (read through ``triton_hardware_format``)
+claim which fp8 format each AMD target converts with a hardware instruction under this Triton; the
+builds check the claim both ways. gfx942 must convert fnuz (``tl.float8e4b8``) with
+``v_cvt_pk_fp8_f32``. gfx950 converts OCP e4m3 (``tl.float8e4nv``) with ``v_cvt_scalef32_pk_fp8_f32``
+from triton 3.8, while triton 3.6 emits no conversion instruction (the kernel then takes its software
+path). The software path uses no conversion instruction.
 
 On NVIDIA the kernel converts without clamping first: it relies on Triton emitting the saturating
 ``cvt.rn.satfinite.e4m3x2.f32``, which the sm90 build checks.
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.triton
 _SCRIPT = r"""
 import json, re
 from rtp_ref.kernels.contract import WritePlan
-from rtp_ref.kernels.triton_fp8 import hip_hardware_format
+from rtp_ref.kernels.triton_fp8 import triton_hardware_format
+from rtp_ref.platform import load_platform
 from rtp_ref.kernels.triton_mla import amdgcn_for, ptx_for
 from tests.kernels.cases import contract
 
@@ -41,7 +43,7 @@ def build(platform, arch, hardware):
 
 found = {}
 try:
-    found["amd"] = {arch: {"claimed": getattr(hip_hardware_format(arch), "name", None),
+    found["amd"] = {arch: {"claimed": getattr(triton_hardware_format(load_platform(platform)), "name", None),
                            "hardware": build(platform, arch, True), "software": build(platform, arch, False)}
                     for platform, arch in (("rocm-gfx942", "gfx942"), ("rocm-gfx950", "gfx950"))}
 except RuntimeError as exc:  # no AMD backend in this Triton
