@@ -127,7 +127,7 @@ def test_invalid_arguments_raise_before_any_byte_is_written(problem: str) -> Non
     assert torch.equal(cache, before)
 
 
-@pytest.mark.parametrize(("tokens_per_program", "num_warps"), [(1, 1), (2, 2), (16, 8)])
+@pytest.mark.parametrize(("tokens_per_program", "num_warps"), [(1, 1), (2, 2), (4, 2), (16, 8)])
 def test_launch_tuning_never_changes_the_bytes(tokens_per_program: int, num_warps: int) -> None:
     c = contract("rocm-gfx942")
     kernel = TritonMlaKernel(c, tokens_per_program=tokens_per_program, num_warps=num_warps)
