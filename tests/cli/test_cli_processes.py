@@ -11,11 +11,10 @@ import pytest
 from tests.cli.processes import CliZygote
 from tests.processes import child_env
 
+#: a result, an error of the argument parser and an error of a command (each spawn costs an import of torch)
 ARGVS = [
     ("fp8", "encode", "--format", "e4m3fn", "1000", "nan"),
     ("platforms", "show", "nope"),
-    ("--version",),
-    ("layouts", "--platform", "cpu", "--kv-lora-rank", "0"),
     ("certify", "--platform", "cpu", "--layout", "nope"),
 ]
 
