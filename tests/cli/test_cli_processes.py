@@ -14,7 +14,7 @@ from tests.processes import child_env
 #: a result, an error of the argument parser and an error of a command (each spawn costs an import of torch)
 ARGVS = [
     ("fp8", "encode", "--format", "e4m3fn", "1000", "nan"),
-    ("platforms", "show", "nope"),
+    ("fp8", "encode", "--format", "e4m3", "1"),
     ("certify", "--platform", "cpu", "--layout", "nope"),
 ]
 
