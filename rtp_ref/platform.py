@@ -160,14 +160,6 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         ),
         "scale_formats": _Key("list of strings", _is_str_list, check=_each_one_of(SCALE_FORMATS)),
     },
-    # fp8 formats the target converts to with a hardware instruction: what the CUDA C++ kernels may use
-    # (fp8_conversion) and what Triton emits it for (triton_fp8_conversion, from release triton_fp8_since)
-    "hardware": {
-        "fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
-        "triton_fp8_conversion": _Key("list of strings", _is_str_list,
-                                      check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
-        "triton_fp8_since": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
-    },
     "layouts": {
         "supported": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
     },
@@ -183,6 +175,14 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         # own slot validity, so no bundled table asks for it
         "require_input_checks": _Key("boolean", lambda v: isinstance(v, bool), required=False),
     },
+}
+#: ``[hardware]``, optional (a table without it, written before it existed, means "no instruction"): the fp8
+#: formats the target converts to with one instruction, what the CUDA C++ kernels may use (fp8_conversion)
+#: and what Triton emits it for (triton_fp8_conversion, from release triton_fp8_since)
+_HARDWARE: dict[str, _Key] = {
+    "fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
+    "triton_fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
+    "triton_fp8_since": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
 }
 _DEVIATION: dict[str, _Key] = {
     "kernel": _Key("string", lambda v: isinstance(v, str)),
@@ -215,7 +215,7 @@ def _validate_table(where: str, table: Mapping[str, Any], keys: Mapping[str, _Ke
 
 
 def _validate(path: str, data: Mapping[str, Any]) -> None:
-    allowed = [*_TOP, *_SECTIONS, *_OPEN_SECTIONS, "deviations"]
+    allowed = [*_TOP, *_SECTIONS, "hardware", *_OPEN_SECTIONS, "deviations"]
     for key in data:
         if key not in allowed:
             raise RtpRefError(f"{path}: unknown key {key!r}; valid keys: {', '.join(allowed)}")
@@ -225,6 +225,10 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         if not isinstance(table, dict):
             raise RtpRefError(f"{path}: missing table [{section}] (keys: {', '.join(keys)})")
         _validate_table(f"{path} [{section}]", table, keys)
+    if "hardware" in data:
+        if not isinstance(data["hardware"], dict):
+            raise RtpRefError(f"{path}: [hardware] must be a table (keys: {', '.join(_HARDWARE)})")
+        _validate_table(f"{path} [hardware]", data["hardware"], _HARDWARE)
     check_flag_table(f"{path} [layout_flags]", data.get("layout_flags"))
     stated, supported = set(data["layout_bytes"]), set(data["layouts"]["supported"])
     if stated != supported:
@@ -255,6 +259,7 @@ def parse_platform(text: bytes, source: str) -> Platform:
         raise RtpRefError(f"{source}: not a valid TOML file: {exc}") from exc
     _validate(source, data)
     fp8 = data["fp8"]
+    hardware = data.get("hardware", {})
     return Platform(
         name=data["name"],
         description=data["description"],
@@ -265,10 +270,9 @@ def parse_platform(text: bytes, source: str) -> Platform:
         conversion_mode=ConversionMode(fp8["conversion_mode"]),
         scale_formats=tuple(fp8["scale_formats"]),
         supported_layouts=tuple(data["layouts"]["supported"]),
-        fp8_conversion=tuple(data["hardware"]["fp8_conversion"]),
-        triton_fp8_conversion=tuple(data["hardware"]["triton_fp8_conversion"]),
-        triton_fp8_since=_parse_version(data["hardware"]["triton_fp8_since"])
-        if "triton_fp8_since" in data["hardware"] else None,
+        fp8_conversion=tuple(hardware.get("fp8_conversion", ())),
+        triton_fp8_conversion=tuple(hardware.get("triton_fp8_conversion", ())),
+        triton_fp8_since=_parse_version(hardware["triton_fp8_since"]) if "triton_fp8_since" in hardware else None,
         layout_flags=dict(data["layout_flags"]),
         layout_bytes=dict(data["layout_bytes"]),
         numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),

@@ -39,11 +39,14 @@ def default_jobs(gpus_visible: int) -> int:
     return 1 if gpus_visible else max(1, os.cpu_count() or 1)
 
 
-def run_platforms(runs: list[tuple[str, list[str]]], jobs: int, codes: dict[str, int]) -> None:
+def run_platforms(runs: list[tuple[str, list[str]]], jobs: int, workers: int, codes: dict[str, int]) -> None:
     """Run each ``(platform, argv)`` to its end, at most ``jobs`` at once, in order of the list; each
     finished platform's exit status goes into ``codes`` as it finishes (so that a caller interrupted by
     Ctrl-C, which propagates as KeyboardInterrupt after every running group is killed, knows which
-    platforms finished)."""
+    platforms finished). Each platform process runs ``workers`` pytest workers: the cores are shared
+    among all the processes that run at once."""
+    jobs = max(1, min(jobs, len(runs)))
+    env = share_cores(dict(os.environ), jobs * workers)
     pending = list(runs)
     running: dict[str, _Running] = {}
     try:
@@ -53,7 +56,7 @@ def run_platforms(runs: list[tuple[str, list[str]]], jobs: int, codes: dict[str,
                 print(f"rtp-ref: certifying platform {name} ...", flush=True)
                 # A Ctrl-C while the child starts waits until it is in ``running`` (else it would run on, orphaned).
                 with interrupts_held():
-                    running[name] = _start(argv, share_cores(dict(os.environ), jobs), hold_output=jobs > 1)
+                    running[name] = _start(argv, env, hold_output=jobs > 1)
             for name, run in list(running.items()):
                 if run.process.poll() is None:
                     continue

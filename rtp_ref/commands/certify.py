@@ -142,9 +142,14 @@ def validate_selection(args: argparse.Namespace) -> None:
     if any(platform.name != "cpu" for platform in platforms):
         from rtp_ref.pytest_plugin import gpu_count_problem, visible_gpus  # imports pytest: only when certifying
 
-        problem = gpu_count_problem(args.workers, visible_gpus())
+        gpus = visible_gpus()
+        problem = gpu_count_problem(args.workers, gpus)
         if problem:  # before pytest starts, so the message is the command's own
             raise RtpRefError(problem)
+        if args.jobs is not None and args.jobs > 1 and gpus:
+            # platforms side by side would pin their workers to the same GPUs
+            raise RtpRefError(f"--jobs {args.jobs}: {len(gpus)} GPU(s) visible, and platforms certified at once "
+                              f"would share them; valid: --jobs 1 on a GPU host (-n spreads workers over the GPUs)")
     # Last, as it touches the file system: pytest would only find out at its end (an INTERNALERROR).
     writable_dir("--report", args.report)
 
@@ -249,7 +254,8 @@ def _certify_all(args: argparse.Namespace) -> int:
             print(" ".join(argv))
         return 0
     try:
-        run_platforms([(name, [*argv, *_pytest_extra(args)]) for name, argv in runs], _jobs(args), codes)
+        run_platforms([(name, [*argv, *_pytest_extra(args)]) for name, argv in runs], _jobs(args), args.workers,
+                      codes)
     except KeyboardInterrupt:
         interrupted = True
     # A second Ctrl-C while the scoreboard is written is held, then ends the command as interrupted.

@@ -95,8 +95,8 @@ def _layouts(args: argparse.Namespace) -> int:
     families = _families(args)
     views, texts = _mla(args, platform) if "mla" in families else ([], [])
     mha = _mha(args, platform) if "mha" in families else None
-    indexer = indexer_as_dict(indexer_layout(platform, args.indexer_dim, args.quant_block_size), args.block_size) \
-        if "indexer" in families else None
+    indexer = indexer_as_dict(indexer_layout(platform, args.indexer_dim, args.quant_block_size, flags=flags),
+                              args.block_size) if "indexer" in families else None
     sparse = resolve_sparse_fp8_layout(flags)
     if args.json:
         document: dict[str, Any] = {

@@ -16,8 +16,8 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import FormatTraits
 from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
-from rtp_ref.kv.indexer import AMAX_FLOOR, SCALE_FORMATS, IndexerLayout
-from rtp_ref.kv.mha_paged import MhaPagedLayout
+from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
+from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
 
 _TRAITS = ("man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite")
 
@@ -58,19 +58,6 @@ def _traits(fmt: Fp8Format, mode: ConversionMode) -> dict[str, int]:
             "neg_zero": f.negative_zero, "has_inf": f.has_inf, "inf_code": f.inf_code, "satfinite": f.satfinite}
 
 
-def _check_inputs(*named: tuple[str, torch.Tensor]) -> None:
-    for name, tensor in named:
-        if tensor.dtype not in (torch.bfloat16, torch.float16):
-            raise RtpRefError(f"{name} has dtype {tensor.dtype}; valid: bfloat16, float16")
-        if tensor.stride(-1) != 1:
-            raise RtpRefError(f"{name}: the last dimension must be contiguous; got strides {tensor.stride()}")
-
-
-def _check_slots(slot_mapping: torch.Tensor) -> None:
-    if slot_mapping.dtype != torch.int64:
-        raise RtpRefError(f"slot_mapping has dtype {slot_mapping.dtype}; valid: int64")
-
-
 def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
     lib = _library(arch_of(device))
     with torch.cuda.device(device):
@@ -83,12 +70,9 @@ def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
 def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
                                  key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
                                  k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
-    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch."""
-    _check_inputs(("key", key), ("value", value))
-    _check_slots(slot_mapping)
-    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if cache.stride(-1) != 1:
-            raise RtpRefError(f"{name}: the last dimension must be contiguous; got strides {cache.stride()}")
+    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch, after the
+    reference's checks (validate_mha_args); k_scale and v_scale both per tensor or both per head."""
+    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     fmt = layout.element_format
     if fmt is not None and k_scale.numel() != v_scale.numel():
         raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both "
@@ -112,15 +96,10 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
 def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
                                    slot_mapping: torch.Tensor, scale_fmt: str) -> None:
     """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one CUDA launch.
-    ``quant_block_size`` must be a power of two up to 1024 (one thread a value)."""
-    if scale_fmt not in SCALE_FORMATS:
-        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
-    _check_inputs(("k", k))
-    _check_slots(slot_mapping)
-    _, block_size, row = kv_cache.shape
-    if row != layout.bytes_per_token or kv_cache.stride(1) != row or kv_cache.stride(2) != 1:
-        raise RtpRefError(f"kv_cache rows must be {layout.bytes_per_token} contiguous bytes; "
-                          f"got shape {tuple(kv_cache.shape)}, strides {kv_cache.stride()}")
+    ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Arguments are checked as the
+    reference checks them (validate_indexer_args)."""
+    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
+    block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > 1024:
         raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to 1024")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import triton
 import triton.language as tl
 
-from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, FP8_FORMATS, ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
 from rtp_ref.kernels.contract import FormatTraits
 
 if TYPE_CHECKING:
@@ -133,16 +133,13 @@ def interpreted() -> bool:
     return isinstance(fp8_codes, InterpretedFunction)
 
 
-def triton_hardware_format(platform: Platform) -> Fp8Format | None:
-    """The fp8 format this Triton converts to with a hardware instruction on ``platform``, if any: the
-    table's ``[hardware] triton_fp8_conversion``, from its ``triton_fp8_since`` release on (data, not code:
-    tests/kernels/test_triton_aot.py builds each AMD target ahead of time and checks the claim both ways).
-    """
-    if not platform.triton_fp8_conversion:
-        return None
+def triton_converts(platform: Platform, element_format: Fp8Format) -> bool:
+    """Whether this Triton converts ``element_format`` with a hardware instruction on ``platform``: the table's
+    ``[hardware] triton_fp8_conversion`` lists it, from its ``triton_fp8_since`` release on (data, not code:
+    tests/kernels/test_triton_aot.py builds each AMD target ahead of time and checks the claim both ways)."""
     if platform.triton_fp8_since is not None and triton_version() < platform.triton_fp8_since:
-        return None
-    return FP8_FORMATS[platform.triton_fp8_conversion[0]]
+        return False
+    return element_format.name in platform.triton_fp8_conversion
 
 
 def triton_version() -> tuple[int, int]:
@@ -171,7 +168,7 @@ def hardware_selector(element_format: Fp8Format, mode: ConversionMode) -> int:
     if interpreted() or mode is not ConversionMode.SATFINITE:
         return SW
     platform = _device_platform()
-    if platform is None or triton_hardware_format(platform) != element_format:
+    if platform is None or not triton_converts(platform, element_format):
         return SW
     return HW_E4M3FNUZ if element_format == E4M3FNUZ else HW_E4M3FN if element_format == E4M3FN else SW
 

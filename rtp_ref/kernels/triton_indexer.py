@@ -26,7 +26,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
     ue8m0_ceil,
 )
-from rtp_ref.kv.indexer import AMAX_FLOOR, SCALE_FORMATS, IndexerLayout
+from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 
 
 @triton.jit
@@ -65,17 +65,11 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
                                      slot_mapping: torch.Tensor, scale_fmt: str) -> None:
     """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
 
-    ``k``'s rows must be contiguous, ``kv_cache``'s rows ``bytes_per_token`` contiguous bytes (checked from
-    metadata); ``quant_block_size`` a power of two (a Triton block).
+    Arguments are checked as the reference checks them (validate_indexer_args); ``quant_block_size`` must be
+    a power of two (a Triton block).
     """
-    if scale_fmt not in SCALE_FORMATS:
-        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
-    _, block_size, row = kv_cache.shape
-    if row != layout.bytes_per_token or kv_cache.stride(1) != row or kv_cache.stride(2) != 1:
-        raise RtpRefError(f"kv_cache rows must be {layout.bytes_per_token} contiguous bytes; "
-                          f"got shape {tuple(kv_cache.shape)}, strides {kv_cache.stride()}")
-    if k.stride(-1) != 1:
-        raise RtpRefError(f"k: the last dimension must be contiguous; got strides {k.stride()}")
+    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
+    block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1):
         raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two")

@@ -28,7 +28,7 @@ from rtp_ref.kernels.triton_fp8 import (
     hardware_selector,
     load_f32,
 )
-from rtp_ref.kv.mha_paged import MhaPagedLayout
+from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
 
 
 @triton.jit
@@ -82,12 +82,11 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
                                    k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
 
-    The inputs' and caches' last dimension must be contiguous (every engine's are; checked from metadata).
+    Arguments are checked as the reference checks them (validate_mha_args); k_scale and v_scale must then
+    both be per tensor or both per head (one launch specialisation).
     """
+    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
-    for name, tensor in (("key", key), ("value", value), ("key_cache", key_cache), ("value_cache", value_cache)):
-        if tensor.stride(-1) != 1:
-            raise RtpRefError(f"{name}: the last dimension must be contiguous; got strides {tensor.stride()}")
     if tokens == 0:
         return
     fp8 = layout.element_format is not None

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8.codec import decode, encode
+from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
-from rtp_ref.kv.flags import resolve_flags
+from rtp_ref.kv.flags import LayoutFlags, resolve_flags
+from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
@@ -63,15 +64,11 @@ class IndexerLayout:
 
 
 
-def format_max(fmt: Fp8Format) -> float:
-    """The largest finite value of ``fmt`` (448 for e4m3fn, 240 for e4m3fnuz)."""
-    return float(decode(torch.tensor([fmt.max_code], dtype=torch.uint8), fmt))
-
-
 def indexer_layout(platform: Platform, head_dim: int = DEFAULT_HEAD_DIM,
                    quant_block_size: int = DEFAULT_QUANT_BLOCK,
-                   element_format: Fp8Format | None = None) -> IndexerLayout:
-    """The indexer layout on ``platform`` (its e4m3 format unless ``element_format`` says otherwise)."""
+                   element_format: Fp8Format | None = None, flags: LayoutFlags | None = None) -> IndexerLayout:
+    """The indexer layout on ``platform`` (its e4m3 format unless ``element_format`` says otherwise; ``flags``:
+    the resolved layout flags, the platform's defaults when None)."""
     for name, value in (("head_dim", head_dim), ("quant_block_size", quant_block_size)):
         if value < 1:
             raise RtpRefError(f"{name} {value} is not valid; valid: >= 1")
@@ -79,8 +76,26 @@ def indexer_layout(platform: Platform, head_dim: int = DEFAULT_HEAD_DIM,
         raise RtpRefError(f"head_dim {head_dim} is not a multiple of quant_block_size {quant_block_size}; "
                           f"valid: a quant block that divides head_dim")
     fmt = element_format or platform.element_format
-    divisor = resolve_flags(platform).fp8_max_divisor if fmt == platform.element_format else format_max(fmt)
+    own = (flags or resolve_flags(platform)).fp8_max_divisor
+    divisor = own if fmt == platform.element_format else fmt.max_value
     return IndexerLayout(head_dim, quant_block_size, fmt, platform.conversion_mode, divisor)
+
+
+def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,
+                          scale_fmt: str) -> None:
+    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid)."""
+    if scale_fmt not in SCALE_FORMATS:
+        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    cache = check_tensor("kv_cache", kv_cache, None)
+    row = layout.bytes_per_token
+    if (cache.dim() != 3 or cache.dtype != torch.uint8 or cache.shape[2] != row or cache.stride(2) != 1
+            or cache.stride(1) != row):
+        raise RtpRefError(f"kv_cache: shape {tuple(cache.shape)}, dtype {dtype_name(cache.dtype)}, strides "
+                          f"{cache.stride()}; valid: uint8 [num_blocks, block_size, {row}] with contiguous rows")
+    x = check_tensor("k", k, cache.device)
+    check_input_dtype("k", x.dtype)
+    slots = check_slot_mapping(slot_mapping, cache.device, cache.shape[0], cache.shape[1])
+    check_rows("k", x, slots.numel(), (layout.head_dim,))
 
 
 def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torch.Tensor:
@@ -100,11 +115,10 @@ def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torc
 
 def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
                                         slot_mapping: torch.Tensor, scale_fmt: str) -> None:
-    """Write ``k`` into ``kv_cache`` as the module doc states (CPU tensors; in place)."""
+    """Write ``k`` into ``kv_cache`` as the module doc states (CPU tensors; in place); bad arguments raise
+    RtpRefError before anything is written (validate_indexer_args)."""
+    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
     num_blocks, block_size, row = kv_cache.shape
-    if row != layout.bytes_per_token or kv_cache.stride(1) != row or kv_cache.stride(2) != 1:
-        raise RtpRefError(f"kv_cache rows must be {layout.bytes_per_token} contiguous bytes; "
-                          f"got shape {tuple(kv_cache.shape)}, strides {kv_cache.stride()}")
     slots = slot_mapping.to(torch.int64)
     valid = torch.nonzero(slots >= 0).flatten()
     if valid.numel() == 0:

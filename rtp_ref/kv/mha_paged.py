@@ -24,6 +24,7 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import E5M2, ConversionMode, Fp8Format
+from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
@@ -90,6 +91,37 @@ def mha_layout(platform: Platform, kv_cache_dtype: str, num_kv_heads: int, head_
     return MhaPagedLayout(kv_cache_dtype, num_kv_heads, head_size, fmt, platform.conversion_mode)
 
 
+def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_cache: object, value_cache: object,
+                      slot_mapping: object, k_scale: object, v_scale: object) -> None:
+    """Check one ``reshape_and_cache_flash`` call against ``layout`` (the module doc says what is valid)."""
+    kc = check_tensor("key_cache", key_cache, None)
+    device = kc.device
+    vc = check_tensor("value_cache", value_cache, device)
+    k, v = check_tensor("key", key, device), check_tensor("value", value, device)
+    check_input_dtype("key", k.dtype)
+    if v.dtype != k.dtype:
+        raise RtpRefError(f"value: dtype {dtype_name(v.dtype)}; valid: key's dtype {dtype_name(k.dtype)}")
+    heads, size = layout.num_kv_heads, layout.head_size
+    want = layout.cache_dtype(k.dtype)
+    for arg, cache in (("key_cache", kc), ("value_cache", vc)):
+        if cache.dim() != 4 or tuple(cache.shape[2:]) != (heads, size) or cache.shape[:2] != kc.shape[:2]:
+            raise RtpRefError(f"{arg}: shape {tuple(cache.shape)}; valid: [num_blocks, block_size, {heads}, {size}] "
+                              f"(the same for both caches; HND through strides)")
+        if cache.dtype != want or cache.stride(-1) != 1:
+            raise RtpRefError(f"{arg}: dtype {dtype_name(cache.dtype)}, strides {cache.stride()}; valid: "
+                              f"{dtype_name(want)} for {layout.kv_cache_dtype}, a contiguous last dimension")
+    slots = check_slot_mapping(slot_mapping, device, kc.shape[0], kc.shape[1])
+    for arg, x in (("key", k), ("value", v)):
+        check_rows(arg, x, slots.numel(), (heads, size))
+    if layout.element_format is None:
+        return
+    for arg, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        s = check_tensor(arg, scale, device)
+        if s.dtype != torch.float32 or s.numel() not in (1, heads):
+            raise RtpRefError(f"{arg}: dtype {dtype_name(s.dtype)} with {s.numel()} values; valid: float32 with 1 "
+                              f"(per tensor) or {heads} (per head)")
+
+
 def _store(layout: MhaPagedLayout, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The cache elements of ``x`` ``[T, H, D]``: its bits (auto), or the fp8 codes of ``x / scale`` in fp32."""
     if layout.element_format is None:
@@ -102,12 +134,10 @@ def reference_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor,
                                       key_cache: torch.Tensor, value_cache: torch.Tensor,
                                       slot_mapping: torch.Tensor, k_scale: torch.Tensor,
                                       v_scale: torch.Tensor) -> None:
-    """Write ``key``/``value`` into the caches as the module doc states (CPU tensors; in place)."""
+    """Write ``key``/``value`` into the caches as the module doc states (CPU tensors; in place); bad arguments
+    raise RtpRefError before anything is written (validate_mha_args)."""
+    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     tokens = slot_mapping.numel()
-    heads = layout.num_kv_heads
-    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if layout.element_format is not None and scale.numel() not in (1, heads):
-            raise RtpRefError(f"{name} has {scale.numel()} values; valid: 1 (per tensor) or {heads} (per head)")
     block_size = key_cache.shape[1]
     slots = slot_mapping.to(torch.int64)
     valid = torch.nonzero(slots >= 0).flatten()

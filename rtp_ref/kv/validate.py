@@ -30,7 +30,8 @@ def _valid_inputs() -> str:
     return ", ".join(dtype_name(d) for d in INPUT_DTYPES)
 
 
-def _check_tensor(arg: str, x: object, device: torch.device | None) -> torch.Tensor:
+def check_tensor(arg: str, x: object, device: torch.device | None) -> torch.Tensor:
+    """``x`` as a tensor on ``device`` (None: any); RtpRefError naming ``arg`` otherwise."""
     if not isinstance(x, torch.Tensor):
         _fail(arg, f"{type(x).__name__} is not a torch.Tensor")
     if device is not None and x.device != device:
@@ -38,7 +39,8 @@ def _check_tensor(arg: str, x: object, device: torch.device | None) -> torch.Ten
     return x
 
 
-def _check_input_dtype(arg: str, dtype: object) -> None:
+def check_input_dtype(arg: str, dtype: object) -> None:
+    """RtpRefError naming ``arg`` unless ``dtype`` is bf16 or fp16."""
     if dtype not in INPUT_DTYPES:
         _fail(arg, f"dtype {dtype} is not supported; valid: {_valid_inputs()}")
 
@@ -50,7 +52,7 @@ def cache_capacity(kv_cache: torch.Tensor) -> int:
 
 def validate_cache(layout: MlaLayout, kv_cache: object, input_dtype: torch.dtype) -> torch.Tensor:
     """Check ``kv_cache`` against ``layout``'s cache contract (see ``rtp_ref.kv.layouts``); returns it."""
-    cache = _check_tensor("kv_cache", kv_cache, None)
+    cache = check_tensor("kv_cache", kv_cache, None)
     entry = layout.cache_entry
     expected = layout.cache_dtype(input_dtype)
     if cache.dim() != 3:
@@ -108,7 +110,7 @@ def _check_value_input(arg: str, x: torch.Tensor, width: int, what: str, layout:
 
 def validate_scale(layout: MlaLayout, scale: object, device: torch.device) -> None:
     """``scale`` is a float32 tensor of one element; positive and finite when the layout uses it."""
-    s = _check_tensor("scale", scale, device)
+    s = check_tensor("scale", scale, device)
     if s.dtype != torch.float32 or s.numel() != 1:
         _fail("scale", f"{dtype_name(s.dtype)} with {s.numel()} elements; valid: float32 with 1 element")
     if layout.external_scale is not None:
@@ -126,12 +128,12 @@ def validate_write_args(
     (row strides free); slot_mapping int64 [T]; kv_cache per ``validate_cache``; scale float32 [1];
     all on the cache's device; each slot negative (skip) or below the capacity, and no slot twice.
     """
-    cache = _check_tensor("kv_cache", kv_cache, None)
+    cache = check_tensor("kv_cache", kv_cache, None)
     device = cache.device
-    nope = _check_tensor("kv_c", kv_c, device)
-    rope = _check_tensor("k_pe", k_pe, device)
-    slots = _check_tensor("slot_mapping", slot_mapping, device)
-    _check_input_dtype("kv_c", nope.dtype)
+    nope = check_tensor("kv_c", kv_c, device)
+    rope = check_tensor("k_pe", k_pe, device)
+    slots = check_tensor("slot_mapping", slot_mapping, device)
+    check_input_dtype("kv_c", nope.dtype)
     if rope.dtype != nope.dtype:
         _fail(
             "k_pe",
@@ -147,11 +149,13 @@ def validate_write_args(
             _fail(arg, f"has {x.shape[0]} rows but slot_mapping has {tokens} tokens; valid: >= {tokens} rows")
     validate_cache(layout, cache, nope.dtype)
     validate_scale(layout, scale, device)
-    _check_write_slots(slots, cache_capacity(cache), cache.shape[0], cache.shape[1])
+    check_write_slots(slots, cache_capacity(cache), cache.shape[0], cache.shape[1])
 
 
-def _check_write_slots(slots: torch.Tensor, capacity: int, num_blocks: int, block_size: int) -> None:
-    """Vectorised (kernels call this on millions of slots): one device sync, loops only on failure."""
+def check_write_slots(slots: torch.Tensor, capacity: int, num_blocks: int, block_size: int) -> None:
+    """Every slot negative (skipped) or inside the cache's ``capacity`` slots, none repeated; RtpRefError
+    naming the first bad one. Vectorised (kernels call this on millions of slots): one device sync, loops
+    only on failure."""
     if slots.numel() == 0:
         return
     valid = slots[slots >= 0]
@@ -181,9 +185,9 @@ def validate_read_args(
     layout: MlaLayout, kv_cache: object, slots: object, scale: object, input_dtype: torch.dtype
 ) -> None:
     """Check the reader's arguments: a valid cache, int64 [n] slots each in 0..capacity-1, the scale."""
-    _check_input_dtype("input_dtype", input_dtype)
+    check_input_dtype("input_dtype", input_dtype)
     cache = validate_cache(layout, kv_cache, input_dtype)
-    s = _check_tensor("slots", slots, cache.device)
+    s = check_tensor("slots", slots, cache.device)
     if s.dim() != 1 or s.dtype != torch.int64:
         _fail("slots", f"{dtype_name(s.dtype)} {list(s.shape)}; valid: int64 [n]")
     capacity = cache_capacity(cache)
@@ -191,3 +195,23 @@ def validate_read_args(
         if not 0 <= slot < capacity:
             _fail("slots", f"slots[{i}]={slot} is not a slot of the cache; valid: 0..{capacity - 1}")
     validate_scale(layout, scale, cache.device)
+
+
+def check_slot_mapping(slot_mapping: object, device: torch.device, num_blocks: int, block_size: int) -> torch.Tensor:
+    """``slot_mapping`` as a 1-D int64 tensor on ``device`` whose slots fit a ``num_blocks x block_size`` cache
+    (check_write_slots); RtpRefError otherwise."""
+    slots = check_tensor("slot_mapping", slot_mapping, device)
+    if slots.dim() != 1 or slots.dtype != torch.int64:
+        raise RtpRefError(f"slot_mapping: shape {tuple(slots.shape)}, dtype {dtype_name(slots.dtype)}; "
+                          f"valid: a 1-D int64 tensor")
+    check_write_slots(slots, num_blocks * block_size, num_blocks, block_size)
+    return slots
+
+
+def check_rows(arg: str, x: torch.Tensor, tokens: int, shape: tuple[int, ...]) -> None:
+    """``x`` is ``[T', *shape]`` with ``T' >= tokens`` (longer inputs are padding), its last dim contiguous."""
+    if x.dim() != 1 + len(shape) or tuple(x.shape[1:]) != shape or x.shape[0] < tokens:
+        raise RtpRefError(f"{arg}: shape {tuple(x.shape)}; valid: [T, {', '.join(map(str, shape))}] with T >= "
+                          f"{tokens} (the slot_mapping's length)")
+    if x.stride(-1) != 1:
+        raise RtpRefError(f"{arg}: strides {x.stride()}; valid: a contiguous last dimension")

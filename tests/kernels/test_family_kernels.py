@@ -115,3 +115,34 @@ def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: 
     WRITERS[kernel][1](layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
     differ = int((want != got.cpu()).sum())
     assert differ == 0, f"{differ} bytes differ from the reference"
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_bad_calls_are_refused_before_writing(kernel: str) -> None:
+    """A slot past the cache, a repeated slot, a scale of the wrong length, a cache of the wrong dtype: each
+    refused with one RtpRefError naming the argument, the caches untouched (the writers share the reference's
+    checks, rtp_ref.kv.mha_paged.validate_mha_args / rtp_ref.kv.indexer.validate_indexer_args)."""
+    from rtp_ref.errors import RtpRefError
+
+    mha, indexer = WRITERS[kernel]
+    layout = mha_layout(load_platform("cuda-sm90"), "fp8", 8, 64)
+    key = torch.ones(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
+    one = torch.ones(1, device=DEVICE)
+    for slots, k_scale, cache_dtype, problem in (
+        ([0, 32], one, torch.uint8, "slot_mapping"), ([3, 3], one, torch.uint8, "repeats"),
+        ([0, 1], torch.ones(3, device=DEVICE), torch.uint8, "k_scale"), ([0, 1], one, torch.bfloat16, "key_cache"),
+    ):
+        kc = torch.full((2, 16, 8, 64), 7, dtype=cache_dtype, device=DEVICE)
+        vc = kc.clone()
+        with pytest.raises(RtpRefError, match=problem):
+            mha(layout, key, key, kc, vc, torch.tensor(slots, device=DEVICE), k_scale, one)
+        assert bool((kc == 7).all()) and bool((vc == 7).all())
+    idx = indexer_layout(load_platform("cuda-sm90"))
+    cache = torch.full((2, 16, idx.bytes_per_token), 7, dtype=torch.uint8, device=DEVICE)
+    k = torch.ones(2, 128, dtype=torch.bfloat16, device=DEVICE)
+    for slots, problem in (([0, 32], "slot_mapping"), ([5, 5], "repeats")):
+        with pytest.raises(RtpRefError, match=problem):
+            indexer(idx, k, cache, torch.tensor(slots, device=DEVICE), "none")
+    with pytest.raises(RtpRefError, match="k: shape"):
+        indexer(idx, k[:, :64], cache, torch.tensor([0, 1], device=DEVICE), "none")
+    assert bool((cache == 7).all())

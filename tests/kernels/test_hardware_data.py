@@ -17,22 +17,31 @@ triton_fp8 = pytest.importorskip("rtp_ref.kernels.triton_fp8", reason="needs tri
 
 
 def test_each_table_states_what_triton_converts_in_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert triton_fp8.triton_hardware_format(load_platform("cuda-sm90")) is E4M3FN
-    assert triton_fp8.triton_hardware_format(load_platform("rocm-gfx942")) is E4M3FNUZ
-    assert triton_fp8.triton_hardware_format(load_platform("cpu")) is None
+    converts = triton_fp8.triton_converts
+    assert converts(load_platform("cuda-sm90"), E4M3FN) and not converts(load_platform("cuda-sm90"), E4M3FNUZ)
+    assert converts(load_platform("rocm-gfx942"), E4M3FNUZ) and not converts(load_platform("rocm-gfx942"), E4M3FN)
+    assert not converts(load_platform("cpu"), E4M3FN)
     monkeypatch.setattr(triton_fp8, "triton_version", lambda: (3, 6))
-    assert triton_fp8.triton_hardware_format(load_platform("rocm-gfx950")) is None  # from triton 3.8 only
+    assert not converts(load_platform("rocm-gfx950"), E4M3FN)  # from triton 3.8 only
     monkeypatch.setattr(triton_fp8, "triton_version", lambda: (3, 8))
-    assert triton_fp8.triton_hardware_format(load_platform("rocm-gfx950")) is E4M3FN
+    assert converts(load_platform("rocm-gfx950"), E4M3FN)
 
 
-def test_a_table_without_the_instruction_sends_the_cuda_kernels_to_software(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuda_build, "_gpu_fp8_conversion", lambda: ("e4m3fn",))
-    assert cuda_build.hardware_converts(E4M3FN, ConversionMode.SATFINITE)
-    assert not cuda_build.hardware_converts(E4M3FN, ConversionMode.NONSAT)
-    assert not cuda_build.hardware_converts(E5M2, ConversionMode.SATFINITE)  # no kernel path for it
-    monkeypatch.setattr(cuda_build, "_gpu_fp8_conversion", lambda: ())
-    assert not cuda_build.hardware_converts(E4M3FN, ConversionMode.SATFINITE)
+def test_a_table_without_the_instruction_sends_the_cuda_kernels_to_software(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    """The GPU's table is read (detection stands in for the GPU this machine lacks): with the instruction
+    listed, OCP e4m3 under satfinite converts in hardware; with ``fp8_conversion = []`` nothing does."""
+    sm90 = load_platform("cuda-sm90")
+    without = tmp_path / "cuda-sm90.toml"
+    without.write_text((REPO / "platforms" / "cuda-sm90.toml").read_text()
+                       .replace('fp8_conversion = ["e4m3fn"]\ntriton', 'fp8_conversion = []\ntriton'))
+    for table, hardware in ((sm90, True), (load_platform(str(without)), False)):
+        monkeypatch.setattr("rtp_ref.platform.detect_platform", lambda table=table: table)
+        cuda_build._gpu_fp8_conversion.cache_clear()
+        assert cuda_build.hardware_converts(E4M3FN, ConversionMode.SATFINITE) is hardware
+        assert not cuda_build.hardware_converts(E4M3FN, ConversionMode.NONSAT)
+        assert not cuda_build.hardware_converts(E5M2, ConversionMode.SATFINITE)  # no kernel path for it
+    cuda_build._gpu_fp8_conversion.cache_clear()
 
 
 def test_a_bad_hardware_entry_names_file_key_and_valid_values(tmp_path: Path) -> None:
@@ -45,3 +54,13 @@ def test_a_bad_hardware_entry_names_file_key_and_valid_values(tmp_path: Path) ->
                                 'triton_fp8_conversion = ["e4m3fn"]\ntriton_fp8_since = "three"'))
     with pytest.raises(RtpRefError, match=r"valid: a release as MAJOR\.MINOR"):
         load_platform(str(bad))
+
+
+def test_a_table_written_before_hardware_existed_still_loads_and_converts_in_software(tmp_path: Path) -> None:
+    text = (REPO / "platforms" / "cuda-sm90.toml").read_text()
+    start = text.index("[hardware]")
+    old = tmp_path / "cuda-sm90.toml"
+    old.write_text(text[:start] + text[text.index("[layouts]"):])
+    table = load_platform(str(old))
+    assert table.fp8_conversion == table.triton_fp8_conversion == () and table.triton_fp8_since is None
+    assert not triton_fp8.triton_converts(table, E4M3FN)

@@ -1,6 +1,6 @@
 """Ahead-of-time builds of the triton kernel for AMD and NVIDIA targets, on a machine without their GPUs.
 
-The platform tables' ``[hardware] triton_fp8_conversion`` (read through ``triton_hardware_format``)
+The platform tables' ``[hardware] triton_fp8_conversion`` (read through ``triton_converts``)
 claim which fp8 format each AMD target converts with a hardware instruction under this Triton; the
 builds check the claim both ways. gfx942 must convert fnuz (``tl.float8e4b8``) with
 ``v_cvt_pk_fp8_f32``. gfx950 converts OCP e4m3 (``tl.float8e4nv``) with ``v_cvt_scalef32_pk_fp8_f32``
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.triton
 _SCRIPT = r"""
 import json, re
 from rtp_ref.kernels.contract import WritePlan
-from rtp_ref.kernels.triton_fp8 import triton_hardware_format
+from rtp_ref.kernels.triton_fp8 import triton_converts
 from rtp_ref.platform import load_platform
 from rtp_ref.kernels.triton_mla import amdgcn_for, ptx_for
 from tests.kernels.cases import contract
@@ -43,7 +43,9 @@ def build(platform, arch, hardware):
 
 found = {}
 try:
-    found["amd"] = {arch: {"claimed": getattr(triton_hardware_format(load_platform(platform)), "name", None),
+    tables = {platform: load_platform(platform) for platform in ("rocm-gfx942", "rocm-gfx950")}
+    found["amd"] = {arch: {"claimed": tables[platform].element_format.name
+                           if triton_converts(tables[platform], tables[platform].element_format) else None,
                            "hardware": build(platform, arch, True), "software": build(platform, arch, False)}
                     for platform, arch in (("rocm-gfx942", "gfx942"), ("rocm-gfx950", "gfx950"))}
 except RuntimeError as exc:  # no AMD backend in this Triton

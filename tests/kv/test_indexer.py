@@ -55,12 +55,12 @@ def _oracle(k: np.ndarray, slots: list[int], num_blocks: int, block_size: int, q
     return blocks
 
 
-@pytest.mark.parametrize(("platform_name", "dim", "quant", "scale_fmt"), [
-    ("cuda-sm90", 128, 128, "none"), ("cuda-sm90", 128, 128, "ue8m0"), ("cuda-sm90", 256, 64, "none"),
-    ("rocm-gfx942", 128, 128, "none"),
+@pytest.mark.parametrize(("platform_name", "dim", "quant", "scale_fmt", "fmt", "divisor"), [
+    ("cuda-sm90", 128, 128, "none", "e4m3fn", 448.0), ("cuda-sm90", 128, 128, "ue8m0", "e4m3fn", 448.0),
+    ("cuda-sm90", 256, 64, "none", "e4m3fn", 448.0), ("rocm-gfx942", 128, 128, "none", "e4m3fnuz", 224.0),
 ])
-def test_the_reference_writes_what_the_oracle_places(platform_name: str, dim: int, quant: int,
-                                                     scale_fmt: str) -> None:
+def test_the_reference_writes_what_the_oracle_places(platform_name: str, dim: int, quant: int, scale_fmt: str,
+                                                     fmt: str, divisor: float) -> None:
     layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
     gen = torch.Generator().manual_seed(3)
     k = (torch.randn(6, dim, generator=gen) * torch.tensor([4.0, 0.01, 1.0, 100.0, 1.0, 1.0])[:, None])
@@ -70,8 +70,7 @@ def test_the_reference_writes_what_the_oracle_places(platform_name: str, dim: in
     num_blocks, block_size = 2, 16
     cache = torch.zeros(num_blocks, block_size, layout.bytes_per_token, dtype=torch.uint8)
     reference_indexer_k_quant_and_cache(layout, k, cache, torch.tensor(slots), scale_fmt)
-    want = _oracle(k.float().numpy(), slots, num_blocks, block_size, quant, layout.scale_divisor,
-                   layout.element_format.name, scale_fmt == "ue8m0")
+    want = _oracle(k.float().numpy(), slots, num_blocks, block_size, quant, divisor, fmt, scale_fmt == "ue8m0")
     assert np.array_equal(cache.reshape(num_blocks, -1).numpy(), want)
 
 
@@ -88,9 +87,12 @@ def test_bad_arguments_name_themselves() -> None:
     with pytest.raises(RtpRefError, match="head_dim 100 is not a multiple of quant_block_size 128"):
         indexer_layout(platform, head_dim=100)
     layout = indexer_layout(platform)
-    with pytest.raises(RtpRefError, match="kv_cache rows must be 132 contiguous bytes"):
-        reference_indexer_k_quant_and_cache(layout, torch.zeros(1, 128), torch.zeros(1, 16, 128, dtype=torch.uint8),
+    expected = r"kv_cache: shape \(1, 16, 128\).*valid: uint8 \[num_blocks, block_size, 132\] with contiguous rows"
+    with pytest.raises(RtpRefError, match=expected):
+        reference_indexer_k_quant_and_cache(layout, torch.zeros(1, 128, dtype=torch.bfloat16),
+                                            torch.zeros(1, 16, 128, dtype=torch.uint8),
                                             torch.tensor([0]), "none")
     with pytest.raises(RtpRefError, match="scale_fmt 'e8m0'; valid: none, ue8m0"):
-        reference_indexer_k_quant_and_cache(layout, torch.zeros(1, 128), torch.zeros(1, 16, 132, dtype=torch.uint8),
+        reference_indexer_k_quant_and_cache(layout, torch.zeros(1, 128, dtype=torch.bfloat16),
+                                            torch.zeros(1, 16, 132, dtype=torch.uint8),
                                             torch.tensor([0]), "e8m0")

@@ -41,12 +41,13 @@ def _oracle_values(x: np.ndarray, scale: np.ndarray, fmt: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("order", ["NHD", "HND"])
-@pytest.mark.parametrize(("cache_dtype", "platform_name", "per_head"), [
-    ("fp8", "cuda-sm90", True), ("fp8", "cuda-sm90", False), ("fp8", "rocm-gfx942", True),
-    ("fp8_e5m2", "cuda-sm90", True), ("auto", "cuda-sm90", False),
+@pytest.mark.parametrize(("cache_dtype", "platform_name", "per_head", "fmt"), [
+    ("fp8", "cuda-sm90", True, "e4m3fn"), ("fp8", "cuda-sm90", False, "e4m3fn"),
+    ("fp8", "rocm-gfx942", True, "e4m3fnuz"), ("fp8_e5m2", "cuda-sm90", True, "e5m2"),
+    ("auto", "cuda-sm90", False, None),
 ])
-def test_the_reference_writes_each_token_where_an_element_loop_does(order: str, cache_dtype: str,
-                                                                   platform_name: str, per_head: bool) -> None:
+def test_the_reference_writes_each_token_where_an_element_loop_does(order: str, cache_dtype: str, platform_name: str,
+                                                                   per_head: bool, fmt: str | None) -> None:
     heads, head_size, block_size, num_blocks = 4, 64, 16, 3
     layout = mha_layout(load_platform(platform_name), cache_dtype, heads, head_size)
     gen = torch.Generator().manual_seed(11)
@@ -63,17 +64,16 @@ def test_the_reference_writes_each_token_where_an_element_loop_does(order: str, 
         # the raw storage, addressed by hand: NHD [b, row, h, d], HND [b, h, row, d]
         storage = cache.permute(0, 2, 1, 3) if order == "HND" else cache
         assert storage.is_contiguous()
-        flat = storage.contiguous().flatten().view(torch.uint8 if layout.element_format else torch.int16)
+        flat = storage.contiguous().flatten().view(torch.uint8 if fmt else torch.int16)
         expected = torch.zeros_like(flat)
         for t, slot in enumerate(slots.tolist()):
             if slot < 0:
                 continue
             b, row = divmod(slot, block_size)
-            if layout.element_format is None:
+            if fmt is None:
                 codes = torch.from_numpy(x[t].float().numpy().astype(ml_dtypes.bfloat16).view(np.int16))
             else:
-                codes = torch.from_numpy(_oracle_values(x[t].float().numpy()[None], scale.numpy(),
-                                                        layout.element_format.name)[0])
+                codes = torch.from_numpy(_oracle_values(x[t].float().numpy()[None], scale.numpy(), fmt)[0])
             for h in range(heads):
                 base = ((b * heads + h) * block_size + row) * head_size if order == "HND" \
                     else ((b * block_size + row) * heads + h) * head_size
@@ -86,8 +86,8 @@ def test_rocm_fp8_is_fnuz_and_a_cache_may_keep_its_own_format() -> None:
     assert mha_layout(gfx942, "fp8", 8, 128).element_format.name == "e4m3fnuz"  # type: ignore[union-attr]
     own = mha_layout(gfx942, "fp8", 8, 128, element_format=E4M3FN)
     assert own.element_format is E4M3FN
-    x = torch.full((1, 8, 128), 300.0)  # within e4m3fn (448), past e4m3fnuz (240)
-    cache = own.new_cache(1, 16, "NHD", torch.float32)
+    x = torch.full((1, 8, 128), 300.0, dtype=torch.bfloat16)  # within e4m3fn (448), past e4m3fnuz (240)
+    cache = own.new_cache(1, 16, "NHD", torch.bfloat16)
     reference_reshape_and_cache_flash(own, x, x, cache, cache.clone(), torch.tensor([0]), torch.ones(1),
                                       torch.ones(1))
     assert cache[0, 0, 0, 0].item() == np.array(300.0, np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
@@ -102,6 +102,7 @@ def test_bad_arguments_name_themselves() -> None:
     layout = mha_layout(platform, "fp8", 4, 8)
     cache = layout.new_cache(1, 16, "NHD", torch.bfloat16)
     x = torch.zeros(1, 4, 8, dtype=torch.bfloat16)
-    with pytest.raises(RtpRefError, match=r"k_scale has 3 values; valid: 1 \(per tensor\) or 4 \(per head\)"):
+    expected = r"k_scale: dtype float32 with 3 values; valid: float32 with 1 \(per tensor\) or 4 \(per head\)"
+    with pytest.raises(RtpRefError, match=expected):
         reference_reshape_and_cache_flash(layout, x, x, cache, cache.clone(), torch.tensor([0]), torch.ones(3),
                                           torch.ones(1))
