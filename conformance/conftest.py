@@ -15,10 +15,12 @@ from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
+from rtp_ref.certify.family_cases import FamilySpec, family_specs
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.kv.layouts import default_dims
+from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 from .matrix import DeviationOccurred, KernelUnderTest, matching_deviation, suite
@@ -43,9 +45,9 @@ def write_case_params(config: pytest.Config) -> list[Any]:
     """Every (kernel, layout, case) this session certifies, with deviations as strict xfails."""
     s = suite(config)
     params = []
-    for k in s.kernels:
+    for k in s.kernels_of(MLA_OP):
         for layout in s.layouts:
-            if layout not in k.kernel.kv_cache_dtypes:
+            if layout not in k.claims:
                 continue
             for spec, dims in case_specs(layout):
                 marks = _skip_marks(k)
@@ -65,16 +67,53 @@ def _pairs(config: pytest.Config, claimed: bool) -> list[Any]:
     """(kernel, layout) pairs: the claimed ones under test, or every layout a kernel does not claim."""
     s = suite(config)
     out = []
-    for k in s.kernels:
+    for k in s.kernels_of(MLA_OP):
         for layout in s.layouts if claimed else MLA_LAYOUT_NAMES:
-            if (layout in k.kernel.kv_cache_dtypes) == claimed:
+            if (layout in k.claims) == claimed:
                 out.append(pytest.param((k, layout), marks=_skip_marks(k), id=f"{k.name}-{layout}"))
     return out
+
+
+@dataclass(frozen=True)
+class FamilyCaseParam:
+    """One generated case of the MHA or indexer write: the bound kernel, the case spec, a known deviation."""
+
+    kut: KernelUnderTest
+    spec: FamilySpec
+    deviation: int | None
+
+
+def family_case_params(config: pytest.Config) -> list[Any]:
+    """Every (kernel, variant, case) of the other ops this session certifies, deviations as strict xfails."""
+    s = suite(config)
+    params = []
+    for op in (MHA_OP, INDEXER_OP):
+        for k in s.kernels_of(op):
+            for variant in s.layouts_by_op[op]:
+                if variant not in k.claims:
+                    continue
+                for spec in family_specs(op, variant):
+                    marks = _skip_marks(k)
+                    match = matching_deviation(s.platform, k, spec)
+                    if match is not None:
+                        d = match[1]
+                        marks.append(pytest.mark.xfail(strict=True, raises=DeviationOccurred,
+                                                       reason=f"known deviation: {d.reason} [{d.source}]"))
+                    case = FamilyCaseParam(k, spec, match[0] if match else None)
+                    params.append(pytest.param(case, marks=marks, id=f"{k.name}-{variant}-{spec.case_id}"))
+    return params
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "write_case" in metafunc.fixturenames:
         metafunc.parametrize("write_case", write_case_params(metafunc.config))
+    if "family_case" in metafunc.fixturenames:
+        metafunc.parametrize("family_case", family_case_params(metafunc.config))
+    if "unclaimed_family_pair" in metafunc.fixturenames:
+        s = suite(metafunc.config)
+        pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in (MHA_OP, INDEXER_OP)
+                 for k in s.kernels_of(op) for v in OPS[op].variants if v not in k.claims]
+        metafunc.parametrize("unclaimed_family_pair", pairs)
     if "claimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("claimed_pair", _pairs(metafunc.config, claimed=True))
     if "unclaimed_pair" in metafunc.fixturenames:
@@ -92,10 +131,17 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     pair = (params.params.get("claimed_pair") or params.params.get("unclaimed_pair")) if params else None
     if isinstance(case, WriteCase):
         return {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
-                "case": case.spec.case_id, "execution": case.kut.execution}
+                "case": case.spec.case_id, "execution": case.kut.execution, "op": MLA_OP}
+    family = params.params.get("family_case") if params else None
+    if isinstance(family, FamilyCaseParam):
+        return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,
+                "case": family.spec.case_id, "execution": family.kut.execution, "op": family.spec.op}
+    pair = pair or (params.params.get("unclaimed_family_pair") if params else None)
     if isinstance(pair, tuple) and params is not None:
-        kind = "unclaimed" if "unclaimed_pair" in params.params else PAIR_TEST_KINDS[getattr(item, "originalname", "")]
-        return {"kernel": pair[0].name, "layout": pair[1], "kind": kind, "execution": pair[0].execution}
+        unclaimed = "unclaimed_pair" in params.params or "unclaimed_family_pair" in params.params
+        kind = "unclaimed" if unclaimed else PAIR_TEST_KINDS[getattr(item, "originalname", "")]
+        return {"kernel": pair[0].name, "layout": pair[1], "kind": kind, "execution": pair[0].execution,
+                "op": pair[0].op}
     return None
 
 
@@ -104,8 +150,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Drop the support-matrix test when every kernel claims every layout (nothing to check, and an
     empty parameter set would show as a skipped case); with ``--rtp-report``, index the collected
     cases so a crashed or never-run case keeps its identity."""
-    empty = [i for i in items if "unclaimed_pair" in getattr(i, "fixturenames", ())
-             and not isinstance(getattr(i, "callspec", None) and i.callspec.params.get("unclaimed_pair"), tuple)]
+    empty = [i for i in items for name in ("unclaimed_pair", "unclaimed_family_pair")
+             if name in getattr(i, "fixturenames", ())
+             and not isinstance(getattr(i, "callspec", None) and i.callspec.params.get(name), tuple)]
     if empty:
         config.hook.pytest_deselected(items=empty)
         items[:] = [i for i in items if i not in empty]
@@ -200,6 +247,7 @@ def record_case(record_property: Callable[[str, object], None]) -> Callable[...,
     """Attach a case record (kernel, layout, grade, checks...) for the report collector."""
 
     def record(**fields: Any) -> None:
+        fields = {"op": MLA_OP, **fields}  # every record names its op; the MLA write's tests leave it implied
         for name in fields.get("failed_checks", []):
             check_spec(name)  # a name not in rtp_ref.certify.checks.CHECKS is the suite's error, caught here
         record_property("rtp_ref_case", json.dumps(json_safe(fields)))

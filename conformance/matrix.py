@@ -7,45 +7,64 @@ and readable: ``triton-fp8_ds_mla-random-t37-b16-bf16``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.checks import grade_below
+from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
-from rtp_ref.kernels.protocol import KVCacheKernel, device_to_run
+from rtp_ref.kernels.protocol import device_to_run
 from rtp_ref.kv.layouts import check_layout_bytes
-from rtp_ref.platform import MLA_LAYOUT_NAMES, Deviation, Platform
+from rtp_ref.ops import MLA_OP, OPS, claimed_variants, op_name, supported_variants
+from rtp_ref.platform import Deviation, Platform
 
 
 @dataclass(frozen=True)
 class KernelUnderTest:
-    """A discovered kernel bound to the platform's contract, with the device it runs on here."""
+    """A discovered kernel bound to the platform's contract, with the device it runs on here and its op."""
 
     name: str
-    kernel: KVCacheKernel
+    #: a KVCacheKernel for the MLA write; rtp_ref.ops names the other ops' calls
+    kernel: Any
     device: str
     execution: str
     skip_reason: str | None
+    op: str = MLA_OP
+
+    @property
+    def claims(self) -> tuple[str, ...]:
+        """The variants (layouts) the kernel claims."""
+        return claimed_variants(self.kernel)
 
 
 @dataclass(frozen=True)
 class Suite:
-    """What one session certifies."""
+    """What one session certifies: the kernels of every op, and per op the layouts (variants) under test."""
 
     platform: Platform
     contract: WriteContract
     kernels: list[KernelUnderTest]
-    layouts: list[str]
+    layouts_by_op: dict[str, list[str]]
+
+    @property
+    def layouts(self) -> list[str]:
+        """The MLA layouts under test."""
+        return self.layouts_by_op[MLA_OP]
+
+    def kernels_of(self, op: str) -> list[KernelUnderTest]:
+        """The kernels of ``op``."""
+        return [k for k in self.kernels if k.op == op]
 
 
 _SUITE = pytest.StashKey["Suite"]()
 
 
-def _device_for(kernel: KVCacheKernel, platform: Platform) -> tuple[str, str | None]:
+def _device_for(kernel: Any, platform: Platform) -> tuple[str, str | None]:
     """Where the kernel runs: the CPU for the cpu table, else the GPU when there is one."""
     device = device_to_run(kernel.devices, prefer_gpu=platform.backend != "cpu")
     if device is None:
@@ -53,11 +72,10 @@ def _device_for(kernel: KVCacheKernel, platform: Platform) -> tuple[str, str | N
     return device, None
 
 
-def _bind(kernel: KVCacheKernel, contract: WriteContract, execution: str) -> tuple[KVCacheKernel, str | None]:
+def _bind(kernel: Any, contract: WriteContract, execution: str) -> tuple[Any, str | None]:
     bind = getattr(kernel, "bind", None)
     if bind is not None:
-        bound: KVCacheKernel = bind(contract)
-        return bound, None
+        return bind(contract), None
     if execution == "emulated":
         return kernel, (f"{kernel.name} has no bind(contract), so it cannot follow the emulated "
                         f"{contract.platform} contract; certify it on its own hardware")
@@ -74,20 +92,32 @@ def suite(config: pytest.Config) -> Suite:
             raise pytest.UsageError(f"--platform: {exc}") from None
         contract = WriteContract.for_platform(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
         kernels = []
-        for name, entry in discover_kernels(config.getoption("rtp_kernel") or None).items():
+        for name, entry in discover_kernels(config.getoption("rtp_kernel") or None, ops=OPS).items():
             device, device_reason = _device_for(entry.kernel, platform)
             execution = execution_mode(platform, device)
             bound, reason = _bind(entry.kernel, contract, execution)
             # a software fp8 conversion emulates a GPU table's hardware; the cpu table's contract IS software
             software = getattr(bound, "conversion_path", "hardware") == "software" and platform.backend != "cpu"
             path_execution = "emulated" if software else execution
-            kernels.append(KernelUnderTest(name, bound, device, path_execution, reason or device_reason))
-        wanted = config.getoption("rtp_layout") or list(platform.supported_layouts)
-        unknown = [n for n in wanted if n not in MLA_LAYOUT_NAMES]
-        if unknown:
-            raise pytest.UsageError(f"--layout {unknown[0]!r}: unknown; valid: {', '.join(MLA_LAYOUT_NAMES)}")
-        config.stash[_SUITE] = Suite(platform, contract, kernels, wanted)
+            kernels.append(KernelUnderTest(name, bound, device, path_execution, reason or device_reason,
+                                           op_name(entry.kernel)))
+        config.stash[_SUITE] = Suite(platform, contract, kernels, _layouts_by_op(config, platform))
     return config.stash[_SUITE]
+
+
+def _layouts_by_op(config: pytest.Config, platform: Platform) -> dict[str, list[str]]:
+    """Per op, the layouts under test: ``--layout`` names variants of any op (``fp8`` is both an MLA layout and
+    an MHA cache dtype); without it, the platform's MLA layouts and every variant of the other ops."""
+    wanted: list[str] = config.getoption("rtp_layout") or []
+    unknown = [n for n in wanted if not any(n in spec.variants for spec in OPS.values())]
+    if unknown:
+        valid = ", ".join(dict.fromkeys(v for spec in OPS.values() for v in spec.variants))
+        raise pytest.UsageError(f"--layout {unknown[0]!r}: unknown; valid: {valid}")
+    out = {}
+    for op in OPS:
+        supported = supported_variants(platform, op)
+        out[op] = [n for n in wanted if n in supported] if wanted else list(supported)
+    return out
 
 
 class DeviationOccurred(AssertionError):
@@ -99,7 +129,8 @@ def grade_a_deviation_keeps(check: str) -> str:
     return grade_below(check)
 
 
-def matching_deviation(platform: Platform, kernel: KernelUnderTest, spec: CaseSpec) -> tuple[int, Deviation] | None:
+def matching_deviation(platform: Platform, kernel: KernelUnderTest,
+                       spec: CaseSpec | FamilySpec) -> tuple[int, Deviation] | None:
     """The platform's known deviation covering this case, with its index, if any.
 
     A case that writes nothing (no tokens, or only padding slots) cannot show a deviation.

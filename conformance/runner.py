@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rtp_ref.certify.cases import CaseInputs
 from rtp_ref.certify.device_errors import describe_error, is_device_error, pending_device_error
+from rtp_ref.certify.family_cases import FamilyCase
 from rtp_ref.kernels.protocol import KVCacheKernel
 
 
@@ -33,7 +35,7 @@ DEVICE_FAULT: list[str] = []
 
 
 def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: str) -> CallResult:
-    """Call ``kernel`` once on the case, wait for the device, and report what happened.
+    """Call the MLA ``kernel`` once on the case, wait for the device, and report what happened.
 
     Every device error lands on this call: one pending before it belongs to the suite's own setup
     (an error, raised here, not the kernel's finding), one pending after it, or raised by it as a CUDA
@@ -41,6 +43,16 @@ def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: 
     A kernel may expose ``launch_count`` (incremented by its real launch path): it proves the
     candidate itself ran rather than a fallback (FlagGems counts calls the same way).
     """
+    return _call(kernel, lambda: kernel(inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.slot_mapping, layout,
+                                        inputs.scale), layout, device)
+
+
+def call_family_kernel(kernel: Callable[..., None], case: FamilyCase, device: str) -> CallResult:
+    """Call a kernel of the MHA or indexer write once on ``case``, as ``call_kernel`` does."""
+    return _call(kernel, lambda: case.call(kernel), case.spec.layout, device)
+
+
+def _call(kernel: object, invoke: Callable[[], None], layout: str, device: str) -> CallResult:
     earlier = pending_device_error(device)
     if earlier is not None:
         raise RuntimeError(f"a device error was pending before the kernel was called (the case setup): {earlier}")
@@ -49,7 +61,7 @@ def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: 
     error: BaseException | None = None
     try:
         calls += 1
-        kernel(inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.slot_mapping, layout, inputs.scale)
+        invoke()
     except Exception as exc:  # the kernel's failure is the finding, reported by the caller
         error = exc
     device_error = pending_device_error(device)

@@ -230,15 +230,16 @@ def _load_hypothesis_profile(config: pytest.Config) -> None:
 
 
 def parse_layout_flag(text: str) -> tuple[str, str]:
-    """Split one ``KEY=VALUE`` option; the KV room types and validates the value later.
+    """Split one ``KEY=VALUE`` option by ``rtp_ref.kv.flags.parse_overrides``, the CLI's rule (key and value
+    stripped); the KV room types and validates the value later. Bad syntax raises RtpRefError, a ValueError.
 
-    (``rtp_ref.kv.flags.parse_overrides`` says the same, but importing ``rtp_ref.kv.flags`` imports the
-    ``rtp_ref.kv`` package and with it torch, which this module must not import.)
+    (Imported here, not at the top: ``rtp_ref.kv.flags`` is torch-free, but a run without ``--layout-flag``
+    need not import it at all.)
     """
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--layout-flag {text!r}: expected KEY=VALUE, e.g. lora_alignment=round_up")
-    return key.strip(), value.strip()
+    from rtp_ref.kv.flags import parse_overrides
+
+    ((key, value),) = parse_overrides([text]).items()
+    return key, value
 
 
 #: ``workerinput`` key carrying the GPU an xdist worker is pinned to (set by ``GpuSlots`` on the controller)

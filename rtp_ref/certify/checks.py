@@ -67,13 +67,26 @@ CHECKS: tuple[CheckSpec, ...] = (
     _c("layout.block_scales", "layout", "fp8_model1_mla: a token has no scale bytes at "
        "`block_size * 576 + t * 8`"),
     _c("layout.scale_order", "layout", "the right tile scales sit in the wrong tiles"),
+    _c("layout.kv_order", "layout", "reshape_and_cache_flash: the key cache holds the values and the value cache "
+       "the keys (key and value exchanged)"),
+    _c("layout.head_order", "layout", "reshape_and_cache_flash: a token's entry holds its values at other places "
+       "(heads permuted, or head and dim exchanged)"),
+    _c("layout.cache_order", "layout", "reshape_and_cache_flash: an HND cache (the order its strides give) was "
+       "written as if it were NHD"),
+    _c("layout.scale_placement", "layout", "indexer_k_quant_and_cache: the scales are not at the end of the block "
+       "(written inside the token data, right after the token's values)"),
     _c("numerics.scale_positive", "numerics", "a stored scale is zero, negative, inf or NaN (e.g. a missing "
        "floor on an all-zero tile)"),
-    _c("numerics.scale_form", "numerics", "the platform's rule is `pow2_ceil` and a stored fp32 scale is not a "
+    _c("numerics.scale_form", "numerics", "the platform's rule is `pow2_ceil` (the indexer's: `scale_fmt` "
+       "`ue8m0`) and a stored fp32 scale is not a "
        "power of two (readers truncate it)"),
     _c("numerics.scale_value", "numerics", "a stored scale differs from the contract's scale for its tile "
        "(exactly for power-of-two rules, by more than 2^-22 relative for `amax_div`) — wrong divisor, wrong "
        "tile size, wrong floor"),
+    _c("numerics.per_head_scale", "numerics", "reshape_and_cache_flash: per-head k/v scales were given and the "
+       "first head's scale was used for every head"),
+    _c("numerics.quant_block", "numerics", "indexer_k_quant_and_cache: the scales are those of another quant block "
+       "than `quant_block_size` (one scale for the whole token)"),
     _c("numerics.error_bound", "numerics", "a decoded value is more than `numerics_max_ulp` fp8 grid steps from "
        "the exact quotient x / scale (the bound comes from the format's spacing at that value, not a "
        "percentage)"),

@@ -26,7 +26,8 @@ import torch
 
 from rtp_ref.certify.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
 from rtp_ref.certify.checks import grade_reached, reaches, spec
-from rtp_ref.fp8 import FP8_FORMATS, decode, decode_table, decode_ue8m0
+from rtp_ref.certify.fp8_steps import step_errors
+from rtp_ref.fp8 import FP8_FORMATS, decode, decode_ue8m0
 from rtp_ref.fp8.formats import ConversionMode
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
@@ -250,20 +251,6 @@ def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
     return decode_ue8m0(raw)
 
 
-def _grid(fmt_name: str) -> torch.Tensor:
-    table = decode_table(fmt_name).double()
-    grid: torch.Tensor = torch.unique(table[torch.isfinite(table)])  # sorted; +0 and -0 collapse
-    return grid
-
-
-def _step_errors(q: torch.Tensor, v: torch.Tensor, fmt_name: str) -> torch.Tensor:
-    """|q - v| in units of the fp8 grid spacing around v (float64)."""
-    grid = _grid(fmt_name)
-    idx = torch.searchsorted(grid, v.contiguous(), right=True).clamp(1, grid.numel() - 1)
-    spacing = grid[idx] - grid[idx - 1]
-    return (q - v).abs() / spacing
-
-
 class _NumericsCase:
     """Numerics checks of one fp8 value field, kernel entries against reference entries."""
 
@@ -352,7 +339,7 @@ class _NumericsCase:
                 f"{int(unclamped.sum())} value(s) beyond +-{top:g} were not clamped to +-{top:g}",
                 [self._value_example(r, c, v, f"{float(torch.sign(v[r, c])) * top:g}") for r, c in _first(unclamped)])))
         normal = ~(nan_in | over)
-        steps = _step_errors(q[normal], v[normal], fmt.name)
+        steps = step_errors(q[normal], v[normal], fmt.name)
         ok = bool((steps <= self.max_ulp).all()) if steps.numel() else True
         worst = float(steps.max()) if steps.numel() else 0.0
         if ok:
@@ -362,7 +349,7 @@ class _NumericsCase:
             steps_at[normal] = steps
             off = normal & ~(steps_at <= self.max_ulp)  # NaN steps (a NaN stored for a number) are off too
             other = [g for g in FP8_FORMATS if g != fmt.name
-                     and bool((_step_errors(decode(self.codes, g).double()[normal], v[normal], fmt.name)
+                     and bool((step_errors(decode(self.codes, g).double()[normal], v[normal], fmt.name)
                                <= self.max_ulp).all())]
             if other:
                 row, col = _first(off)[0]

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.certify.checks import grade_above, rank
+from rtp_ref.certify.checks import GRADES, grade_above, grade_below, grade_reached, rank, reaches
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
 from rtp_ref.errors import RtpRefError
+from rtp_ref.ops import MLA_OP
 
 #: what the execution words mean (the session that writes a report uses the same words)
 EXECUTION_MEANING = ("native: the table is this machine's own platform and the kernel runs its conversions as this "
@@ -32,6 +33,8 @@ SCOREBOARD_SCHEMA = "rtp-ref-scoreboard"
 UNCLAIMED_KIND = "unclaimed"
 #: pytest outcomes a case can have in a report
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
+#: the grades a case can reach, weakest first, ``none`` (below ``layout``) included
+_REACHABLE = (grade_below(GRADES[0]), *GRADES)
 
 
 def verdict(outcomes: Iterable[str]) -> str:
@@ -49,9 +52,39 @@ def verdict(outcomes: Iterable[str]) -> str:
     return "certified with deviations" if counts["xfailed"] else "certified"
 
 
-def _grade_rank(grade: str | None) -> int:
-    order = ["none", "layout", "numerics", "bit_exact"]
-    return order.index(grade) if grade in order else 0
+def _weakest(grades: Iterable[str | None]) -> str | None:
+    """The weakest of ``grades`` (``none`` or one of GRADES; anything else is ignored), or None."""
+    present = set(grades)
+    return next((g for g in _REACHABLE if g in present), None)
+
+
+def _reached(case: Mapping[str, Any]) -> str | None:
+    """The grade a case reached: its ``grade``, else what its failed checks leave (a worker that died records
+    no grade, only ``support.worker_died``); None when a check is unknown to this version."""
+    if case.get("grade"):
+        return str(case["grade"])
+    try:
+        return grade_reached(list(case.get("failed_checks", [])))
+    except ValueError:
+        return None
+
+
+def failed_at(cases: Iterable[Mapping[str, Any]]) -> str | None:
+    """The weakest grade that a failing case (outcome ``failed`` or ``error``) did not reach although it was
+    required to (its ``required_grade``, else every grade): ``numerics`` when some case reached ``layout``
+    but not ``numerics``. None when no failing case fell short of a grade (a stale deviation, say)."""
+    missed = set()
+    for c in cases:
+        reached = _reached(c) if c["outcome"] in ("failed", "error") else None
+        required = c.get("required_grade") or GRADES[-1]
+        if reached is not None and reached in _REACHABLE and required in GRADES and not reaches(reached, required):
+            missed.add(grade_above(reached))
+    return _weakest(missed)
+
+
+def _verdict_head(verdict_text: str) -> str:
+    """A row's verdict without what follows ``; `` (``failed`` of ``failed; incomplete: 2 of 3 cases ran``)."""
+    return verdict_text.split("; ", 1)[0]
 
 
 def input_checks(group: Sequence[Mapping[str, Any]]) -> str | None:
@@ -70,9 +103,12 @@ def _input_check(case: Mapping[str, Any]) -> str:
 
 
 def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = False) -> dict[str, Any]:
-    """Totals and one row per (kernel, layout): verdict, weakest grade reached, outcome counts, input checks.
+    """Totals and one row per (kernel, layout): its op, verdict, weakest grade reached, the weakest grade a failing
+    case fell short of (``failed_at``), outcome counts, input checks.
 
     The verdict is about the write; the out-of-range-slot case decides it only when ``input_checks_required``.
+    A pair some of whose cases the run never reached is ``incomplete: N of M cases ran``, and
+    ``failed; incomplete: N of M cases ran`` when the cases that ran failed.
     """
     totals = Counter(c["outcome"] for c in cases)
     rows: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -85,22 +121,25 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
     for (kernel, layout), group in sorted(rows.items()):
         judged = [c for c in group if input_checks_required or c.get("kind") != BAD_INPUT_KIND]
         ran = [c for c in judged if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
-        grades = [c["grade"] for c in ran]
         failed_checks = sorted({name for c in judged for name in c.get("failed_checks", [])})
-        result = verdict(c["outcome"] for c in judged)
+        # cases the run never reached (it stopped, or was interrupted) judge nothing: their pair is incomplete;
+        # those its own crashes skipped (quarantine, "not run: kernel/layout crashed ...") are its failure
+        run_cases = [c for c in judged if not str(c.get("reason", "")).startswith("not run: ")
+                   or str(c["reason"]).startswith(f"not run: {kernel}/")]
+        result = verdict(c["outcome"] for c in run_cases)
         if layout.endswith("(unclaimed)") and result == "certified":
             result = "raises as required"
-        # cases the run never reached (it stopped, or was interrupted): their pair is not judged at all;
-        # those its own crashes skipped (quarantine, "not run: kernel/layout crashed ...") are its failure
-        stopped = [c for c in judged if str(c.get("reason", "")).startswith("not run: ")
-                   and not str(c["reason"]).startswith(f"not run: {kernel}/")]
-        if stopped:
-            result = f"incomplete: {len(judged) - len(stopped)} of {len(judged)} cases ran"
+        if len(run_cases) < len(judged):
+            incomplete = f"incomplete: {len(run_cases)} of {len(judged)} cases ran"
+            result = f"{result}; {incomplete}" if result == "failed" else incomplete
         table.append({
             "kernel": kernel,
             "layout": layout,
+            # the op of the kernel's cases (records written before ops existed are the MLA write's)
+            "op": next((c["op"] for c in group if c.get("op")), MLA_OP),
             "verdict": result,
-            "min_grade": min(grades, key=_grade_rank) if grades else None,
+            "min_grade": _weakest(c["grade"] for c in ran),
+            "failed_at": failed_at(run_cases),
             "execution": sorted({c.get("execution", "native") for c in group}),
             "counts": dict(Counter(c["outcome"] for c in group)),
             "failed_checks": failed_checks,
@@ -156,7 +195,8 @@ def certification_failed(report: Mapping[str, Any]) -> str | None:
             "the run did not complete; the report is partial"
     if summary["total"] - summary["outcomes"]["skipped"] == 0:
         return "0 cases ran: nothing was certified"
-    failed = [f"{r['kernel']}/{r['layout']}" for r in summary["by_kernel_layout"] if r["verdict"] == "failed"]
+    failed = [f"{r['kernel']}/{r['layout']}" for r in summary["by_kernel_layout"]
+              if _verdict_head(r["verdict"]) == "failed"]
     if failed:
         return f"{len(failed)} kernel/layout pair(s) failed: {', '.join(failed)}"
     return None
@@ -237,7 +277,7 @@ def _diagnosis_lines(report: Mapping[str, Any]) -> list[str]:
     deviations = report["platform"].get("table", {}).get("deviations", [])
     out: list[str] = []
     for row in report["summary"]["by_kernel_layout"]:
-        if row["verdict"] not in ("failed", "certified with deviations"):
+        if _verdict_head(row["verdict"]) not in ("failed", "certified with deviations"):
             continue
         layout = row["layout"].removesuffix(" (unclaimed)")
         group = [c for c in report["cases"] if c.get("kernel") == row["kernel"] and c.get("layout") == layout
@@ -298,8 +338,9 @@ def _shape_problem(data: Mapping[str, Any]) -> str | None:
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("kernel", "layout", "verdict")):
             return f"summary.by_kernel_layout[{i}] lacks a string kernel, layout or verdict"
-        if not isinstance(row.get("min_grade"), str | None):
-            return f"summary.by_kernel_layout[{i}].min_grade is not a string or null"
+        for key in ("min_grade", "failed_at"):
+            if not isinstance(row.get(key), str | None):
+                return f"summary.by_kernel_layout[{i}].{key} is not a string or null"
     return None
 
 
@@ -310,7 +351,7 @@ def merge_reports(
 
     ``unfinished`` names the platforms the run meant to certify but did not finish (it was
     interrupted): the scoreboard is then ``complete: false`` and lists them, so a partial scoreboard
-    cannot pass for a whole one.
+    cannot pass for a whole one. A row of a partial report is ``incomplete`` (``_partial_verdict``).
     """
     rows = []
     seen: dict[tuple[str, str, str], str] = {}
@@ -329,8 +370,9 @@ def merge_reports(
                 "execution": p["execution"],
                 "kernel": r["kernel"],
                 "layout": r["layout"],
-                "verdict": r["verdict"] if report["complete"] else "incomplete",
+                "verdict": r["verdict"] if report["complete"] else _partial_verdict(r["verdict"]),
                 "min_grade": r["min_grade"],
+                "failed_at": r.get("failed_at"),  # None in a report of an older rtp-ref
                 "device": report["environment"].get("device"),
                 "source": source,
             })
@@ -339,16 +381,26 @@ def merge_reports(
             "complete": not unfinished, "unfinished": list(unfinished), "rows": rows}
 
 
-def cell_text(verdict_text: str, min_grade: str | None) -> str:
+def _partial_verdict(verdict_text: str) -> str:
+    """A row's verdict on the scoreboard when its report is partial: a failure stands (a case that failed
+    failed however the run ended), anything else is only ``incomplete``; a verdict that says how
+    incomplete its pair is stays as it is."""
+    if "incomplete" in verdict_text:
+        return verdict_text
+    return "failed; incomplete" if verdict_text == "failed" else "incomplete"
+
+
+def cell_text(verdict_text: str, min_grade: str | None, failed_at_grade: str | None) -> str:
     """A scoreboard cell that says what it means: ``certified (bit_exact)``, ``certified with deviations:
-    reaches numerics``, ``failed at numerics`` (the first grade a case did not reach), or the verdict."""
+    reaches numerics``, ``failed at numerics`` (``failed_at_grade``: the weakest grade a failing case did not
+    reach, see ``failed_at``), ``failed at layout; incomplete: 2 of 23 cases ran``, or the verdict."""
     if verdict_text == "certified" and min_grade:
         return f"certified ({min_grade})"
     if verdict_text == "certified with deviations" and min_grade:
         return f"certified with deviations: reaches {min_grade}"
-    above = grade_above(min_grade) if verdict_text == "failed" and min_grade else None
-    if above is not None:
-        return f"failed at {above}"
+    head, sep, rest = verdict_text.partition("; ")
+    if head == "failed" and failed_at_grade:
+        return f"failed at {failed_at_grade}{sep}{rest}"
     return verdict_text
 
 
@@ -359,7 +411,8 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for r in board["rows"]:
         key = (r["kernel"], r["layout"])
-        cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = cell_text(r["verdict"], r["min_grade"])
+        cell = cell_text(r["verdict"], r["min_grade"], r.get("failed_at"))
+        cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = cell
     lines = ["# rtp-ref scoreboard", "", "| kernel | layout | " + " | ".join(platforms) + " |",
              "|---|---|" + "---|" * len(platforms)]
     for (kernel, layout), by_platform in sorted(cells.items()):

@@ -49,14 +49,32 @@ def run_flags(config: pytest.Config, platform: Platform) -> LayoutFlags:
     return resolve_flags(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
 
 
+def run_kernels(config: pytest.Config, cases: list[dict[str, Any]]) -> dict[str, str]:
+    """Name -> origin of the kernels a finished run certified, for its report.
+
+    They are discovered again here: the controller of an xdist run collected nothing, so it has no discovery
+    of its own to reuse. A discovery that fails now (an entry point that stopped loading, a vendor's kernel
+    factory that raises) never raises: the report of the cases that ran must still be written. The kernels
+    are then those ``--kernel`` selected, else those the cases name, each with the reason as its origin.
+    """
+    selected = config.getoption("rtp_kernel") or None
+    try:
+        return {name: entry.origin for name, entry in discover_kernels(selected).items()}
+    except Exception as exc:  # a vendor's own code runs here, so anything it raises, not only RtpRefError
+        problem = str(exc) if isinstance(exc, RtpRefError) else f"{type(exc).__name__}: {exc}"
+        names = selected or sorted({str(c["kernel"]) for c in cases if c.get("kernel")})
+        return dict.fromkeys(names, f"unknown: kernel discovery failed at the end of the run: {problem}")
+
+
 def describe_run(config: pytest.Config, cases: list[dict[str, Any]], started: float) -> dict[str, Any]:
     """Report fields shared by all cases: platform, environment, the run (when, how long, where, the command
-    line), the kernels with their origins; deviations of the selected kernels no case referred to are listed
-    as unmatched. ``started``: the run's start, seconds since the epoch."""
+    line), the kernels with their origins (``run_kernels``: a failing discovery is recorded, never raised);
+    deviations of the selected kernels no case referred to are listed as unmatched. ``started``: the run's
+    start, seconds since the epoch."""
     platform = run_platform(config)
     flags = run_flags(config, platform)
     used = {c["deviation"] for c in cases if c.get("deviation") is not None}
-    kernels = discover_kernels(config.getoption("rtp_kernel") or None)
+    kernels = run_kernels(config, cases)
     finished = time.time()
     return {
         "run": {
@@ -67,7 +85,7 @@ def describe_run(config: pytest.Config, cases: list[dict[str, Any]], started: fl
             "command": shlex.join(["rtp-ref" if Path(sys.argv[0]).name in ("rtp-ref", "cli.py") else sys.argv[0],
                                    *sys.argv[1:]]),
         },
-        "kernels": [{"name": name, "origin": entry.origin} for name, entry in kernels.items()],
+        "kernels": [{"name": name, "origin": origin} for name, origin in kernels.items()],
         "unavailable_kernels": [{"name": name, "reason": reason} for name, reason in unavailable_kernels().items()
                                 if not config.getoption("rtp_kernel") or name in config.getoption("rtp_kernel")],
         "platform": {

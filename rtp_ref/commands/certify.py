@@ -32,7 +32,8 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kv.flags import parse_overrides, resolve_flags
 from rtp_ref.kv.layouts import check_layout_bytes
-from rtp_ref.platform import MLA_LAYOUT_NAMES, platform_names, resolve_platform
+from rtp_ref.ops import OPS, every_variant
+from rtp_ref.platform import platform_names, resolve_platform
 
 #: ``--platform all``: every bundled platform table
 ALL = "all"
@@ -126,19 +127,20 @@ def validate_selection(args: argparse.Namespace) -> None:
     platforms = [resolve_platform(name) for name in (platform_names() if args.platform == ALL else [args.platform])]
     for platform in platforms:
         resolve_flags(platform, parse_overrides(args.layout_flag))
-    unknown = [name for name in args.layout if name not in MLA_LAYOUT_NAMES]
+    names = list(dict.fromkeys(v for spec in OPS.values() for v in spec.variants))
+    unknown = [name for name in args.layout if name not in names]
     if unknown:
-        raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+        raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(names)}")
     for platform in platforms:
         check_layout_bytes(platform)  # an out-of-tree table's stated bytes, like the bundled ones' in the tests
     # a layout is certified only where a table supports it: with `all`, where at least one does
-    supported = {layout for platform in platforms for layout in platform.supported_layouts}
+    supported = {layout for platform in platforms for layout in every_variant(platform)}
     refused = [name for name in args.layout if name not in supported]
     if refused:
         where = f"platform {platforms[0].name} does not support it" if len(platforms) == 1 \
             else "no bundled platform supports it"
         raise RtpRefError(f"--layout {refused[0]!r}: {where}; valid: {', '.join(sorted(supported))}")
-    discover_kernels(args.kernel or None)
+    discover_kernels(args.kernel or None, ops=OPS)
     if any(platform.name != "cpu" for platform in platforms):
         from rtp_ref.pytest_plugin import gpu_count_problem, visible_gpus  # imports pytest: only when certifying
 
@@ -183,10 +185,12 @@ def _certify(args: argparse.Namespace) -> int:
         print_json({"report": str(report_path), "summary": report["summary"], "problem": problem})
     else:
         print(f"\nrtp-ref: reports written to {args.report}/ (report.json, report.md, junit.xml)")
-        for row in report["summary"]["by_kernel_layout"]:
+        rows = report["summary"]["by_kernel_layout"]
+        width = max([16, *(len(row["kernel"]) for row in rows)])
+        for row in rows:
             grade = row["min_grade"] or "-"
             print(
-                f"  {row['kernel']:<16} {row['layout']:<18} {row['verdict']:<26} {grade:<10} "
+                f"  {row['kernel']:<{width}} {row['layout']:<18} {row['verdict']:<26} {grade:<10} "
                 f"{'/'.join(row['execution'])}"
             )
         print(f"rtp-ref: {'NOT CERTIFIED: ' + problem if problem else 'all claimed layouts certified'}")
@@ -224,7 +228,7 @@ def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
         str(args.max_restarts),
         *(["--require-input-checks"] if args.require_input_checks else []),
     ]
-    supported = resolve_platform(name).supported_layouts
+    supported = every_variant(resolve_platform(name))
     for option, values in (
         ("--kernel", args.kernel),
         ("--layout", [layout for layout in args.layout if layout in supported]),
@@ -243,7 +247,7 @@ def _certify_all(args: argparse.Namespace) -> int:
     """
     out = Path(args.report)
     names = [name for name in platform_names()
-             if not args.layout or set(args.layout) & set(resolve_platform(name).supported_layouts)]
+             if not args.layout or set(args.layout) & set(every_variant(resolve_platform(name)))]
     for name in sorted(set(platform_names()) - set(names)):
         print(f"rtp-ref: platform {name} supports none of --layout {', '.join(args.layout)}: not certified")
     codes: dict[str, int] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
+from typing import Protocol
 
 
 class NanEncoding(Enum):
@@ -119,6 +120,17 @@ class ConversionMode(str, Enum):
     SATFINITE = "satfinite"
     #: overflow becomes NaN (inf for e5m2, which has infinities); the IEEE-style conversion
     NONSAT = "nonsat"
+
+
+class FormatSource(Protocol):
+    """Where a cache's fp8 element format and conversion mode come from: a platform table
+    (rtp_ref.platform.Platform) or a kernel's bound contract (rtp_ref.kernels.contract.WriteContract)."""
+
+    @property
+    def element_format(self) -> Fp8Format: ...
+
+    @property
+    def conversion_mode(self) -> ConversionMode: ...
 
 
 def fp8_format(name: str) -> Fp8Format:

@@ -31,11 +31,14 @@ def _triton_unavailable_reason() -> str | None:
 
 
 def unavailable_builtin_kernels() -> dict[str, str]:
-    """Built-in kernel name -> why it cannot run in this process (empty when all can)."""
+    """Built-in kernel name -> why it cannot run in this process (empty when all can): ``triton`` and ``cuda``,
+    and their kernels of the other ops (``triton-mha``...), which need the same toolchains."""
     from rtp_ref.kernels.cuda_mla import unavailable_reason
+    from rtp_ref.ops import OPS
 
     reasons = {"triton": _triton_unavailable_reason(), "cuda": unavailable_reason()}
-    return {name: reason for name, reason in reasons.items() if reason is not None}
+    return {f"{name}{op.name_suffix}": reason for name, reason in reasons.items() if reason is not None
+            for op in OPS.values()}
 
 
 def available_builtin_kernels() -> list[KVCacheKernel]:

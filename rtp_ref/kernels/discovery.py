@@ -16,7 +16,8 @@ from typing import Any
 
 from rtp_ref import __version__
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.protocol import KernelEntry, KVCacheKernel, check_kernel
+from rtp_ref.kernels.protocol import KernelEntry, check_kernel
+from rtp_ref.ops import MLA_OP, op_name
 
 ENTRY_POINT_GROUP = "rtp_ref.kernels"
 #: Comma-separated ``module:attribute`` specs of extra kernels, for kernels that are not installed
@@ -24,7 +25,7 @@ ENTRY_POINT_GROUP = "rtp_ref.kernels"
 KERNELS_ENV = "RTP_REF_KERNELS"
 
 
-def _expand(loaded: Any, origin: str) -> list[KVCacheKernel]:
+def _expand(loaded: Any, origin: str) -> list[Any]:
     if isinstance(getattr(loaded, "name", None), str) and callable(loaded):
         return [check_kernel(loaded, origin)]
     if callable(loaded):
@@ -67,13 +68,14 @@ def env_kernels(spec: str | None = None) -> list[KernelEntry]:
 
 
 def builtin_kernels() -> list[KernelEntry]:
-    """rtp-ref's own kernels: the reference and torch-eager always; triton and cuda when their
+    """rtp-ref's own kernels of every op: the reference and torch-eager always; triton and cuda when their
     toolchains are present."""
     from rtp_ref.kernels.builtin import available_builtin_kernels
+    from rtp_ref.kernels.family_builtin import family_kernels
     from rtp_ref.kernels.reference import ReferenceKernel
 
     origin = f"builtin (rtp-ref {__version__})"
-    return [KernelEntry(k, origin) for k in [ReferenceKernel(), *available_builtin_kernels()]]
+    return [KernelEntry(k, origin) for k in [ReferenceKernel(), *available_builtin_kernels(), *family_kernels()]]
 
 
 def unavailable_kernels() -> dict[str, str]:
@@ -83,9 +85,11 @@ def unavailable_kernels() -> dict[str, str]:
     return unavailable_builtin_kernels()
 
 
-def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntry]:
-    """All kernels by name: built-ins, entry points, ``$RTP_REF_KERNELS``. ``names`` selects some; an
-    unknown name is an error.
+def discover_kernels(names: Iterable[str] | None = None, ops: Iterable[str] = (MLA_OP,)) -> dict[str, KernelEntry]:
+    """The kernels of ``ops`` (rtp_ref.ops; default the MLA write) by name: built-ins, entry points,
+    ``$RTP_REF_KERNELS``. ``names`` selects some: a name no kernel has is an error, and so is the name of a
+    kernel of another op (a command certifying or measuring one op says which op it takes); a name the
+    selection spans several ops with is fine when ``ops`` holds them all.
 
     Two kernels with one name is an error naming both origins.
     """
@@ -97,8 +101,9 @@ def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntr
                 f"two kernels are named {entry.kernel.name!r}: {other.origin} and {entry.origin}; rename one"
             )
         table[entry.kernel.name] = entry
+    wanted_ops = tuple(ops)
     if names is None:
-        return table
+        return {n: e for n, e in table.items() if op_name(e.kernel) in wanted_ops}
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in table]
     missing = unavailable_kernels()
@@ -107,4 +112,8 @@ def discover_kernels(names: Iterable[str] | None = None) -> dict[str, KernelEntr
             raise RtpRefError(f"{name}: not available here: {missing[name]}")
     if unknown:
         raise RtpRefError(f"unknown kernel(s) {', '.join(map(repr, unknown))}; known kernels: {', '.join(table)}")
+    for name in wanted:
+        op = op_name(table[name].kernel)
+        if op not in wanted_ops:
+            raise RtpRefError(f"kernel {name!r} implements {op}; this command takes {' or '.join(wanted_ops)} kernels")
     return {n: table[n] for n in wanted}

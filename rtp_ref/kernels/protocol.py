@@ -1,8 +1,13 @@
 """What a KV-cache write kernel is, for rtp-ref.
 
-A kernel is any object with:
+A kernel implements one op (rtp_ref.ops): ``op: str`` names it, and a kernel without ``op`` is a
+``concat_and_cache_mla`` kernel, described here; the other ops differ only in their call and in the
+attribute listing their claims (``reshape_and_cache_flash``: ``kv_cache_dtypes`` of ``auto``, ``fp8``,
+``fp8_e5m2``, called ``kernel(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+v_scale)``; ``indexer_k_quant_and_cache``: ``scale_fmts`` of ``none``, ``ue8m0``, called ``kernel(k, kv_cache,
+slot_mapping, quant_block_size, scale_fmt)``). A ``concat_and_cache_mla`` kernel is any object with:
 
-* ``name: str`` — unique, shown in reports (``vendor-x-mla``);
+* ``name: str`` — unique among all kernels, shown in reports (``vendor-x-mla``);
 * ``kv_cache_dtypes: Collection[str]`` — the layouts it claims (``auto``, ``fp8``, ``fp8_ds_mla``,
   ``fp8_model1_mla``, ``fp8_rocm_compact``); the suite certifies each claim, and checks that every
   other layout raises (a claimed-unsupported layout must fail loudly, never write garbage);
@@ -17,8 +22,8 @@ they are, against the platform under test. rtp-ref's built-in kernels all bind, 
 ROCm table is exercised on a CUDA GPU or the CPU ("emulated").
 
 Optionally ``input_requirements: Collection[str]``, names from ``INPUT_REQUIREMENTS``: what the
-kernel needs of ``kv_c`` and ``k_pe`` (contiguity, 16-byte alignment for vector loads). Given inputs
-that break a declared requirement, the kernel may raise a clear error: the suite reports that case
+kernel needs of its value inputs (``kv_c`` and ``k_pe`` here; contiguity, 16-byte alignment for vector loads).
+Given inputs that break a declared requirement, the kernel may raise a clear error: the suite reports that case
 as refused as declared, never as a pass of the write. A kernel that declares nothing must handle
 every stride the suite builds; a fault or wrong bytes is a failure either way.
 """
@@ -33,7 +38,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.errors import UnsupportedLayoutError as UnsupportedLayoutError  # re-exported: the kernels' import path
-from rtp_ref.platform import MLA_LAYOUT_NAMES
+from rtp_ref.ops import MLA_OP, OPS
 
 if TYPE_CHECKING:
     from rtp_ref.kernels.contract import WriteContract
@@ -65,38 +70,45 @@ class BindableKernel(KVCacheKernel, Protocol):
     def bind(self, contract: WriteContract) -> KVCacheKernel: ...
 
 
-#: requirements a kernel may declare on its inputs (``input_requirements``), and what each means
+#: requirements a kernel may declare on its value inputs (``input_requirements``: kv_c and k_pe of the MLA
+#: write, key and value of the MHA write, k of the indexer write), and what each means
 INPUT_REQUIREMENTS = {
-    "contiguous": "kv_c and k_pe are contiguous tensors",
-    "aligned16": "kv_c and k_pe start at 16-byte aligned addresses and their row strides are multiples of 16 bytes",
+    "contiguous": "the value inputs are contiguous tensors",
+    "aligned16": "the value inputs start at 16-byte aligned addresses and their row strides are multiples of 16 bytes",
 }
 
 
-def broken_requirements(requirements: Collection[str], kv_c: torch.Tensor, k_pe: torch.Tensor) -> list[str]:
-    """The declared ``requirements`` that these inputs break, from their metadata alone (no device sync)."""
+def broken_requirements(requirements: Collection[str], *inputs: torch.Tensor) -> list[str]:
+    """The declared ``requirements`` that these value inputs break, from their metadata alone (no device sync)."""
     broken = []
-    if "contiguous" in requirements and not (kv_c.is_contiguous() and k_pe.is_contiguous()):
+    if "contiguous" in requirements and not all(t.is_contiguous() for t in inputs):
         broken.append("contiguous")
     if "aligned16" in requirements and any(
-        t.data_ptr() % 16 or (t.dim() > 1 and t.stride(0) * t.element_size() % 16) for t in (kv_c, k_pe)
+        t.data_ptr() % 16 or (t.dim() > 1 and t.stride(0) * t.element_size() % 16) for t in inputs
     ):
         broken.append("aligned16")
     return broken
 
 
-def check_kernel(obj: Any, origin: str) -> KVCacheKernel:
-    """Validate that ``obj`` satisfies the protocol; ``origin`` (e.g. the entry point) names it in errors."""
+def check_kernel(obj: Any, origin: str) -> Any:
+    """Validate that ``obj`` satisfies the protocol of its op (``op``, default ``concat_and_cache_mla``:
+    rtp_ref.ops); ``origin`` (e.g. the entry point) names it in errors. Returns ``obj``."""
     problems = []
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not name:
         problems.append("'name' must be a non-empty string")
-    layouts = getattr(obj, "kv_cache_dtypes", None)
-    if isinstance(layouts, str) or not isinstance(layouts, Collection) or not layouts:
-        problems.append("'kv_cache_dtypes' must be a non-empty collection of layout names")
+    op = getattr(obj, "op", MLA_OP)
+    if op not in OPS:
+        raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: 'op' is {op!r}; "
+                          f"valid: {', '.join(OPS)} (no 'op': {MLA_OP})")
+    spec = OPS[op]
+    claims = getattr(obj, spec.claims, None)
+    if isinstance(claims, str) or not isinstance(claims, Collection) or not claims:
+        problems.append(f"'{spec.claims}' must be a non-empty collection of {op} variants")
     else:
-        unknown = sorted(set(layouts) - set(MLA_LAYOUT_NAMES))
+        unknown = sorted(set(claims) - set(spec.variants))
         if unknown:
-            problems.append(f"'kv_cache_dtypes' has unknown {unknown}; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+            problems.append(f"'{spec.claims}' has unknown {unknown}; valid: {', '.join(spec.variants)}")
     devices = getattr(obj, "devices", None)
     if isinstance(devices, str) or not isinstance(devices, Collection) or not devices:
         problems.append("'devices' must be a non-empty collection of torch device types, e.g. ('cuda',)")
@@ -107,11 +119,10 @@ def check_kernel(obj: Any, origin: str) -> KVCacheKernel:
         problems.append(f"'input_requirements' has unknown {sorted(set(requirements) - set(INPUT_REQUIREMENTS))}; "
                         f"valid: {', '.join(INPUT_REQUIREMENTS)}")
     if not callable(obj):
-        problems.append("it must be callable as kernel(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)")
+        problems.append(f"it must be callable as {spec.signature}")
     if problems:
         raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: {'; '.join(problems)}")
-    kernel: KVCacheKernel = obj
-    return kernel
+    return obj
 
 
 def device_to_run(devices: Collection[str], prefer_gpu: bool = True) -> str | None:
@@ -131,5 +142,6 @@ class KernelEntry:
     """A discovered kernel and where it came from: ``builtin (rtp-ref VERSION)``, ``entry point NAME = VALUE
     (DIST VERSION)`` or ``RTP_REF_KERNELS item 'module:attr'``."""
 
-    kernel: KVCacheKernel
+    #: a kernel of any op (rtp_ref.ops); ``KVCacheKernel`` for the MLA write
+    kernel: Any
     origin: str

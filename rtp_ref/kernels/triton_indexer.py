@@ -2,10 +2,10 @@
 # mypy: disable-error-code="untyped-decorator"
 """``indexer_k_quant_and_cache`` in Triton (rtp_ref.kv.indexer states the contract).
 
-One program quantises one ``QUANT``-value slice of one token: the slice's amax (NaN dropped, as ``fmaxf``
-folds), its fp32 scale ``div_rn(max(amax, 1e-4), divisor)`` (a power of two for ue8m0), the fp8 codes of
-``div_rn(x, scale)``, then the four scale bytes after the block's values. Bytes are stored one by one, so
-no alignment is asked of the cache. All offsets are int64.
+One program quantises one ``QUANT``-value slice of ``BLOCK_T`` tokens (one on a GPU, 32 under the interpreter):
+the slice's amax (NaN dropped, as ``fmaxf`` folds), its fp32 scale ``div_rn(max(amax, 1e-4), divisor)`` (a
+power of two for ue8m0), the fp8 codes of ``div_rn(x, scale)``, then the four scale bytes after the block's
+values. Bytes are stored one by one, so no alignment is asked of the cache. All offsets are int64.
 """
 
 from __future__ import annotations
@@ -23,42 +23,51 @@ from rtp_ref.kernels.triton_fp8 import (
     format_constexprs,
     fp8_codes,
     hardware_selector,
+    interpreted,
     load_f32,
     ue8m0_ceil,
 )
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 
+#: tokens a program quantises under Triton's interpreter, where each program costs milliseconds of Python (on a
+#: GPU a program quantises one token's slice)
+INTERPRETER_BLOCK_T = 32
+
 
 @triton.jit
 def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel arguments
-        k, cache, slot_mapping, k_stride, block_stride, block_size, divisor, floor,
-        D: tl.constexpr, QUANT: tl.constexpr, N: tl.constexpr, IN_BF16: tl.constexpr, UE8M0: tl.constexpr,
-        HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+        k, cache, slot_mapping, tokens, k_stride, block_stride, block_size, divisor, floor,
+        BLOCK_T: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr, N: tl.constexpr, IN_BF16: tl.constexpr,
+        UE8M0: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
         NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
         SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
+    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
     j = tl.program_id(1).to(tl.int64)
-    slot = tl.load(slot_mapping + t).to(tl.int64)
-    if slot >= 0:
-        block = slot // block_size
-        row = slot % block_size
-        lane = tl.arange(0, QUANT)
-        x = load_f32(k + t * k_stride + j * QUANT, lane, lane < QUANT, IN_BF16)
-        magnitude = tl.abs(x)
-        amax = tl.max(tl.where(magnitude != magnitude, 0.0, magnitude), axis=0)
-        scale = tl.math.div_rn(tl.maximum(amax, floor), divisor)
-        if UE8M0:
-            byte = ue8m0_ceil(scale)
-            # byte 0 would be 2**-127, far below the floor / divisor; 0xFF only for an infinite scale
-            scale = tl.where(byte == 0xFF, scale, (byte << 23).to(tl.float32, bitcast=True))
-        code = fp8_codes(tl.math.div_rn(x, tl.full([QUANT], 1.0, tl.float32) * scale), HW, MAN_BITS, EMIN,
-                         MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
-        base = cache + block * block_stride
-        tl.store(base + row * D + j * QUANT + lane, code)
-        bits = scale.to(tl.int32, bitcast=True)
-        at = base + block_size * D + (row * N + j) * 4
-        four = tl.arange(0, 4)
-        tl.store(at + four, ((bits >> (8 * four)) & 0xFF).to(tl.uint8))
+    slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
+    valid = slot >= 0
+    # padding slots address block 0 row 0 (masked off): no negative offset is ever formed
+    slot = tl.where(valid, slot, 0)
+    block = slot // block_size
+    row = slot % block_size
+    lane = tl.arange(0, QUANT)
+    mask = valid[:, None] & (lane < QUANT)[None, :]
+    x = load_f32(k, t[:, None] * k_stride + j * QUANT + lane[None, :], mask, IN_BF16)
+    magnitude = tl.abs(x)
+    amax = tl.max(tl.where(magnitude != magnitude, 0.0, magnitude), axis=1)
+    scale = tl.math.div_rn(tl.maximum(amax, floor), tl.full([BLOCK_T], 1.0, tl.float32) * divisor)
+    if UE8M0:
+        byte = ue8m0_ceil(scale)
+        # byte 0 would be 2**-127, far below the floor / divisor; 0xFF only for an infinite scale
+        scale = tl.where(byte == 0xFF, scale, (byte << 23).to(tl.float32, bitcast=True))
+    code = fp8_codes(tl.math.div_rn(x, tl.full([BLOCK_T, QUANT], 1.0, tl.float32) * scale[:, None]), HW, MAN_BITS,
+                     EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
+    base = cache + block * block_stride
+    tl.store(base[:, None] + row[:, None] * D + j * QUANT + lane[None, :], code, mask=mask)
+    bits = scale.to(tl.int32, bitcast=True)
+    at = base + block_size * D + (row * N + j) * 4
+    four = tl.arange(0, 4)
+    tl.store(at[:, None] + four[None, :], ((bits[:, None] >> (8 * four[None, :])) & 0xFF).to(tl.uint8),
+             mask=valid[:, None] & (four < 4)[None, :])
 
 
 def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
@@ -77,11 +86,12 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
     if tokens == 0:
         return
     traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
+    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
     on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
     with on_gpu:
-        _indexer_k_quant_and_cache[(tokens, layout.scales_per_token)](
-            k, kv_cache, slot_mapping, k.stride(0), kv_cache.stride(0), block_size, layout.scale_divisor,
-            AMAX_FLOOR, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
+        _indexer_k_quant_and_cache[(triton.cdiv(tokens, BLOCK_T), layout.scales_per_token)](
+            k, kv_cache, slot_mapping, tokens, k.stride(0), kv_cache.stride(0), block_size, layout.scale_divisor,
+            AMAX_FLOOR, BLOCK_T=BLOCK_T, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
             IN_BF16=k.dtype == torch.bfloat16, UE8M0=scale_fmt == "ue8m0",
             HW=hardware_selector(layout.element_format, layout.conversion_mode), CLAMP=not conversion_saturates(),
             enable_fp_fusion=False, **format_constexprs(traits),

@@ -2,7 +2,8 @@
 # mypy: disable-error-code="untyped-decorator"
 """``reshape_and_cache_flash`` in Triton (rtp_ref.kv.mha_paged states the contract).
 
-One program writes one head of one token to the K and the V cache. The cache order (NHD or HND) is only
+One program writes every head of ``BLOCK_T`` tokens to the K and the V cache (one token on a GPU, 32 under
+the interpreter). The cache order (NHD or HND) is only
 strides: the program addresses ``block * block_stride + row * page_stride + head * head_stride + d``, in
 elements, for each cache separately. ``auto`` moves the 16-bit inputs as int16, so every bit pattern
 (NaN payloads included) is copied; fp8 divides in fp32 with ``tl.math.div_rn`` (correctly rounded, as
@@ -26,55 +27,62 @@ from rtp_ref.kernels.triton_fp8 import (
     format_constexprs,
     fp8_codes,
     hardware_selector,
+    interpreted,
     load_f32,
 )
 from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
 
+#: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python (on a
+#: GPU a program writes one token)
+INTERPRETER_BLOCK_T = 32
+
 
 @triton.jit
-def _head_row(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers and ints
-        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, t, h, block, row, D: tl.constexpr,
-              D_PAD: tl.constexpr, IN_BF16: tl.constexpr, FP8: tl.constexpr, PER_HEAD: tl.constexpr, HW: tl.constexpr,
-              MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr,
-              NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr,
-              MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
-    d = tl.arange(0, D_PAD)
-    mask = d < D
-    out = dst + block * d_block + row * d_page + h * d_head + d
+def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers and ints
+        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, t, block, row, valid,
+        BLOCK_T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+        IN_BF16: tl.constexpr, FP8: tl.constexpr, PER_HEAD: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
+        EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
+        HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
+        CLAMP: tl.constexpr):
+    h = tl.arange(0, H_PAD).to(tl.int64)[None, :, None]
+    d = tl.arange(0, D_PAD)[None, None, :]
+    mask = valid[:, None, None] & (h < H) & (d < D)
+    out = dst + block[:, None, None] * d_block + row[:, None, None] * d_page + h * d_head + d
+    offs = t[:, None, None] * src_t + h * src_h + d
     if FP8:
-        x = load_f32(src + t * src_t + h * src_h, d, mask, IN_BF16)
-        scale = tl.load(scale_ptr + h) if PER_HEAD else tl.load(scale_ptr)
-        q = tl.math.div_rn(x, tl.full([D_PAD], 1.0, tl.float32) * scale)
+        x = load_f32(src, offs, mask, IN_BF16)
+        scale = tl.load(scale_ptr + h, mask=h < H, other=1.0) if PER_HEAD else tl.load(scale_ptr)
+        q = tl.math.div_rn(x, tl.full([BLOCK_T, H_PAD, D_PAD], 1.0, tl.float32) * scale)
         code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                          MAX_VALUE, CLAMP)
         tl.store(out, code, mask=mask)
     else:
-        tl.store(out, tl.load(src + t * src_t + h * src_h + d, mask=mask, other=0), mask=mask)
+        tl.store(out, tl.load(src + offs, mask=mask, other=0), mask=mask)
 
 
 @triton.jit
 def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel arguments
-        key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
-                             key_t, key_h, value_t, value_h, kc_block, kc_page, kc_head,
-                             vc_block, vc_page, vc_head, block_size,
-                             D: tl.constexpr, D_PAD: tl.constexpr, IN_BF16: tl.constexpr, FP8: tl.constexpr,
-                             PER_HEAD: tl.constexpr,
-                             HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr,
-                             MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
-                             HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr,
-                             MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    slot = tl.load(slot_mapping + t).to(tl.int64)
-    if slot >= 0:
-        block = slot // block_size
-        row = slot % block_size
-        _head_row(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, t, h, block, row, D, D_PAD,
-                  IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE,
-                  SATFINITE, MAX_VALUE, CLAMP)
-        _head_row(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, t, h, block, row, D,
-                  D_PAD, IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE,
-                  SATFINITE, MAX_VALUE, CLAMP)
+        key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, tokens,
+        key_t, key_h, value_t, value_h, kc_block, kc_page, kc_head, vc_block, vc_page, vc_head, block_size,
+        BLOCK_T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+        IN_BF16: tl.constexpr, FP8: tl.constexpr, PER_HEAD: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
+        EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
+        HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
+        CLAMP: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
+    slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
+    valid = slot >= 0
+    # padding slots address block 0 row 0 (masked off): no negative offset is ever formed
+    slot = tl.where(valid, slot, 0)
+    block = slot // block_size
+    row = slot % block_size
+    _rows(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, t, block, row, valid,
+          BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
+          HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
+    _rows(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, t, block, row, valid,
+          BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
+          HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
 
 
 def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
@@ -89,6 +97,7 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
     if tokens == 0:
         return
+    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
     fp8 = layout.element_format is not None
     if fp8 and k_scale.numel() != v_scale.numel():
         raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both per "
@@ -106,12 +115,13 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
         key_cache, value_cache = key_cache.view(torch.int16), value_cache.view(torch.int16)
     on_gpu = torch.cuda.device(key_cache.device) if key_cache.is_cuda else contextlib.nullcontext()
     with on_gpu:
-        _reshape_and_cache_flash[(tokens, heads)](
-            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, k_scale, v_scale,
+        _reshape_and_cache_flash[(triton.cdiv(tokens, BLOCK_T),)](
+            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, k_scale, v_scale, tokens,
             key.stride(0), key.stride(1), value.stride(0), value.stride(1),
             key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
             value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1],
-            D=layout.head_size, D_PAD=triton.next_power_of_2(layout.head_size),
+            BLOCK_T=BLOCK_T, H=heads, H_PAD=triton.next_power_of_2(heads), D=layout.head_size,
+            D_PAD=triton.next_power_of_2(layout.head_size),
             IN_BF16=key.dtype == torch.bfloat16, FP8=fp8, PER_HEAD=per_head,
             HW=hw, CLAMP=not conversion_saturates(), enable_fp_fusion=False, **format_constexprs(traits),
         )

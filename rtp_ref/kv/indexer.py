@@ -26,7 +26,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
-from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
 from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
@@ -69,16 +69,21 @@ def indexer_layout(platform: Platform, head_dim: int = DEFAULT_HEAD_DIM,
                    element_format: Fp8Format | None = None, flags: LayoutFlags | None = None) -> IndexerLayout:
     """The indexer layout on ``platform`` (its e4m3 format unless ``element_format`` says otherwise; ``flags``:
     the resolved layout flags, the platform's defaults when None)."""
+    return indexer_layout_for(platform, flags or resolve_flags(platform), head_dim, quant_block_size, element_format)
+
+
+def indexer_layout_for(source: FormatSource, flags: LayoutFlags, head_dim: int, quant_block_size: int,
+                       element_format: Fp8Format | None = None) -> IndexerLayout:
+    """The indexer layout of a platform or a kernel's bound contract (``source``) under its resolved ``flags``."""
     for name, value in (("head_dim", head_dim), ("quant_block_size", quant_block_size)):
         if value < 1:
             raise RtpRefError(f"{name} {value} is not valid; valid: >= 1")
     if head_dim % quant_block_size:
         raise RtpRefError(f"head_dim {head_dim} is not a multiple of quant_block_size {quant_block_size}; "
                           f"valid: a quant block that divides head_dim")
-    fmt = element_format or platform.element_format
-    own = (flags or resolve_flags(platform)).fp8_max_divisor
-    divisor = own if fmt == platform.element_format else fmt.max_value
-    return IndexerLayout(head_dim, quant_block_size, fmt, platform.conversion_mode, divisor)
+    fmt = element_format or source.element_format
+    divisor = flags.fp8_max_divisor if fmt == source.element_format else fmt.max_value
+    return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor)
 
 
 def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,

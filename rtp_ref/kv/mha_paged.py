@@ -17,17 +17,13 @@ fp32 (vLLM's CUDA path divides: ``__nv_cvt_float_to_fp8(x / scale, __NV_SATFINIT
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
-from rtp_ref.fp8.formats import E5M2, ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import E5M2, ConversionMode, FormatSource, Fp8Format
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
-
-if TYPE_CHECKING:
-    from rtp_ref.platform import Platform
 
 #: the cache dtypes of the op, as vLLM names them
 MHA_CACHE_DTYPES = ("auto", "fp8", "fp8_e5m2")
@@ -72,9 +68,10 @@ class MhaPagedLayout:
         return hnd.permute(0, 2, 1, 3)
 
 
-def mha_layout(platform: Platform, kv_cache_dtype: str, num_kv_heads: int, head_size: int,
+def mha_layout(platform: FormatSource, kv_cache_dtype: str, num_kv_heads: int, head_size: int,
                element_format: Fp8Format | None = None) -> MhaPagedLayout:
-    """The layout of ``kv_cache_dtype`` on ``platform``: ``fp8`` is the platform's e4m3 (e4m3fnuz on gfx942),
+    """The layout of ``kv_cache_dtype`` on ``platform`` (a platform table, or a kernel's bound contract): ``fp8`` is
+    the platform's e4m3 (e4m3fnuz on gfx942),
     ``fp8_e5m2`` is OCP e5m2; ``element_format`` overrides either (a cache's format is the cache's: one
     model can keep two caches in two formats on one platform)."""
     if kv_cache_dtype not in MHA_CACHE_DTYPES:

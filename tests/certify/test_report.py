@@ -146,11 +146,59 @@ def test_a_pair_whose_cases_did_not_all_run_is_incomplete_never_certified() -> N
 def test_scoreboard_cells_say_what_they_mean() -> None:
     from rtp_ref.certify.report import cell_text
 
-    assert cell_text("certified", "bit_exact") == "certified (bit_exact)"
-    assert cell_text("certified with deviations", "layout") == "certified with deviations: reaches layout"
-    assert cell_text("failed", "layout") == "failed at numerics"
-    assert cell_text("failed", "none") == "failed at layout"
-    assert cell_text("incomplete: 2 of 23 cases ran", None) == "incomplete: 2 of 23 cases ran"
+    assert cell_text("certified", "bit_exact", None) == "certified (bit_exact)"
+    assert cell_text("certified with deviations", "layout", None) == "certified with deviations: reaches layout"
+    assert cell_text("failed", "layout", "numerics") == "failed at numerics"
+    assert cell_text("failed", "none", "layout") == "failed at layout"
+    assert cell_text("failed", "bit_exact", None) == "failed"  # no case fell short of a grade (a stale deviation)
+    assert cell_text("incomplete: 2 of 23 cases ran", None, None) == "incomplete: 2 of 23 cases ran"
+    assert cell_text("failed; incomplete: 2 of 23 cases ran", "none", "layout") == \
+        "failed at layout; incomplete: 2 of 23 cases ran"
+
+
+def _cells(board: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """(kernel, layout) -> the scoreboard cell of a one-platform board, as render_scoreboard writes it."""
+    rows = [line.split(" | ") for line in render_scoreboard(board).splitlines() if line.startswith("| ")][1:]
+    return {(row[0].removeprefix("| "), row[1]): row[2].removesuffix(" |") for row in rows}
+
+
+def test_a_failed_cell_names_the_weakest_grade_a_failing_case_did_not_reach() -> None:
+    """Not the grade above the pair's weakest grade: an excused (xfailed) case may be the weakest; a crash
+    records no grade at all; a case that reached its required grade fell short of none."""
+    report = minimal_report([
+        case_row("k", "fp8", "passed"),
+        case_row("k", "fp8", "xfailed", grade="layout", deviation=0),  # a known deviation, not a failure
+        case_row("k", "fp8", "failed", grade="numerics", required_grade="bit_exact"),
+        case_row("c", "fp8", "passed"),
+        case_row("c", "fp8", "failed", grade=None, failed_checks=["support.worker_died"]),  # its worker died
+        case_row("n", "fp8", "passed", grade="numerics", required_grade="numerics"),
+        case_row("n", "fp8", "error", grade="numerics", required_grade="numerics", reason="teardown"),
+    ])
+    assert _cells(merge_reports([report], ["r.json"])) == {
+        ("k", "fp8"): "failed at bit_exact",
+        ("c", "fp8"): "failed at layout",
+        ("n", "fp8"): "failed",
+    }
+
+
+def test_an_incomplete_pair_with_failures_shows_the_failure() -> None:
+    """A pair that failed before the run stopped is failed and incomplete, in the report and on the
+    scoreboard; a failed pair of a partial report stays failed there, never merely "incomplete"."""
+    report = minimal_report([
+        case_row("k", "auto", "failed", grade="none", failed_checks=["support.kernel_raised"]),
+        case_row("k", "auto", "passed", seed=1),
+        case_row("k", "auto", "error", None, failed_checks=["support.not_run"], reason="not run: interrupted"),
+        case_row("q", "fp8", "failed", grade="layout", failed_checks=["numerics.saturation"]),
+        case_row("p", "fp8", "passed"),
+    ], complete=False)
+    rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]}
+    assert rows[("k", "auto")] == "failed; incomplete: 2 of 3 cases ran"
+    assert "### k / auto: failed; incomplete: 2 of 3 cases ran" in render_markdown(report)
+    assert _cells(merge_reports([report], ["r.json"])) == {
+        ("k", "auto"): "failed at layout; incomplete: 2 of 3 cases ran",
+        ("q", "fp8"): "failed at numerics; incomplete",
+        ("p", "fp8"): "incomplete",
+    }
 
 
 def test_a_published_report_says_when_where_what_and_how(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from rtp_ref.kv.golden import make_golden, write_golden
 from rtp_ref.platform import load_platform
 from tests.certify.reports import case_row, minimal_report
 from tests.cli.processes import CliZygote
-from tests.processes import child_env, interruptible
+from tests.processes import child_env, interruptible, left_running, marked_processes, run_marker
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_TOML = REPO / "platforms" / "cpu.toml"
@@ -158,7 +159,7 @@ BAD_INPUTS = [
     Bad("certify-unsupported-layout", ("certify", "--platform", "cuda-sm90", "--layout", "fp8_rocm_compact",
                                        "--report", "{tmp}/rep"),
         "--layout 'fp8_rocm_compact': platform cuda-sm90 does not support it; valid: auto, fp8, fp8_ds_mla, "
-        "fp8_model1_mla", output="{tmp}/rep"),
+        "fp8_e5m2, fp8_model1_mla, none, ue8m0", output="{tmp}/rep"),
     Bad("certify-wrong-layout-bytes", ("certify", "--platform", "{wrong_bytes_table}", "--report", "{tmp}/rep"),
         "[layout_bytes]: fp8_ds_mla = 600, but the reference layout fp8_ds_mla has 656 bytes per token at "
         "kv_lora_rank 512, rope_dim 64; valid: fp8_ds_mla = 656", output="{tmp}/rep"),
@@ -334,17 +335,17 @@ def test_every_command_has_bad_input_rows() -> None:
     assert commands - {b.argv[0] for b in BAD_INPUTS} == set()
 
 
-def _running(marker: str) -> list[int]:
-    """Live processes (zombies aside) whose command line contains ``marker``."""
+def _unnamed(marker: dict[str, str], report: Path) -> list[int]:
+    """The run's processes whose command line does not name its report: its xdist workers, which a search
+    by command line would miss."""
     found = []
-    for proc in Path("/proc").iterdir():
+    for pid in marked_processes(marker):
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):  # not a process, or it ended meanwhile
+            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # it ended meanwhile
             continue
-        if marker in cmdline and state not in ("Z", "X"):
-            found.append(int(proc.name))
+        if str(report) not in cmdline:
+            found.append(pid)
     return found
 
 
@@ -353,10 +354,11 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
 
     first, second, *rest = platform_names()
     report = tmp_path / "rep"
+    marker = run_marker()  # every process of the run carries it, whatever its command line
     proc = subprocess.Popen(
         [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "all", "--kernel", "reference", "--layout",
          "auto", "--report", str(report), "--jobs", "1"],  # one at a time: the second starts after the first
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(REPO), cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(REPO, **marker), cwd=tmp_path,
         preexec_fn=interruptible,
     )
     watchdog = threading.Timer(120, proc.kill)  # a run that never gets to the second platform fails, not hangs
@@ -368,6 +370,11 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
             if line == f"rtp-ref: certifying platform {second} ...\n":
                 break
         assert (report / first / "report.json").exists()
+        # Interrupt once the second platform's xdist worker is up, so that the check at the end must see it.
+        deadline = time.monotonic() + 60
+        while not _unnamed(marker, report) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _unnamed(marker, report), "the second platform's xdist worker never started"
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -389,7 +396,7 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
     markdown = (report / "scoreboard.md").read_text()
     assert f"| {first} (native) |" in markdown and markdown.rstrip("\n").endswith(incomplete), markdown
     assert stdout.rstrip("\n").endswith(incomplete), "the printed scoreboard ends saying it is incomplete"
-    assert _running(str(report / second)) == [], "the interrupted platform's processes were left running"
+    assert left_running(marker) == [], "processes of the interrupted run (its xdist worker too) were left running"
 
 
 TRITON_HERE_NEEDS = ("triton: not available here: torch sees no GPU and TRITON_INTERPRET is not set (set "

@@ -25,7 +25,7 @@ import torch
 
 from rtp_ref.cli import main
 from rtp_ref.memcheck.transcript import Transcript
-from tests.processes import child_env, interruptible
+from tests.processes import alive, child_env, interruptible, left_running, run_marker
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = {"RTP_REF_KERNELS": "tests.mutants.faults:kernels"}
@@ -198,19 +198,12 @@ def test_a_sanitizer_that_never_reaches_a_case_ends_the_run(fake_sanitizer: Path
     assert doc["errors_outside_cases"] == ["reference, sanitizer process 1: Error: Device not supported"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
 def test_ctrl_c_ends_the_sanitizer_and_its_driver_and_exits_130(fake_sanitizer: Path, tmp_path: Path) -> None:
     pids = tmp_path / "pids"
+    marker = run_marker()
     proc = subprocess.Popen(_argv(fake_sanitizer, "--kernel", "fault-hangs", *CASES[:2], "--case", "t1-b16-bf16"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=child_env(REPO, **FAULTS, FAKE_PIDS_AT=TRIGGER, FAKE_PIDS_FILE=str(pids)),
+                            env=child_env(REPO, **FAULTS, **marker, FAKE_PIDS_AT=TRIGGER, FAKE_PIDS_FILE=str(pids)),
                             preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline and proc.poll() is None:
@@ -220,7 +213,8 @@ def test_ctrl_c_ends_the_sanitizer_and_its_driver_and_exits_130(fake_sanitizer: 
     assert proc.returncode == 130, stdout + stderr
     assert stderr == "rtp-ref: interrupted: no sanitizer process is left running and no report was written\n"
     sanitizer, driver = map(int, pids.read_text().split())
-    assert not _alive(sanitizer) and not _alive(driver)
+    assert not alive(sanitizer) and not alive(driver)
+    assert left_running(marker) == [], "a process of the run was left running"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a host with a CUDA GPU is not CPU-only")

@@ -1,10 +1,11 @@
-"""The built-in kernels of the other cache families (triton, cuda) against their references, byte for byte:
+"""The built-in kernels of the other cache families (triton, cuda, torch-eager) against their references, byte
+for byte:
 the MHA paged write (reshape_and_cache_flash) and the DeepSeek indexer write (indexer_k_quant_and_cache).
 
 Inputs are built on the device under test (strided key/value views of a fused projection among them),
 the caches are filled with a canary, and the whole cache is compared with the reference's on the CPU, so a
 stray byte anywhere fails too. On a machine without a GPU the Triton kernels run in Triton's interpreter
-and the CUDA ones are skipped.
+and the CUDA ones are skipped; without Triton only the Triton kernels are skipped (torch-eager needs none).
 """
 
 from __future__ import annotations
@@ -13,28 +14,44 @@ import pytest
 import torch
 
 from rtp_ref.kernels.cuda_families import cuda_indexer_k_quant_and_cache, cuda_reshape_and_cache_flash
+from rtp_ref.kernels.torch_eager_families import (
+    torch_eager_indexer_k_quant_and_cache,
+    torch_eager_reshape_and_cache_flash,
+)
 from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.platform import load_platform
 
-pytest.importorskip("triton")
-from rtp_ref.kernels.triton_fp8 import interpreted
-from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
-from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
+try:  # only the Triton kernels need triton: without it their params are skipped, the others still run
+    import triton  # noqa: F401
+except ImportError:
+    HAVE_TRITON = False
+else:
+    HAVE_TRITON = True
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
-DEVICE = "cpu" if interpreted() else "cuda"
-if DEVICE == "cuda" and not torch.cuda.is_available():
-    pytest.skip("triton was imported without TRITON_INTERPRET and torch sees no GPU", allow_module_level=True)
-CANARY = 0x5A
 #: kernel name -> (MHA writer, indexer writer); cuda only where the inputs live on a GPU
 WRITERS = {
-    "triton": (triton_reshape_and_cache_flash, triton_indexer_k_quant_and_cache),
     "cuda": (cuda_reshape_and_cache_flash, cuda_indexer_k_quant_and_cache),
+    "torch-eager": (torch_eager_reshape_and_cache_flash, torch_eager_indexer_k_quant_and_cache),
 }
-KERNELS = [pytest.param("triton", marks=pytest.mark.triton),
-           pytest.param("cuda", marks=pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU"))]
+if HAVE_TRITON:
+    from rtp_ref.kernels.triton_fp8 import interpreted
+    from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
+    from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
+
+    WRITERS["triton"] = (triton_reshape_and_cache_flash, triton_indexer_k_quant_and_cache)
+    DEVICE = "cpu" if interpreted() else "cuda"
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        pytest.skip("triton was imported without TRITON_INTERPRET and torch sees no GPU", allow_module_level=True)
+else:
+    DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+CANARY = 0x5A
+KERNELS = [pytest.param("triton", marks=[pytest.mark.triton,
+                                         pytest.mark.skipif(not HAVE_TRITON, reason="the triton kernels need triton")]),
+           pytest.param("cuda", marks=pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")),
+           pytest.param("torch-eager")]
 
 
 def _edge_values(x: torch.Tensor) -> torch.Tensor:

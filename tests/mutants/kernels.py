@@ -307,6 +307,8 @@ EXPECTED: dict[type[Mutant], tuple[str, str]] = {
 }
 
 
-def mutants() -> list[Mutant]:
-    """The entry point for ``RTP_REF_KERNELS``: one instance of every mutant."""
-    return [cls() for cls in EXPECTED]
+def mutants() -> list[object]:
+    """The entry point for ``RTP_REF_KERNELS``: one instance of every mutant, of every op."""
+    from tests.mutants.family_mutants import FAMILY_EXPECTED
+
+    return [cls() for cls in [*EXPECTED, *FAMILY_EXPECTED]]

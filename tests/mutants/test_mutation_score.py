@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.mutants.kernels import EXPECTED
+from tests.mutants.family_mutants import FAMILY_EXPECTED
+from tests.mutants.kernels import EXPECTED as MLA_EXPECTED
 from tests.processes import child_env
 
 REPO = Path(__file__).resolve().parents[2]
+#: every mutant of every op -> (platform, the check that must catch it)
+EXPECTED: dict[type, tuple[str, str]] = {**MLA_EXPECTED, **FAMILY_EXPECTED}
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 
 

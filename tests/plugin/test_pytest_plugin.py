@@ -135,6 +135,21 @@ def test_parse_layout_flag() -> None:
         parse_layout_flag("=x")
 
 
+def test_parse_layout_flag_is_the_rule_of_rtp_ref_kv_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin's ``--layout-flag`` syntax is ``parse_overrides``'s (what the CLI uses), not a copy of it."""
+    import rtp_ref.kv.flags
+
+    seen: list[list[str]] = []
+
+    def recording(assignments: list[str]) -> dict[str, str]:
+        seen.append(list(assignments))
+        return {"key": "value"}
+
+    monkeypatch.setattr(rtp_ref.kv.flags, "parse_overrides", recording)
+    assert parse_layout_flag("as typed") == ("key", "value")
+    assert seen == [["as typed"]]
+
+
 def test_gpu_slots_follow_the_slot_not_the_worker_number() -> None:
     from rtp_ref.pytest_plugin import GpuSlots
 

@@ -1,0 +1,324 @@
+"""Conformance cases of the other cache families: the MHA paged write and the indexer write.
+
+As for the MLA write (rtp_ref.certify.cases), a case's caches are views into one canary-filled byte storage
+with guard bytes around them (and between the K and V caches), inputs are drawn on the CPU from the case's
+seed and built on the device under test (strided kinds strided there), and the reference writes into CPU
+copies of the storage. A case also writes the reference under a named wrong hypothesis (K and V exchanged,
+an HND cache written as NHD, one scale for every head, scales inside the token data, another quant block):
+a kernel whose bytes equal one of those fails the check that names the fault.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from rtp_ref.certify.cases import CANARY, GUARD_BYTES
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.codec import encode
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache, slice_scales
+from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.ops import INDEXER_OP, MHA_OP
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
+STRIDED_FAMILY_KINDS = ("fused",)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One case of the MHA or indexer write: the op, its variant (``kv_cache_dtype`` or ``scale_fmt``), the
+    kind of inputs and the shapes. ``width`` is the head size (MHA) or head_dim (indexer); ``heads``,
+    ``order`` and ``per_head`` are the MHA's, ``quant_block`` the indexer's."""
+
+    op: str
+    layout: str
+    kind: str
+    tokens: int
+    block_size: int
+    num_blocks: int
+    input_dtype: torch.dtype
+    seed: int
+    width: int
+    heads: int = 1
+    order: str = "NHD"
+    per_head: bool = False
+    quant_block: int = 128
+
+    @property
+    def case_id(self) -> str:
+        """``random-t37-b16-bf16-h8d128-HND-ph`` (MHA) or ``random-t37-b16-bf16-d128q64`` (indexer)."""
+        base = f"{self.kind}-t{self.tokens}-b{self.block_size}-{DTYPE_NAMES[self.input_dtype]}"
+        if self.op == MHA_OP:
+            return f"{base}-h{self.heads}d{self.width}-{self.order}{'-ph' if self.per_head else ''}"
+        return f"{base}-d{self.width}q{self.quant_block}"
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    return max(2, -(-2 * max(tokens, 1) // block_size))
+
+
+def mha_specs(variant: str) -> Iterator[FamilySpec]:
+    """The MHA cases of one ``kv_cache_dtype``: GQA head counts 1 and 8, head sizes 64/128/256, block sizes 16
+    and 64, NHD and HND, per-tensor and per-head scales, edge values, padding slots, a key longer than the slot
+    mapping, strided key/value (views of a fused QKV projection), no tokens."""
+    rows = [  # kind, tokens, block, dtype, heads, head size, order, per head
+        ("random", 0, 16, torch.bfloat16, 8, 128, "NHD", False),
+        ("random", 1, 16, torch.float16, 1, 64, "NHD", False),
+        ("random", 37, 16, torch.bfloat16, 8, 128, "NHD", True),
+        ("random", 37, 64, torch.bfloat16, 8, 128, "HND", True),
+        ("random", 37, 16, torch.float16, 1, 256, "HND", False),
+        ("random", 20, 64, torch.float16, 2, 64, "NHD", False),
+        ("edge", 8, 16, torch.bfloat16, 8, 128, "NHD", False),
+        ("edge", 8, 16, torch.float16, 8, 64, "HND", True),
+        ("padded", 37, 16, torch.bfloat16, 8, 128, "HND", False),
+        ("padding_only", 5, 16, torch.bfloat16, 8, 128, "NHD", False),
+        ("fused", 37, 16, torch.bfloat16, 8, 128, "NHD", True),
+        ("fused", 37, 16, torch.float16, 8, 64, "HND", False),
+    ]
+    for seed, (kind, tokens, block, dtype, heads, size, order, per_head) in enumerate(rows, start=1):
+        yield FamilySpec(MHA_OP, variant, kind, tokens, block, _blocks(tokens, block), dtype, seed, size, heads,
+                         order, per_head and variant != "auto")
+
+
+def indexer_specs(variant: str) -> Iterator[FamilySpec]:
+    """The indexer cases of one ``scale_fmt``: head_dim 128 with quant blocks 128 and 64, head_dim 256, block
+    sizes 16 and 64, edge values (an all-zero row: the amax floor; NaN, inf, overflow), padding slots, a
+    strided ``k`` (a view of a wider projection), no tokens."""
+    rows = [  # kind, tokens, block, dtype, head_dim, quant block
+        ("random", 0, 16, torch.bfloat16, 128, 128),
+        ("random", 1, 64, torch.bfloat16, 128, 128),
+        ("random", 37, 16, torch.bfloat16, 128, 128),
+        ("random", 37, 64, torch.float16, 128, 128),
+        ("random", 37, 16, torch.bfloat16, 128, 64),
+        ("random", 20, 16, torch.float16, 256, 128),
+        ("edge", 8, 16, torch.bfloat16, 128, 128),
+        ("edge", 8, 16, torch.float16, 128, 64),
+        ("padded", 37, 16, torch.bfloat16, 128, 128),
+        ("padding_only", 5, 16, torch.bfloat16, 128, 128),
+        ("fused", 37, 16, torch.bfloat16, 128, 64),
+    ]
+    for seed, (kind, tokens, block, dtype, dim, quant) in enumerate(rows, start=1):
+        yield FamilySpec(INDEXER_OP, variant, kind, tokens, block, _blocks(tokens, block), dtype, seed, dim,
+                         quant_block=quant)
+
+
+def _values(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Normal values with a per-token magnitude spread of 2^-6..2^6."""
+    x = torch.randn(*shape, generator=g)
+    spread = torch.exp2(torch.randint(-6, 7, (shape[0],) + (1,) * (len(shape) - 1), generator=g).float())
+    return (x * spread).to(dtype)
+
+
+def _edges(x: torch.Tensor, reach: float) -> torch.Tensor:
+    """Token 0 all zero (the indexer's amax floor); token 1 -0.0 and input subnormals; token 2 a ramp to
+    +-4 * ``reach`` (beyond the fp8 range once scaled); token 3 +-inf and NaN of both signs (set by bits)."""
+    x = x.clone()
+    flat = x.reshape(x.shape[0], -1)
+    finfo = torch.finfo(x.dtype)
+    flat[0] = 0.0
+    half = flat.shape[1] // 2
+    flat[1, :half] = -0.0
+    flat[1, half:] = finfo.smallest_normal / 4
+    flat[2] = torch.linspace(-4 * reach, 4 * reach, flat.shape[1]).clamp(finfo.min, finfo.max).to(x.dtype)
+    flat[3, 1], flat[3, 2] = float("inf"), float("-inf")
+    bits = flat.view(torch.int16)
+    quiet = 0x7FC0 if x.dtype == torch.bfloat16 else 0x7E00
+    bits[3, 0], bits[3, 3] = quiet, (quiet | 0x8000) - 0x10000
+    return x
+
+
+def _slots(g: torch.Generator, spec: FamilySpec) -> torch.Tensor:
+    """Distinct slots, the cache's first and last among them; ``padded``: a fifth of them -1; edge tokens
+    0-3 always written."""
+    capacity = spec.num_blocks * spec.block_size
+    if spec.kind == "padding_only":
+        return torch.full((spec.tokens,), -1, dtype=torch.int64)
+    perm = torch.randperm(capacity, generator=g).to(torch.int64)
+    if spec.tokens < 6:
+        slots = perm[: spec.tokens]
+    else:  # tokens 4 and 5 write the cache's first and last slot (away from the edge rows 0-3)
+        inner = perm[(perm != 0) & (perm != capacity - 1)]
+        ends = torch.tensor([0, capacity - 1])
+        slots = torch.cat([inner[:4], ends, inner[4: spec.tokens - 2]])
+    if spec.kind == "padded":
+        padding = torch.rand(spec.tokens, generator=g) < 0.2
+        padding[4:6] = False
+        slots[padding] = -1
+    return slots
+
+
+def _wide(g: torch.Generator, tokens: int, width: int, offset: int, dtype: torch.dtype,
+          device: torch.device | str) -> torch.Tensor:
+    """A [tokens, width] view at column ``offset`` of a wider projection output built on ``device``."""
+    out = _values(g, (tokens, offset + width + 64), dtype).to(device)
+    return out[:, offset: offset + width]
+
+
+class MhaCase:
+    """One MHA case on a device: key, value, the two caches (views into ``storage``), slots and scales."""
+
+    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> None:
+        self.spec = spec
+        self.layout: MhaPagedLayout = mha_layout(contract, spec.layout, spec.heads, spec.width)
+        g = torch.Generator().manual_seed(spec.seed)
+        heads, size, dtype = spec.heads, spec.width, spec.input_dtype
+        # ``padded``: the key and value are 3 tokens longer than the slot mapping (vLLM pads for CUDA graphs)
+        rows = spec.tokens + (3 if spec.kind == "padded" else 0)
+        if spec.kind == "fused":  # views of one [T, (Hq + 2H) * D] QKV projection, as engines pass them
+            qkv = _values(g, (rows, 4 * heads * size), dtype).to(device)
+            self.key = qkv[:, 2 * heads * size: 3 * heads * size].view(rows, heads, size)
+            self.value = qkv[:, 3 * heads * size:].view(rows, heads, size)
+        else:
+            key, value = _values(g, (rows, heads, size), dtype), _values(g, (rows, heads, size), dtype)
+            if spec.kind == "edge":
+                fmt = self.layout.element_format
+                reach = fmt.max_value * 2.0 if fmt is not None else 1e4
+                key, value = _edges(key, reach), _edges(value, reach)
+            self.key, self.value = key.to(device), value.to(device)
+        count = heads if spec.per_head else 1
+        self.k_scale = (torch.rand(count, generator=g) * 1.5 + 0.5).to(device)
+        self.v_scale = (torch.rand(count, generator=g) * 1.5 + 0.25).to(device)
+        self.slot_mapping = _slots(g, spec).to(device)
+        self.itemsize = 2 if self.layout.element_format is None else 1
+        self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
+        size_all = 3 * GUARD_BYTES + 2 * self.cache_bytes
+        self.storage = torch.full((size_all,), CANARY, dtype=torch.uint8, device=device)
+        self.key_cache, self.value_cache = self.caches(self.storage)
+
+    def caches(self, storage: torch.Tensor, order: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K and V cache views over ``storage`` (this case's or a copy), in the case's order or ``order``."""
+        s = self.spec
+        dtype = s.input_dtype if self.layout.element_format is None else torch.uint8
+        out = []
+        for start in (GUARD_BYTES, 2 * GUARD_BYTES + self.cache_bytes):
+            region = storage[start: start + self.cache_bytes].view(dtype)
+            if (order or s.order) == "NHD":
+                out.append(region.view(s.num_blocks, s.block_size, s.heads, s.width))
+            else:
+                out.append(region.view(s.num_blocks, s.heads, s.block_size, s.width).permute(0, 2, 1, 3))
+        return out[0], out[1]
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        """Call ``kernel`` the way engines call ``reshape_and_cache_flash``."""
+        kernel(self.key, self.value, self.key_cache, self.value_cache, self.slot_mapping, self.spec.layout,
+               self.k_scale, self.v_scale)
+
+    def value_inputs(self) -> tuple[torch.Tensor, ...]:
+        """The inputs a kernel's ``input_requirements`` speak of."""
+        return self.key, self.value
+
+    def reference_on(self, storage: torch.Tensor, hypothesis: str | None = None) -> None:
+        """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
+        key, value = self.key.cpu(), self.value.cpu()
+        k_scale, v_scale, slots = self.k_scale.cpu(), self.v_scale.cpu(), self.slot_mapping.cpu()
+        order = None
+        if hypothesis == "layout.kv_order":
+            key, value, k_scale, v_scale = value, key, v_scale, k_scale
+        elif hypothesis == "layout.cache_order":
+            order = "NHD"
+        elif hypothesis == "numerics.per_head_scale":
+            k_scale, v_scale = (s[:1].expand(self.spec.heads).contiguous() for s in (k_scale, v_scale))
+        elif hypothesis is not None:
+            raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
+        kc, vc = self.caches(storage, order)
+        reference_reshape_and_cache_flash(self.layout, key, value, kc, vc, slots, k_scale, v_scale)
+
+    def hypotheses(self) -> list[str]:
+        """The wrong hypotheses this case can tell apart from the contract."""
+        out = ["layout.kv_order"]
+        if self.spec.order == "HND" and self.spec.heads > 1:
+            out.append("layout.cache_order")
+        if self.spec.per_head and self.spec.heads > 1:
+            out.append("numerics.per_head_scale")
+        return out
+
+
+class IndexerCase:
+    """One indexer case on a device: k, the cache (a view into ``storage``) and slots."""
+
+    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> None:
+        self.spec = spec
+        self.layout: IndexerLayout = indexer_layout_for(contract, contract.flags, spec.width, spec.quant_block)
+        g = torch.Generator().manual_seed(spec.seed)
+        if spec.kind == "fused":
+            self.k = _wide(g, spec.tokens, spec.width, 64, spec.input_dtype, device)
+        else:
+            k = _values(g, (spec.tokens, spec.width), spec.input_dtype)
+            if spec.kind == "edge":
+                k = _edges(k, 1e4)
+            self.k = k.to(device)
+        self.slot_mapping = _slots(g, spec).to(device)
+        self.cache_bytes = spec.num_blocks * spec.block_size * self.layout.bytes_per_token
+        self.storage = torch.full((2 * GUARD_BYTES + self.cache_bytes,), CANARY, dtype=torch.uint8, device=device)
+        self.kv_cache = self.cache(self.storage)
+
+    def cache(self, storage: torch.Tensor) -> torch.Tensor:
+        """The cache view over ``storage`` (this case's or a copy)."""
+        s = self.spec
+        region = storage[GUARD_BYTES: GUARD_BYTES + self.cache_bytes]
+        return region.view(s.num_blocks, s.block_size, self.layout.bytes_per_token)
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        """Call ``kernel`` the way engines call ``indexer_k_quant_and_cache``."""
+        kernel(self.k, self.kv_cache, self.slot_mapping, self.spec.quant_block, self.spec.layout)
+
+    def value_inputs(self) -> tuple[torch.Tensor, ...]:
+        """The inputs a kernel's ``input_requirements`` speak of."""
+        return (self.k,)
+
+    def reference_on(self, storage: torch.Tensor, hypothesis: str | None = None) -> None:
+        """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
+        k, slots, cache = self.k.cpu(), self.slot_mapping.cpu(), self.cache(storage)
+        if hypothesis is None:
+            reference_indexer_k_quant_and_cache(self.layout, k, cache, slots, self.spec.layout)
+            return
+        keep = torch.nonzero(slots >= 0).flatten()
+        if keep.numel() == 0:
+            return
+        x = k[keep]
+        lay, n = self.layout, self.layout.scales_per_token
+        if hypothesis == "numerics.quant_block":
+            # one scale per whole token: each quant block's slot holds the token's scale
+            whole = dataclasses.replace(lay, quant_block_size=lay.head_dim)
+            scales = slice_scales(whole, x, self.spec.layout).expand(-1, n).contiguous()
+        elif hypothesis == "layout.scale_placement":
+            scales = slice_scales(lay, x, self.spec.layout)
+        else:
+            raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
+        per_value = scales.repeat_interleave(lay.quant_block_size, dim=1)
+        codes = encode(x.float() / per_value, lay.element_format, lay.conversion_mode)
+        rows = torch.cat([codes, scales.view(torch.uint8).reshape(-1, 4 * n)], dim=1)
+        block, offset = slots[keep] // self.spec.block_size, slots[keep] % self.spec.block_size
+        if hypothesis == "layout.scale_placement":  # each token's scales right after its own values
+            cache[block, offset] = rows
+            return
+        blocks = cache.reshape(cache.shape[0], -1)
+        d = lay.head_dim
+        blocks[block[:, None], offset[:, None] * d + torch.arange(d)] = codes
+        scale_at = self.spec.block_size * d + offset[:, None] * 4 * n + torch.arange(4 * n)
+        blocks[block[:, None], scale_at] = rows[:, d:]
+
+    def hypotheses(self) -> list[str]:
+        """The wrong hypotheses this case can tell apart from the contract."""
+        out = ["layout.scale_placement"]
+        if self.spec.quant_block < self.spec.width:
+            out.append("numerics.quant_block")
+        return out
+
+
+FamilyCase = MhaCase | IndexerCase
+
+
+def build_family_case(spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> FamilyCase:
+    """The inputs and canary-filled caches of ``spec`` on ``device`` under ``contract``."""
+    return MhaCase(spec, contract, device) if spec.op == MHA_OP else IndexerCase(spec, contract, device)
+
+
+def family_specs(op: str, variant: str) -> Iterator[FamilySpec]:
+    """Every case of ``op``'s ``variant``."""
+    return mha_specs(variant) if op == MHA_OP else indexer_specs(variant)

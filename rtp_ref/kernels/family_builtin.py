@@ -1,0 +1,175 @@
+"""rtp-ref's built-in kernels of the other cache families, as protocol kernels (rtp_ref.ops).
+
+Each wraps one writer of ``(layout, ...)`` (the reference, torch-eager, triton, cuda) into the op's call:
+the layout is worked out from the bound contract (the platform's fp8 format, conversion mode and layout
+flags) and the call's shapes, as an engine's kernel reads them from its arguments. Unbound, a kernel follows
+the platform table of the tensors' device, as the MLA built-ins do. Names: ``<impl>-mha``, ``<impl>-indexer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Literal
+
+import torch
+
+from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
+from rtp_ref.kernels.contract import WriteContract, default_contract
+from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS
+
+MhaWriter = Callable[[MhaPagedLayout, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                      torch.Tensor, torch.Tensor], None]
+IndexerWriter = Callable[[IndexerLayout, torch.Tensor, torch.Tensor, torch.Tensor, str], None]
+#: how a writer converts fp8 under a contract (``software``/``torch`` whatever the contract)
+PathRule = Callable[[WriteContract], str]
+ConversionPath = Literal["hardware", "software", "torch"]
+
+
+class _FamilyKernel:
+    """What the two ops' kernels share: a name, devices, the contract they follow and its conversion path."""
+
+    def __init__(self, impl: str, suffix: str, devices: Collection[str], path_rule: PathRule,
+                 contract: WriteContract | None) -> None:
+        self.impl, self.name, self.devices = impl, f"{impl}{suffix}", tuple(devices)
+        self.path_rule, self.contract = path_rule, contract
+
+    def contract_for(self, device: torch.device) -> WriteContract:
+        """The bound contract, or the platform table of ``device`` when unbound."""
+        return self.contract or default_contract(device)
+
+    @property
+    def conversion_path(self) -> str:
+        """``hardware``, ``software`` or ``torch``: how fp8 values are converted under the bound contract (the
+        cpu table's when unbound: the suite always binds)."""
+        return self.path_rule(self.contract or default_contract(torch.device("cpu")))
+
+
+class MhaPagedKernel(_FamilyKernel):
+    """``reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+    v_scale)`` by one MHA writer: heads and head size come from the caches' shape."""
+
+    op = MHA_OP
+    kv_cache_dtypes: Collection[str] = MHA_CACHE_DTYPES
+
+    def __init__(self, impl: str, writer: MhaWriter, devices: Collection[str], path_rule: PathRule,
+                 contract: WriteContract | None = None) -> None:
+        super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract)
+        self.writer = writer
+
+    def bind(self, contract: WriteContract) -> MhaPagedKernel:
+        """This kernel following ``contract``."""
+        return MhaPagedKernel(self.impl, self.writer, self.devices, self.path_rule, contract)
+
+    def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
+                 v_scale: torch.Tensor) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes:
+            raise UnsupportedLayoutError(f"{self.name}: kv_cache_dtype {kv_cache_dtype!r}; valid: "
+                                         f"{', '.join(self.kv_cache_dtypes)}")
+        if not isinstance(key_cache, torch.Tensor) or key_cache.dim() != 4:
+            raise RtpRefError(f"key_cache: {getattr(key_cache, 'shape', key_cache)}; valid: a tensor "
+                              f"[num_blocks, block_size, num_kv_heads, head_size]")
+        layout = mha_layout(self.contract_for(key_cache.device), kv_cache_dtype, key_cache.shape[2],
+                            key_cache.shape[3])
+        self.writer(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+class IndexerKernel(_FamilyKernel):
+    """``indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)`` by one indexer
+    writer: head_dim comes from ``k``'s shape."""
+
+    op = INDEXER_OP
+    scale_fmts: Collection[str] = SCALE_FORMATS
+
+    def __init__(self, impl: str, writer: IndexerWriter, devices: Collection[str], path_rule: PathRule,
+                 contract: WriteContract | None = None) -> None:
+        super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract)
+        self.writer = writer
+
+    def bind(self, contract: WriteContract) -> IndexerKernel:
+        """This kernel following ``contract``."""
+        return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract)
+
+    def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
+                 scale_fmt: str) -> None:
+        if scale_fmt not in self.scale_fmts:
+            raise UnsupportedLayoutError(f"{self.name}: scale_fmt {scale_fmt!r}; valid: {', '.join(self.scale_fmts)}")
+        if not isinstance(k, torch.Tensor) or k.dim() != 2:
+            raise RtpRefError(f"k: {getattr(k, 'shape', k)}; valid: a tensor [num_tokens, head_dim]")
+        contract = self.contract_for(k.device)
+        layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
+        self.writer(layout, k, kv_cache, slot_mapping, scale_fmt)
+
+
+def _software(contract: WriteContract) -> str:
+    return "software"
+
+
+def _torch(contract: WriteContract) -> str:
+    return "torch"
+
+
+def _triton_path(contract: WriteContract) -> str:
+    from rtp_ref.kernels.triton_fp8 import SW, hardware_selector
+
+    return "software" if hardware_selector(contract.element_format, contract.conversion_mode) == SW else "hardware"
+
+
+def _cuda_path(contract: WriteContract) -> str:
+    from rtp_ref.kernels.cuda_build import hardware_converts
+
+    return "hardware" if hardware_converts(contract.element_format, contract.conversion_mode) else "software"
+
+
+def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
+    """The built-in kernels of ``reshape_and_cache_flash`` and ``indexer_k_quant_and_cache`` that can run here,
+    unbound: the reference and torch-eager always, triton and cuda where the MLA ones can run."""
+    from rtp_ref.kernels.builtin import unavailable_builtin_kernels
+    from rtp_ref.kernels.torch_eager_families import (
+        torch_eager_indexer_k_quant_and_cache,
+        torch_eager_reshape_and_cache_flash,
+    )
+
+    everywhere = ("cpu", "cuda")
+    kernels: list[MhaPagedKernel | IndexerKernel] = [
+        MhaPagedKernel("reference", reference_on_cpu_mha, everywhere, _software),
+        IndexerKernel("reference", reference_on_cpu_indexer, everywhere, _software),
+        MhaPagedKernel("torch-eager", torch_eager_reshape_and_cache_flash, everywhere, _torch),
+        IndexerKernel("torch-eager", torch_eager_indexer_k_quant_and_cache, everywhere, _torch),
+    ]
+    missing = unavailable_builtin_kernels()
+    if "triton" not in missing:
+        from rtp_ref.kernels.triton_fp8 import interpreted
+        from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
+        from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
+
+        # the interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch)
+        devices = ("cpu",) if interpreted() else ("cuda",)
+        kernels += [MhaPagedKernel("triton", triton_reshape_and_cache_flash, devices, _triton_path),
+                    IndexerKernel("triton", triton_indexer_k_quant_and_cache, devices, _triton_path)]
+    if "cuda" not in missing:
+        from rtp_ref.kernels.cuda_families import cuda_indexer_k_quant_and_cache, cuda_reshape_and_cache_flash
+
+        kernels += [MhaPagedKernel("cuda", cuda_reshape_and_cache_flash, ("cuda",), _cuda_path),
+                    IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), _cuda_path)]
+    return kernels
+
+
+def reference_on_cpu_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                         value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor,
+                         v_scale: torch.Tensor) -> None:
+    """The MHA reference on tensors of any device: it runs on the CPU (where it is defined) and writes back."""
+    host = [t.cpu() for t in (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)]
+    reference_reshape_and_cache_flash(layout, *host)
+    key_cache.copy_(host[2])
+    value_cache.copy_(host[3])
+
+
+def reference_on_cpu_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
+                             slot_mapping: torch.Tensor, scale_fmt: str) -> None:
+    """The indexer reference on tensors of any device: it runs on the CPU and writes back."""
+    cache = kv_cache.cpu()
+    reference_indexer_k_quant_and_cache(layout, k.cpu(), cache, slot_mapping.cpu(), scale_fmt)
+    kv_cache.copy_(cache)

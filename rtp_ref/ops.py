@@ -1,0 +1,88 @@
+"""The cache-write ops rtp-ref certifies, one record each: name, cache family, call signature, variants.
+
+A kernel names its op in an ``op`` attribute; a kernel without one is a ``concat_and_cache_mla`` kernel
+(every vendor kernel written before the other families joined keeps working). The op says which call the
+suite makes, which attribute lists the variants the kernel claims, and which variants exist:
+
+* ``concat_and_cache_mla`` (family ``mla``): the MLA latent cache; variants are the MLA layouts;
+* ``reshape_and_cache_flash`` (family ``mha``): vLLM's paged K/V write; variants are its cache dtypes;
+* ``indexer_k_quant_and_cache`` (family ``indexer``): DeepSeek V3.2's indexer cache; variants are the
+  ``scale_fmt`` values.
+
+Built-in kernels of the MLA op are named after their implementation (``triton``); those of the other ops
+carry the family as a suffix (``triton-mha``, ``triton-indexer``), so every kernel name stays unique.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.indexer import SCALE_FORMATS
+from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES
+from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
+
+#: the op of a kernel without an ``op`` attribute
+MLA_OP = "concat_and_cache_mla"
+MHA_OP = "reshape_and_cache_flash"
+INDEXER_OP = "indexer_k_quant_and_cache"
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: what a kernel of it is called with and what it may claim."""
+
+    name: str
+    #: the cache family (``rtp-ref layouts --family``)
+    family: str
+    #: the kernel attribute listing the variants it claims
+    claims: str
+    #: every variant of the op: the values of its variant argument
+    variants: tuple[str, ...]
+    #: the call the suite makes, as the kernel implements it
+    signature: str
+    #: what built-in kernels of the op append to their implementation's name
+    name_suffix: str
+
+
+OPS: dict[str, OpSpec] = {
+    MLA_OP: OpSpec(MLA_OP, "mla", "kv_cache_dtypes", MLA_LAYOUT_NAMES,
+                   "kernel(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)", ""),
+    MHA_OP: OpSpec(MHA_OP, "mha", "kv_cache_dtypes", MHA_CACHE_DTYPES,
+                   "kernel(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)",
+                   "-mha"),
+    INDEXER_OP: OpSpec(INDEXER_OP, "indexer", "scale_fmts", SCALE_FORMATS,
+                       "kernel(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)", "-indexer"),
+}
+
+
+def op_name(kernel: object) -> str:
+    """The op ``kernel`` implements: its ``op`` attribute, or ``concat_and_cache_mla`` without one."""
+    op = getattr(kernel, "op", MLA_OP)
+    return op if isinstance(op, str) else repr(op)
+
+
+def op_spec(name: str) -> OpSpec:
+    """The record of op ``name``; an unknown name raises RtpRefError listing the valid ones."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise RtpRefError(f"op {name!r} is not an op rtp-ref certifies; valid: {', '.join(OPS)}") from None
+
+
+def claimed_variants(kernel: object) -> tuple[str, ...]:
+    """The variants ``kernel`` claims, read from its op's claims attribute (empty when it has none)."""
+    claimed = getattr(kernel, op_spec(op_name(kernel)).claims, ())
+    return tuple(claimed) if not isinstance(claimed, str) else ()
+
+
+def supported_variants(platform: Platform, op: str) -> tuple[str, ...]:
+    """The variants of ``op`` a platform table supports: its ``supported_layouts`` for the MLA write; every
+    variant of the other ops (their formats are the platform's e4m3 and OCP e5m2, which every table has)."""
+    return tuple(platform.supported_layouts) if op == MLA_OP else OPS[op].variants
+
+
+def every_variant(platform: Platform) -> list[str]:
+    """Every variant name of every op the platform supports, each once (``fp8`` is an MLA layout and an MHA
+    cache dtype): what ``--layout`` may name."""
+    return list(dict.fromkeys(v for op in OPS for v in supported_variants(platform, op)))

@@ -1,0 +1,172 @@
+"""Mutants of the other cache families' writes: each is the reference with one fault a real kernel had.
+
+They are protocol kernels of their op (``op``, claims, ``devices``, ``bind``), certified through
+``RTP_REF_KERNELS`` with the MLA mutants (tests/mutants/kernels.py ``mutants``). ``FAMILY_EXPECTED`` says
+the platform and the named check that must catch each one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import torch
+
+from rtp_ref.kernels.contract import WriteContract, default_contract
+from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.ops import INDEXER_OP, MHA_OP
+
+
+class MhaMutant:
+    """The MHA reference with one fault injected by a subclass (``write``)."""
+
+    name: ClassVar[str]
+    op = MHA_OP
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", "fp8")
+    devices = ("cpu",)
+    conversion_path = "software"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> MhaMutant:
+        return type(self)(contract)
+
+    def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
+                 v_scale: torch.Tensor) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes:
+            raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
+        contract = self.contract or default_contract(key_cache.device)
+        layout = mha_layout(contract, kv_cache_dtype, key_cache.shape[2], key_cache.shape[3])
+        self.write(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+    def write(self, layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+              value_cache: torch.Tensor, slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        reference_reshape_and_cache_flash(layout, key, value, key_cache, value_cache, slots, k_scale, v_scale)
+
+
+class KvSwapped(MhaMutant):
+    """Writes the keys into the value cache and the values into the key cache."""
+
+    name = "mutant-mha-kv-swapped"
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        reference_reshape_and_cache_flash(layout, key, value, value_cache, key_cache, slots, k_scale, v_scale)
+
+
+class HeadsTransposed(MhaMutant):
+    """Stores a token's [H, D] values in [D, H] order (head and dim exchanged)."""
+
+    name = "mutant-mha-heads-transposed"
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        def flip(x: torch.Tensor) -> torch.Tensor:
+            return x.transpose(1, 2).reshape(x.shape)
+
+        reference_reshape_and_cache_flash(layout, flip(key), flip(value), key_cache, value_cache, slots,
+                                          k_scale, v_scale)
+
+
+class HndAsNhd(MhaMutant):
+    """Ignores the caches' strides: writes an HND cache as if it were a contiguous NHD one."""
+
+    name = "mutant-mha-hnd-as-nhd"
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        def as_nhd(cache: torch.Tensor) -> torch.Tensor:
+            _, rows, heads, size = cache.shape
+            strides = (rows * heads * size, heads * size, size, 1)
+            return torch.as_strided(cache, cache.shape, strides, cache.storage_offset())
+
+        reference_reshape_and_cache_flash(layout, key, value, as_nhd(key_cache), as_nhd(value_cache), slots,
+                                          k_scale, v_scale)
+
+
+class PerTensorForPerHead(MhaMutant):
+    """Given per-head scales, uses the first head's scale for every head."""
+
+    name = "mutant-mha-per-tensor-scale"
+    kv_cache_dtypes = ("fp8",)
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        def first(scale: torch.Tensor) -> torch.Tensor:
+            return scale[:1].expand(layout.num_kv_heads).contiguous()
+
+        reference_reshape_and_cache_flash(layout, key, value, key_cache, value_cache, slots, first(k_scale),
+                                          first(v_scale))
+
+
+class IndexerMutant:
+    """The indexer reference with one fault injected by a subclass (``write``)."""
+
+    name: ClassVar[str]
+    op = INDEXER_OP
+    scale_fmts: ClassVar[tuple[str, ...]] = ("none", "ue8m0")
+    devices = ("cpu",)
+    conversion_path = "software"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> IndexerMutant:
+        return type(self)(contract)
+
+    def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
+                 scale_fmt: str) -> None:
+        if scale_fmt not in self.scale_fmts:
+            raise UnsupportedLayoutError(f"{self.name} does not support {scale_fmt}")
+        contract = self.contract or default_contract(kv_cache.device)
+        layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
+        self.write(layout, k, kv_cache, slot_mapping, scale_fmt)
+
+    def write(self, layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
+              scale_fmt: str) -> None:
+        reference_indexer_k_quant_and_cache(layout, k, kv_cache, slots, scale_fmt)
+
+
+class ScalesInTokenData(IndexerMutant):
+    """Writes each token's scales right after its own values (a per-token row) instead of at the block's end."""
+
+    name = "mutant-indexer-scales-in-token"
+
+    def write(self, layout, k, kv_cache, slots, scale_fmt):  # type: ignore[no-untyped-def]
+        # the reference on a one-token-per-block view: its block-trailing scales land right after the values
+        num_blocks, block_size, row = kv_cache.shape
+        per_token = kv_cache.reshape(num_blocks * block_size, 1, row)
+        reference_indexer_k_quant_and_cache(layout, k, per_token, slots, scale_fmt)
+
+
+class WholeTokenQuantBlock(IndexerMutant):
+    """Computes one scale per token (quant block = head_dim) and stores it in every quant block's slot."""
+
+    name = "mutant-indexer-whole-token-quant-block"
+
+    def write(self, layout, k, kv_cache, slots, scale_fmt):  # type: ignore[no-untyped-def]
+        # the reference with one quant block per token, into a cache of that layout; then its values and its
+        # one scale (repeated for every quant block) copied to the real layout's places
+        whole = dataclasses.replace(layout, quant_block_size=layout.head_dim)
+        num_blocks, block_size, _ = kv_cache.shape
+        d, n = layout.head_dim, layout.scales_per_token
+        tmp = torch.zeros(num_blocks, block_size, whole.bytes_per_token, dtype=torch.uint8)
+        reference_indexer_k_quant_and_cache(whole, k, tmp, slots, scale_fmt)
+        src, dst = tmp.reshape(num_blocks, -1), kv_cache.reshape(num_blocks, -1)
+        for slot in slots[slots >= 0].tolist():
+            block, row = divmod(slot, block_size)
+            dst[block, row * d:(row + 1) * d] = src[block, row * d:(row + 1) * d]
+            scale = src[block, block_size * d + row * 4: block_size * d + row * 4 + 4]
+            start = block_size * d + row * 4 * n
+            dst[block, start:start + 4 * n] = scale.repeat(n)
+
+
+#: mutant class -> (platform it is certified on, the check that must catch it)
+FAMILY_EXPECTED: dict[type[MhaMutant] | type[IndexerMutant], tuple[str, str]] = {
+    KvSwapped: ("cpu", "layout.kv_order"),
+    HeadsTransposed: ("cpu", "layout.head_order"),
+    HndAsNhd: ("cpu", "layout.cache_order"),
+    PerTensorForPerHead: ("cpu", "numerics.per_head_scale"),
+    ScalesInTokenData: ("cpu", "layout.scale_placement"),
+    WholeTokenQuantBlock: ("cpu", "numerics.quant_block"),
+}
