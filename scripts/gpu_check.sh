@@ -14,7 +14,8 @@
 #   scripts/gpu_check.sh vendor        the CUDA C++ example vendor package (examples/cuda_vendor_kernel): built,
 #                                      certified next to its crashing variant, its GPU test, and memcheck over both
 #   scripts/gpu_check.sh families      the MHA paged and indexer kernels (triton, cuda) against their references, the
-#                                      same under compute-sanitizer, and the MLA kernels' tests and certification
+#                                      same under compute-sanitizer, the MLA kernels' tests, and certify of every
+#                                      op's built-in kernels on cuda-sm90 (native) and rocm-gfx942 (emulated)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
@@ -121,7 +122,10 @@ PY
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
       tests/kernels/test_family_kernels.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
-    certify cuda-sm90 --kernel triton --kernel cuda
+    fam=(--kernel reference-mha --kernel torch-eager-mha --kernel triton-mha --kernel cuda-mha
+         --kernel reference-indexer --kernel torch-eager-indexer --kernel triton-indexer --kernel cuda-indexer)
+    certify cuda-sm90 --kernel triton --kernel cuda "${fam[@]}"
+    certify rocm-gfx942 "${fam[@]}"
     ;;
   *)
     echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2

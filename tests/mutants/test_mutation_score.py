@@ -65,7 +65,9 @@ def test_every_mutant_is_caught_by_its_check(tmp_path: Path, survey: list[str]) 
         report = certify(platform, [cls.name for cls in mutants], tmp_path / platform, extra=["--", "-q"])
         assert report["_exit_code"] == 1, "certify must exit 1 when a claimed layout fails"
         rows = report["summary"]["by_kernel_layout"]  # type: ignore[index]
+        ops = {c.get("kernel"): c.get("op") for c in report["cases"]}  # type: ignore[attr-defined, index]
         for cls in mutants:
+            assert ops.get(cls.name) == getattr(cls, "op", "concat_and_cache_mla"), f"{cls.name}'s records lack its op"
             check = EXPECTED[cls][1]
             caught = _failed_checks(report, cls.name)
             verdicts = {r["layout"]: r["verdict"] for r in rows if r["kernel"] == cls.name}
