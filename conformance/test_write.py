@@ -17,7 +17,7 @@ from rtp_ref.certify.cases import STRIDED_KINDS, CaseInputs, CaseSpec, build_cas
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.diagnosis import diagnose_contract
 from rtp_ref.certify.grading import Check, Grading, grade_write, reference_image
-from rtp_ref.kernels.protocol import broken_requirements
+from rtp_ref.kernels.protocol import broken_requirements, declared_limit
 
 from .conftest import WriteCase
 from .matrix import DeviationOccurred, Suite, grade_a_deviation_keeps, suite
@@ -58,8 +58,9 @@ def test_write_conforms(write_case: WriteCase, record_case: Callable[..., None],
     after = inputs.storage.cpu()
     if result.error is not None:
         broken = broken_requirements(getattr(k.kernel, "input_requirements", ()), inputs.kv_c, inputs.k_pe)
-        if broken and torch.equal(before, after):
-            record_case(**base, refused=", ".join(broken), failed_checks=[],
+        refusal = ", ".join(broken) or declared_limit(k.kernel, layout)
+        if refusal and torch.equal(before, after):
+            record_case(**base, refused=refusal, failed_checks=[],
                         checks={"refused": describe_error(result.error)})
             return  # refused as declared: reported as a limit of the kernel, never as a pass of the write
         record_case(**base, grade="none", failed_checks=["support.kernel_raised"],

@@ -19,9 +19,10 @@ from rtp_ref.commands._output import (
     writable_dir,
 )
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.contract import PlannedKernel, WriteContract, WritePlan
+from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.torch_eager import TorchEagerKernel, write_eager
+from rtp_ref.kernels.write_plan import PlannedKernel, WritePlan
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.platform import MLA_LAYOUT_NAMES, resolve_platform
 

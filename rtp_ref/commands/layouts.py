@@ -30,6 +30,18 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rope-dim", type=int, metavar="P", help="rope dimension (default: 64)")
 
 
+def add_family_arguments(parser: argparse.ArgumentParser) -> None:
+    """The MHA paged cache's ``--num-kv-heads`` and ``--head-size``, the indexer's ``--indexer-dim`` and
+    ``--quant-block-size``, shared with ``golden``."""
+    mha = parser.add_argument_group("mha paged")
+    mha.add_argument("--num-kv-heads", type=int, default=8, metavar="H", help="KV heads of the model (default: 8)")
+    mha.add_argument("--head-size", type=int, default=128, metavar="D", help="values per head (default: 128)")
+    indexer = parser.add_argument_group("indexer")
+    indexer.add_argument("--indexer-dim", type=int, default=128, metavar="D", help="indexer head dim (default: 128)")
+    indexer.add_argument("--quant-block-size", type=int, default=128, metavar="Q",
+                         help="values per fp32 scale (default: 128)")
+
+
 def _json_floats(value: Any) -> Any:
     if isinstance(value, float):
         return json_number(value)
@@ -159,14 +171,9 @@ def register(sub: Any) -> None:
         help="tokens per block for the per-block sizes (default: 64)",
     )
     add_layout_arguments(parser)
-    mha = parser.add_argument_group("mha paged")
-    mha.add_argument("--num-kv-heads", type=int, default=8, metavar="H", help="KV heads of the model (default: 8)")
-    mha.add_argument("--head-size", type=int, default=128, metavar="D", help="values per head (default: 128)")
-    mha.add_argument("--tp-size", type=int, default=1, metavar="N",
-                     help="tensor-parallel ranks: one rank's caches hold its share of the heads (default: 1)")
-    indexer = parser.add_argument_group("indexer")
-    indexer.add_argument("--indexer-dim", type=int, default=128, metavar="D", help="indexer head dim (default: 128)")
-    indexer.add_argument("--quant-block-size", type=int, default=128, metavar="Q",
-                         help="values per fp32 scale (default: 128)")
+    add_family_arguments(parser)
+    parser.add_argument_group("mha paged").add_argument(
+        "--tp-size", type=int, default=1, metavar="N",
+        help="tensor-parallel ranks: one rank's caches hold its share of the heads (default: 1)")
     add_json_flag(parser)
     parser.set_defaults(func=_layouts)

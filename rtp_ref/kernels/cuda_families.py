@@ -13,13 +13,11 @@ import functools
 import torch
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8.formats import E4M3FN, ConversionMode, Fp8Format
-from rtp_ref.kernels.contract import FormatTraits
+from rtp_ref.fp8.formats import E4M3FN
 from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
+from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
-
-_TRAITS = ("man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite")
 
 
 class _MhaParams(ctypes.Structure):
@@ -29,7 +27,7 @@ class _MhaParams(ctypes.Structure):
         "key", "value", "key_cache", "value_cache", "slots", "k_scale", "v_scale",
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
-        "fp8", "per_head", "input_fp16", "hardware", *_TRAITS)]
+        "fp8", "per_head", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS)]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -37,7 +35,7 @@ class _IndexerParams(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_int64) for name in (
         "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
-        "n_slices", "ue8m0", "input_fp16", "hardware", *_TRAITS)] + [("divisor", ctypes.c_double),
+        "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS)] + [("divisor", ctypes.c_double),
                                                                       ("floor_", ctypes.c_double)]
 
 
@@ -50,12 +48,6 @@ def _library(arch: str) -> ctypes.CDLL:
     lib.rtp_ref_families_error_string.argtypes = [ctypes.c_int]
     lib.rtp_ref_families_error_string.restype = ctypes.c_char_p
     return lib
-
-
-def _traits(fmt: Fp8Format, mode: ConversionMode) -> dict[str, int]:
-    f = FormatTraits.of(fmt, mode)
-    return {"man_bits": f.man_bits, "emin": f.emin, "max_code": f.max_code, "nan_code": f.nan_code,
-            "neg_zero": f.negative_zero, "has_inf": f.has_inf, "inf_code": f.inf_code, "satfinite": f.satfinite}
 
 
 def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
@@ -77,7 +69,7 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
     if fmt is not None and k_scale.numel() != v_scale.numel():
         raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both "
                           f"per tensor (1) or both per head ({layout.num_kv_heads})")
-    traits = _traits(fmt or E4M3FN, layout.conversion_mode)
+    traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
     params = _MhaParams(
         key=key.data_ptr(), value=value.data_ptr(), key_cache=key_cache.data_ptr(),
         value_cache=value_cache.data_ptr(), slots=slot_mapping.data_ptr(), k_scale=k_scale.data_ptr(),
@@ -110,6 +102,6 @@ def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_ca
         input_fp16=k.dtype == torch.float16,
         hardware=hardware_converts(layout.element_format, layout.conversion_mode),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
-        **_traits(layout.element_format, layout.conversion_mode),
+        **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
     )
     _launch("rtp_ref_indexer_write", params, kv_cache.device)

@@ -21,18 +21,11 @@ from collections.abc import Collection
 
 import torch
 
-from rtp_ref.kernels.contract import (
-    ConversionChoice,
-    ConversionPath,
-    PlannedKernel,
-    ValueMode,
-    WriteContract,
-    WritePlan,
-    block_shift_of,
-    default_contract,
-)
+from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir, hardware_converts
-from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS
+from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
+from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 #: values per 16-byte chunk of bf16/fp16 input (kChunk in the source), and the fewest lanes per token
@@ -56,7 +49,7 @@ class _Params(ctypes.Structure):
             "num_tokens", "kv_c_row", "k_pe_row", "block_size", "block_bytes",
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
-            "man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite",
+            *CUDA_TRAIT_FIELDS,
             "input_fp16", "aligned", "hardware", "block_shift",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
@@ -139,22 +132,22 @@ class CudaMlaKernel(PlannedKernel):
         """The conversion path of this kernel's contract (of the GPU's platform when unbound)."""
         return self.conversion_path_for(self.contract or default_contract(torch.device("cuda")))
 
-    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
-        if plan.kv_lora_rank > _MAX_R or plan.rope_dim > _MAX_P:
-            raise UnsupportedLayoutError(
-                f"kernel cuda: kv_lora_rank={plan.kv_lora_rank}, rope_dim={plan.rope_dim}: it holds a token in "
-                f"a half warp's or a warp's registers: it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}"
-            )
+    def supports(self, layout: MlaLayout) -> str | None:
+        """Its limits: a token in a half warp's or a warp's registers, one chunk index across a half warp."""
+        if layout.kv_lora_rank > _MAX_R or layout.rope_dim > _MAX_P:
+            return (f"kv_lora_rank={layout.kv_lora_rank}, rope_dim={layout.rope_dim}: it holds a token in a half "
+                    f"warp's or a warp's registers: it supports kv_lora_rank <= {_MAX_R} and rope_dim <= {_MAX_P}")
+        plan = WritePlan.of(layout)
         lanes_per_tile = plan.tile // _CHUNK
         if plan.nope_mode is ValueMode.TILED and (
             plan.tile % _CHUNK or lanes_per_tile > _MAX_LANES_PER_TILE or lanes_per_tile & (lanes_per_tile - 1)
         ):
-            raise UnsupportedLayoutError(
-                f"kernel cuda: layout {plan.layout.name} has a scale tile of {plan.tile} values; it supports "
-                f"tiles of {_CHUNK} x a power of two up to {_CHUNK * _MAX_LANES_PER_TILE} values (one chunk index "
-                f"across a half warp)"
-            )
+            return (f"layout {layout.name} has a scale tile of {plan.tile} values; it supports tiles of {_CHUNK} x a "
+                    f"power of two up to {_CHUNK * _MAX_LANES_PER_TILE} values (one chunk index across a half warp)")
+        return None
+
+    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
         lib = _library(arch_of(kv_cache.device))
         block_size = kv_cache.shape[1]
         f = plan.traits
@@ -167,8 +160,7 @@ class CudaMlaKernel(PlannedKernel):
             nope_off=plan.nope_offset, rope_off=plan.rope_offset, data_bytes=plan.data_bytes,
             trail_bytes=plan.trailing_bytes, tile=plan.tile, n_tiles=plan.n_tiles, pow2=plan.pow2_scale,
             scale_ue8m0=plan.scale_ue8m0, scale_trailing=plan.scale_trailing, scale_off=plan.scale_offset,
-            man_bits=f.man_bits, emin=f.emin, max_code=f.max_code, nan_code=f.nan_code,
-            neg_zero=f.negative_zero, has_inf=f.has_inf, inf_code=f.inf_code, satfinite=f.satfinite,
+            **f.cuda_params(),
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract) == "hardware",
             block_shift=block_shift_of(block_size),

@@ -26,6 +26,10 @@ kernel needs of its value inputs (``kv_c`` and ``k_pe`` here; contiguity, 16-byt
 Given inputs that break a declared requirement, the kernel may raise a clear error: the suite reports that case
 as refused as declared, never as a pass of the write. A kernel that declares nothing must handle
 every stride the suite builds; a fault or wrong bytes is a failure either way.
+
+Optionally ``supports(layout) -> str | None``: the kernel's limits as data (None: it writes this
+``rtp_ref.kv.layouts.MlaLayout`` at these dims; else why not, e.g. a register budget). A case past a declared
+limit must still raise before writing, and is reported as refused with that reason, never as a pass.
 """
 
 from __future__ import annotations
@@ -88,6 +92,20 @@ def broken_requirements(requirements: Collection[str], *inputs: torch.Tensor) ->
     ):
         broken.append("aligned16")
     return broken
+
+
+def declared_limit(kernel: object, layout: object) -> str | None:
+    """The kernel's own reason it does not write ``layout`` (an ``MlaLayout`` at the call's dims), from its
+    optional ``supports(layout) -> str | None``; None when it writes it or declares nothing. A ``supports`` that
+    raises is reported as that limit, so a broken declaration fails loudly as a refusal, never as a pass."""
+    supports = getattr(kernel, "supports", None)
+    if not callable(supports):
+        return None
+    try:
+        reason = supports(layout)
+    except Exception as exc:  # the vendor's declaration is the finding
+        return f"supports() raised {type(exc).__name__}: {exc}"
+    return str(reason) if reason else None
 
 
 def check_kernel(obj: Any, origin: str) -> Any:

@@ -19,7 +19,8 @@ from typing import Literal
 
 import torch
 
-from rtp_ref.kernels.contract import PlannedKernel, ValueMode, WriteContract, WritePlan
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 

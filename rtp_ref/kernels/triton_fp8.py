@@ -14,13 +14,12 @@ gfx942); and ``software``, round-half-even in integer arithmetic (the algorithm 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
-from rtp_ref.kernels.contract import FormatTraits
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
@@ -179,10 +178,3 @@ def conversion_saturates() -> bool:
         return False
     return bool(triton.runtime.driver.active.get_current_target().backend == "cuda")
 
-
-def format_constexprs(f: FormatTraits) -> dict[str, Any]:
-    return {
-        "MAN_BITS": f.man_bits, "EMIN": f.emin, "MAX_CODE": f.max_code, "NAN_CODE": f.nan_code,
-        "NEG_ZERO": f.negative_zero, "HAS_INF": f.has_inf, "INF_CODE": f.inf_code,
-        "SATFINITE": f.satfinite, "MAX_VALUE": f.max_value,
-    }

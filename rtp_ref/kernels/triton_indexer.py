@@ -17,10 +17,9 @@ import triton
 import triton.language as tl
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.contract import FormatTraits
+from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
     conversion_saturates,
-    format_constexprs,
     fp8_codes,
     hardware_selector,
     interpreted,
@@ -94,5 +93,5 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
             AMAX_FLOOR, BLOCK_T=BLOCK_T, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
             IN_BF16=k.dtype == torch.bfloat16, UE8M0=scale_fmt == "ue8m0",
             HW=hardware_selector(layout.element_format, layout.conversion_mode), CLAMP=not conversion_saturates(),
-            enable_fp_fusion=False, **format_constexprs(traits),
+            enable_fp_fusion=False, **traits.triton_constexprs(),
         )

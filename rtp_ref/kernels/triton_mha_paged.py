@@ -20,11 +20,10 @@ import triton.language as tl
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
-from rtp_ref.kernels.contract import FormatTraits
+from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
     SW,
     conversion_saturates,
-    format_constexprs,
     fp8_codes,
     hardware_selector,
     interpreted,
@@ -123,5 +122,5 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
             BLOCK_T=BLOCK_T, H=heads, H_PAD=triton.next_power_of_2(heads), D=layout.head_size,
             D_PAD=triton.next_power_of_2(layout.head_size),
             IN_BF16=key.dtype == torch.bfloat16, FP8=fp8, PER_HEAD=per_head,
-            HW=hw, CLAMP=not conversion_saturates(), enable_fp_fusion=False, **format_constexprs(traits),
+            HW=hw, CLAMP=not conversion_saturates(), enable_fp_fusion=False, **traits.triton_constexprs(),
         )

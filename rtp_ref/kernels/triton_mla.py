@@ -37,17 +37,8 @@ import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
-from rtp_ref.kernels.contract import (
-    ConversionChoice,
-    ConversionPath,
-    FormatTraits,
-    PlannedKernel,
-    ValueMode,
-    WriteContract,
-    WritePlan,
-    block_shift_of,
-    default_contract,
-)
+from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
+from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
     F32_2POW_M127_BITS,
     F32_NAN_BITS,
@@ -55,13 +46,13 @@ from rtp_ref.kernels.triton_fp8 import (
     HW_E4M3FNUZ,
     SW,
     conversion_saturates,
-    format_constexprs,
     fp8_codes,
     hardware_selector,
     interpreted,
     load_f32,
     ue8m0_ceil,
 )
+from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 
@@ -224,7 +215,7 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
         "TILE": tile, "N_TILES": plan.n_tiles, "NT_PAD": r_pad // tile, "POW2": plan.pow2_scale,
         "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
         "SPLIT": split, "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
-        **format_constexprs(f),
+        **f.triton_constexprs(),
     }
 
 

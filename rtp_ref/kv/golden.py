@@ -90,7 +90,7 @@ def make_golden(
     layout = layout_for_platform(
         platform, layout_name, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim, overrides=overrides
     )
-    dtype = _input_dtype(input_dtype)
+    dtype = input_dtype_of(input_dtype)
     capacity = num_blocks * block_size
     for name, value, low in (
         ("tokens", tokens, 1),
@@ -141,7 +141,8 @@ def _file_bytes(layout: MlaLayout, dtype: torch.dtype, tokens: int, capacity: in
         + 2 * capacity * layout.bytes_per_token
 
 
-def _input_dtype(name: str) -> torch.dtype:
+def input_dtype_of(name: str) -> torch.dtype:
+    """The torch dtype of a golden input dtype name (``bf16``, ``fp16``); another name raises RtpRefError."""
     if name not in GOLDEN_INPUT_DTYPES:
         raise RtpRefError(f"input_dtype={name!r} is not valid; valid: {', '.join(GOLDEN_INPUT_DTYPES)}")
     return GOLDEN_INPUT_DTYPES[name]

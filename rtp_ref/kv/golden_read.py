@@ -164,6 +164,10 @@ def _check_metadata_keys(where: str, metadata: dict[str, str] | None) -> dict[st
             f"{GOLDEN_FORMAT!r} (check the file with the rtp-ref version that wrote it, "
             f"{metadata.get('rtp_ref_version', 'unknown')}, or write it again with `rtp-ref golden`)"
         )
+    op = metadata.get("op")
+    if op is not None:  # only the other families' files carry an op (rtp_ref.kv.golden_families)
+        raise RtpRefError(f"{where} is a golden file of {op}; golden-check reads concat_and_cache_mla files "
+                          f"(written by `rtp-ref golden --family mla`)")
     missing = [key for key in METADATA_KEYS if key not in metadata]
     unknown = sorted(set(metadata) - set(METADATA_KEYS))
     if missing or unknown:

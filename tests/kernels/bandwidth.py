@@ -17,9 +17,9 @@ import torch
 
 from rtp_ref.bench.measure import copy_roof, minimum_bytes, time_call
 from rtp_ref.bench.run import bench_inputs
-from rtp_ref.kernels.contract import PlannedKernel
 from rtp_ref.kernels.cuda_mla import CudaMlaKernel
 from rtp_ref.kernels.triton_mla import TritonMlaKernel
+from rtp_ref.kernels.write_plan import PlannedKernel
 from rtp_ref.kv.layouts import default_dims
 from tests.kernels.cases import contract
 

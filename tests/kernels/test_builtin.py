@@ -51,3 +51,17 @@ def test_device_to_run_prefers_a_gpu_only_when_asked_and_present() -> None:
     assert device_to_run(["cuda"]) == ("cuda" if gpu else None)
     assert device_to_run(["cuda"], prefer_gpu=False) == ("cuda" if gpu else None)
     assert device_to_run([]) is None
+
+
+def test_the_cuda_kernel_declares_its_limits_as_data() -> None:
+    """Its register budget is a declared limit (``supports``), so the suite reports such cases as refused."""
+    from rtp_ref.kernels.contract import WriteContract
+    from rtp_ref.kernels.cuda_mla import CudaMlaKernel
+    from rtp_ref.platform import load_platform
+
+    contract = WriteContract.for_platform(load_platform("cuda-sm90"))
+    kernel = CudaMlaKernel()
+    assert kernel.supports(contract.layout("fp8_ds_mla", 512, 64)) is None
+    assert kernel.supports(contract.layout("auto", 256, 32)) is None
+    reason = kernel.supports(contract.layout("auto", 4096, 64))
+    assert reason is not None and "kv_lora_rank <= " in reason

@@ -7,8 +7,9 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode
-from rtp_ref.kernels.contract import ValueMode, WriteContract, WritePlan, check_call
+from rtp_ref.kernels.contract import WriteContract, check_call
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kernels.write_plan import ValueMode, WritePlan
 from rtp_ref.platform import load_platform
 from tests.kernels.cases import contract
 
@@ -72,7 +73,7 @@ def test_layout_dims_a_layout_does_not_support_raise_rtp_ref_error() -> None:
 
 
 def test_block_shift_only_for_powers_of_two() -> None:
-    from rtp_ref.kernels.contract import block_shift_of
+    from rtp_ref.kernels.write_plan import block_shift_of
 
     assert [block_shift_of(n) for n in (1, 2, 16, 64, 1 << 20)] == [0, 1, 4, 6, 20]
     assert [block_shift_of(n) for n in (0, 3, 24, 65)] == [-1, -1, -1, -1]

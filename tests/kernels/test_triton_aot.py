@@ -31,7 +31,7 @@ pytestmark = pytest.mark.triton
 
 _SCRIPT = r"""
 import json, re
-from rtp_ref.kernels.contract import WritePlan
+from rtp_ref.kernels.write_plan import WritePlan
 from rtp_ref.kernels.triton_fp8 import triton_converts
 from rtp_ref.platform import load_platform
 from rtp_ref.kernels.triton_mla import amdgcn_for, ptx_for

@@ -80,6 +80,23 @@ class LaunchErrorOnEmpty(Mutant):
         super().__call__(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
 
 
+class DeclaresRankLimit(Mutant):
+    """Declares (``supports``) that it writes kv_lora_rank 512 only, and refuses other ranks before writing."""
+
+    name = "hardening-declares-rank-limit"
+    kv_cache_dtypes = ("auto", "fp8")
+
+    def supports(self, layout: MlaLayout) -> str | None:
+        return None if layout.kv_lora_rank == 512 else f"kv_lora_rank {layout.kv_lora_rank}: it supports 512 only"
+
+    def write(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+              slots: torch.Tensor, scale: torch.Tensor) -> None:
+        limit = self.supports(layout)
+        if limit:
+            raise ValueError(f"{self.name}: {limit}")
+        super().write(layout, kv_c, k_pe, kv_cache, slots, scale)
+
+
 def kernels() -> list[Mutant]:
     """The entry point for ``RTP_REF_KERNELS``."""
-    return [NoSlotCheck(), DeclaresContiguous(), AssumesContiguous(), LaunchErrorOnEmpty()]
+    return [NoSlotCheck(), DeclaresContiguous(), AssumesContiguous(), LaunchErrorOnEmpty(), DeclaresRankLimit()]

@@ -73,6 +73,8 @@ class WrongSlot(Mutant):
     """Writes the first token one slot further on (into a slot nobody asked for)."""
 
     name = "mutant-wrong-slot"
+    # a 16-bit entry and a tile-scaled one: the fault is in the addressing, the same for every layout
+    kv_cache_dtypes = ("auto", "fp8_ds_mla")
 
     def write(self, layout, kv_c, k_pe, kv_cache, slots, scale):  # type: ignore[no-untyped-def]
         slots = slots.clone()
@@ -89,6 +91,7 @@ class WritesPaddingSlots(Mutant):
     """Treats a negative slot as counting from the end of the cache, like Python indexing."""
 
     name = "mutant-writes-padding-slots"
+    kv_cache_dtypes = ("auto", "fp8_ds_mla")
 
     def write(self, layout, kv_c, k_pe, kv_cache, slots, scale):  # type: ignore[no-untyped-def]
         capacity = kv_cache.shape[0] * kv_cache.shape[1]
@@ -100,7 +103,7 @@ class BytePastEntry(Mutant):
     """Writes one byte past the end of each token's entry."""
 
     name = "mutant-byte-past-entry"
-    kv_cache_dtypes = ("auto", "fp8", "fp8_ds_mla", "fp8_rocm_compact")
+    kv_cache_dtypes = ("fp8", "fp8_ds_mla")
 
     def write(self, layout, kv_c, k_pe, kv_cache, slots, scale):  # type: ignore[no-untyped-def]
         super().write(layout, kv_c, k_pe, kv_cache, slots, scale)
@@ -257,6 +260,7 @@ class IgnoresBlockStride(Mutant):
     """Addresses blocks as if they were packed: ignores a padded kv_cache.stride(0)."""
 
     name = "mutant-ignores-block-stride"
+    kv_cache_dtypes = ("auto", "fp8_ds_mla")
 
     def write(self, layout, kv_c, k_pe, kv_cache, slots, scale):  # type: ignore[no-untyped-def]
         packed = torch.as_strided(kv_cache, kv_cache.shape, (kv_cache.shape[1] * kv_cache.shape[2],

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.mutants.test_mutation_score import certify
 
 KERNELS = ["hardening-no-slot-check", "hardening-declares-contiguous", "hardening-assumes-contiguous",
-           "hardening-launch-error-on-empty"]
+           "hardening-launch-error-on-empty", "hardening-declares-rank-limit"]
 
 
 def _rows(report: dict[str, object]) -> dict[tuple[str, str], dict[str, object]]:
@@ -41,6 +41,10 @@ def test_input_hardening_and_strided_inputs(tmp_path: Path) -> None:
     row = rows[("hardening-declares-contiguous", "auto")]
     assert row["verdict"] == "certified" and row["input_checks"] == "validated"
     assert row["refused"] == ["elem_aligned (contiguous)", "fused (contiguous)", "noncontig (contiguous)"]
+    # a declared limit (supports(layout)): the cases past it are refused as declared, never graded as writes
+    row = rows[("hardening-declares-rank-limit", "auto")]
+    assert row["verdict"] == "certified" and row["min_grade"] == "bit_exact"
+    assert row["refused"] == ["random (kv_lora_rank 256: it supports 512 only)"]
     # a kernel that ignores row strides fails exactly the strided cases (inputs strided on the device)
     failed = {c["kind"] for c in _cases(report, "hardening-assumes-contiguous") if c["outcome"] == "failed"}
     assert failed == {"noncontig", "fused", "elem_aligned"}

@@ -1,0 +1,221 @@
+"""A layout reduced to what a compiled write kernel needs, and the call path those kernels share.
+
+``WritePlan`` turns one ``rtp_ref.kv`` layout into the handful of numbers a GPU kernel needs (field
+offsets, value modes, tile-scale rule, fp8 format traits). The kernels never hard-code a layout's
+byte map: the reference field table is the only source of offsets, so a kernel and the reference
+writer cannot silently disagree on where a byte goes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection
+from dataclasses import dataclass
+from enum import IntEnum
+
+import torch
+
+from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
+from rtp_ref.fp8.scales import ScaleRule
+from rtp_ref.kernels.contract import WriteContract, check_call, default_contract
+from rtp_ref.kernels.format_traits import FormatTraits
+from rtp_ref.kv.fields import (
+    ELEMENT_FP32,
+    ELEMENT_INPUT16,
+    ELEMENT_UE8M0,
+    Field,
+    Placement,
+    Source,
+    is_fp8_element,
+)
+from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.validate import validate_write_args
+
+
+class ValueMode(IntEnum):
+    """How a value field (nope or rope) is stored; the integer is the kernels' constexpr selector."""
+
+    #: the input's 16-bit bits copied verbatim
+    COPY16 = 0
+    #: fp8 of ``x / scale`` with the external per-tensor scale
+    PER_TENSOR = 1
+    #: fp8 of ``x / s_i`` with a scale per tile computed from the tile's amax
+    TILED = 2
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """A layout reduced to what a write kernel needs; built by ``WritePlan.of``.
+
+    Byte offsets: token t of a block starts at ``t * data_bytes`` of the block; its block-trailing
+    bytes at ``block_size * data_bytes + t * trailing_bytes``. ``scale_offset`` is within the token's
+    data area (``scale_trailing`` False) or within its trailing group (True).
+    """
+
+    layout: MlaLayout
+    kv_lora_rank: int
+    rope_dim: int
+    nope_mode: ValueMode
+    rope_mode: ValueMode
+    nope_offset: int
+    rope_offset: int
+    data_bytes: int
+    trailing_bytes: int
+    #: tile-scale parameters (meaningful when nope_mode is TILED)
+    tile: int
+    n_tiles: int
+    pow2_scale: bool
+    divisor: float
+    floor: float
+    scale_ue8m0: bool
+    scale_trailing: bool
+    scale_offset: int
+    traits: FormatTraits
+
+    @classmethod
+    def of(cls, layout: MlaLayout) -> WritePlan:
+        """The plan of ``layout``; a field table no built-in kernel handles raises UnsupportedLayoutError."""
+        nope = layout.value_field(Source.KV_C)
+        rope = layout.value_field(Source.K_PE)
+        nope_mode, nope_scale = _mode_of(layout, nope)
+        rope_mode, _ = _mode_of(layout, rope)
+        if rope_mode is ValueMode.TILED:
+            raise UnsupportedLayoutError(
+                f"layout {layout.name}: the built-in kernels do not handle tile-scaled rope"
+            )
+        tile = n_tiles = scale_offset = 0
+        pow2 = ue8m0 = trailing = False
+        divisor = floor = 1.0
+        if nope_scale is not None and nope_scale.tile_scale is not None:
+            spec = nope_scale.tile_scale
+            tile, n_tiles, scale_offset = spec.tile, nope_scale.count, nope_scale.offset
+            pow2 = spec.rule is ScaleRule.POW2_CEIL
+            divisor, floor = spec.divisor, spec.floor
+            ue8m0 = nope_scale.element == ELEMENT_UE8M0
+            trailing = nope_scale.placement is Placement.BLOCK_TRAILING
+        return cls(
+            layout=layout,
+            kv_lora_rank=layout.kv_lora_rank,
+            rope_dim=layout.rope_dim,
+            nope_mode=nope_mode,
+            rope_mode=rope_mode,
+            nope_offset=nope.offset,
+            rope_offset=rope.offset,
+            data_bytes=layout.data_bytes_per_token,
+            trailing_bytes=layout.trailing_bytes_per_token,
+            tile=tile,
+            n_tiles=n_tiles,
+            pow2_scale=pow2,
+            divisor=divisor,
+            floor=floor,
+            scale_ue8m0=ue8m0,
+            scale_trailing=trailing,
+            scale_offset=scale_offset,
+            traits=FormatTraits.of(layout.element_format, layout.conversion_mode),
+        )
+
+    def wide_fields_aligned(self, kv_cache: torch.Tensor) -> bool:
+        """Whether every 16-bit and fp32 field of every slot is naturally aligned in this cache.
+
+        False (e.g. an odd kv_lora_rank under lora_alignment=round_up, or an odd block stride) makes
+        the kernels store those fields byte by byte: a misaligned wide store faults on a GPU.
+        """
+        # (byte offset within the block of the field for token 0, per-token step, element size)
+        wide: list[tuple[int, int, int]] = []
+        for mode, offset in ((self.nope_mode, self.nope_offset), (self.rope_mode, self.rope_offset)):
+            if mode is ValueMode.COPY16:
+                wide.append((offset, self.data_bytes, 2))
+        if self.nope_mode is ValueMode.TILED and not self.scale_ue8m0:
+            if self.scale_trailing:
+                wide.append((kv_cache.shape[1] * self.data_bytes + self.scale_offset, self.trailing_bytes, 4))
+            else:
+                wide.append((self.scale_offset, self.data_bytes, 4))
+        block_bytes = kv_cache.stride(0) * kv_cache.element_size()
+        return all(
+            (kv_cache.data_ptr() + offset) % size == 0 and step % size == 0 and block_bytes % size == 0
+            for offset, step, size in wide
+        )
+
+
+def block_shift_of(block_size: int) -> int:
+    """log2 of a power-of-two ``block_size`` (the kernels then shift instead of dividing), else -1."""
+    return block_size.bit_length() - 1 if block_size > 0 and block_size & (block_size - 1) == 0 else -1
+
+
+def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
+    if f.placement is not Placement.PER_TOKEN:
+        raise UnsupportedLayoutError(f"layout {layout.name}: field {f.name!r} is not stored per token")
+    if f.element == ELEMENT_INPUT16:
+        return ValueMode.COPY16, None
+    if not is_fp8_element(f.element):
+        raise UnsupportedLayoutError(
+            f"layout {layout.name}: field {f.name!r} holds {f.element}, neither fp8 nor 16-bit"
+        )
+    scale = layout.field(f.scale_field or "")
+    if scale.placement is Placement.EXTERNAL:
+        return ValueMode.PER_TENSOR, scale
+    if scale.tile_scale is None or scale.element not in (ELEMENT_FP32, ELEMENT_UE8M0):
+        raise UnsupportedLayoutError(f"layout {layout.name}: scale field {scale.name!r} is not a tile scale")
+    return ValueMode.TILED, scale
+
+
+def validated_plan(kernel_name: str, contract: WriteContract, kv_cache_dtype: str, kv_c: torch.Tensor,
+                   k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                   scale: torch.Tensor) -> WritePlan:
+    """Build the layout for this call, run the reference's argument checks, return the plan.
+
+    Everything that can be wrong with the arguments raises here (RtpRefError), before any byte of
+    the cache is written.
+    """
+    for arg, x in (("kv_c", kv_c), ("k_pe", k_pe)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            shown = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise RtpRefError(f"{kernel_name}: {arg}: {shown} is not a 2-dim tensor; valid: [tokens, dim]")
+    layout = contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+    validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
+    return WritePlan.of(layout)
+
+
+class PlannedKernel(ABC):
+    """The call path shared by the compiled kernels (triton, cuda): check the layout and device,
+    validate every argument before writing, reduce the layout to a ``WritePlan``, launch."""
+
+    name: str
+    kv_cache_dtypes: Collection[str]
+    devices: Collection[str]
+    contract: WriteContract | None
+    #: device launches made by this object (the conformance suite's proof that the kernel itself ran)
+    launch_count: int = 0
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        limit = self.supports(plan.layout)
+        if limit:
+            raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    def supports(self, layout: MlaLayout) -> str | None:
+        """None when this kernel writes ``layout`` at its dims; else its limit, as a reason (the protocol's
+        optional ``supports``: the suite reports such cases as refused). Every layout, by default."""
+        return None
+
+    def write_unchecked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                        slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        """The write without ``validate_write_args`` (one host sync over the slots).
+
+        For benchmarks that passed the same arguments through ``__call__`` once: invalid arguments
+        here write out of bounds.
+        """
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        contract = self.contract or default_contract(kv_cache.device)
+        plan = WritePlan.of(contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1]))
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    @abstractmethod
+    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+        """Launch the device kernel for validated arguments."""
