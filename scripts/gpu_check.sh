@@ -43,7 +43,7 @@ unit_tests() { python3 -m pytest -q -n 8 --platform cpu -p no:cacheprovider "$@"
 certify() {
   rtp certify --platform "$1" --report "$reports/$1" --case-timeout 300 "${@:2}" > "$reports/$1.log" 2>&1
   grep -E "passed|failed" "$reports/$1.log" | tail -1 | tee -a "$out/certify.log"
-  tail -18 "$reports/$1.log" | tee -a "$out/certify.log"
+  tail -45 "$reports/$1.log" | tee -a "$out/certify.log"
 }
 # memcheck [KERNEL ...]: rtp-ref memcheck (compute-sanitizer over one call of every conformance case) of the
 # kernels on cuda-sm90 (default: triton and cuda); log and report under /tmp, every row but the clean ones shown
