@@ -21,6 +21,13 @@ from rtp_ref.platform import Platform, resolve_platform
 def _family_case(args: argparse.Namespace, platform: Platform) -> GoldenCase:
     """The golden vector of an MHA paged or indexer write (``--family mha|indexer``)."""
     op = {"mha": MHA_OP, "indexer": INDEXER_OP}[args.family]
+    given = [name for name, value in (("--kv-lora-rank", args.kv_lora_rank), ("--rope-dim", args.rope_dim),
+                                      ("--layout-flag", args.layout_flag)) if value]
+    if args.family == "indexer" and (args.cache_order != "NHD" or args.per_head_scales):
+        given.append("--cache-order" if args.cache_order != "NHD" else "--per-head-scales")
+    if given:
+        raise RtpRefError(f"{given[0]}: not an argument of --family {args.family}; valid: the {args.family} "
+                          f"family's arguments (rtp-ref golden --help)")
     if args.layout not in OPS[op].variants:
         raise RtpRefError(f"--layout {args.layout!r}: not a {op} variant; valid: {', '.join(OPS[op].variants)}")
     shape = GoldenShape(args.tokens, args.block_size, args.num_blocks, args.seed, args.input_dtype)
@@ -44,6 +51,9 @@ def _golden(args: argparse.Namespace) -> int:
                   f"{meta['platform']}, {meta['num_tokens']} tokens into {meta['num_blocks']} blocks x "
                   f"{meta['block_size']}, {meta['input_dtype']} inputs")
         return 0
+    if args.cache_order != "NHD" or args.per_head_scales:
+        raise RtpRefError(f"{'--cache-order' if args.cache_order != 'NHD' else '--per-head-scales'}: an argument of "
+                          f"--family mha; valid: --family mha with it, or leave it out")
     if args.layout not in LAYOUT_BUILDERS:
         raise RtpRefError(f"--layout {args.layout!r}: not an MLA layout; valid: {', '.join(LAYOUT_BUILDERS)} "
                           f"(--family mha or indexer for their variants)")

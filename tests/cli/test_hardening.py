@@ -115,6 +115,13 @@ BAD_INPUTS = [
         "the golden file would hold", output="{tmp}/g.safetensors"),
     Bad("golden-out-dir-missing", ("golden", "--layout", "fp8", "--platform", "cpu", "--out", "{tmp}/no/g.st"),
         "--out '{tmp}/no/g.st' cannot be written: No such file or directory", output="{tmp}/no"),
+    Bad("golden-family-variant", ("golden", "--family", "mha", "--layout", "ue8m0", "--platform", "cpu", "--out",
+                                  "{tmp}/g.safetensors"),
+        "--layout 'ue8m0': not a reshape_and_cache_flash variant; valid: auto, fp8, fp8_e5m2",
+        output="{tmp}/g.safetensors"),
+    Bad("golden-family-mla-argument", ("golden", "--family", "indexer", "--layout", "none", "--platform", "cpu",
+                                       "--kv-lora-rank", "256", "--out", "{tmp}/g.safetensors"),
+        "--kv-lora-rank: not an argument of --family indexer", output="{tmp}/g.safetensors"),
     Bad("golden-unsupported-layout", ("golden", "--layout", "fp8_rocm_compact", "--platform", "cuda-sm90", "--out",
                                       "{tmp}/g.safetensors"),
         "--layout 'fp8_rocm_compact': platform cuda-sm90 does not support it; valid: auto, fp8, fp8_ds_mla, "
