@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from rtp_ref.certify.cases import CaseSpec
-from rtp_ref.certify.checks import grade_below
 from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.errors import RtpRefError
@@ -122,11 +121,6 @@ def _layouts_by_op(config: pytest.Config, platform: Platform) -> dict[str, list[
 
 class DeviationOccurred(AssertionError):
     """A case fell short of the required grade exactly as its known deviation says (a strict xfail raises=)."""
-
-
-def grade_a_deviation_keeps(check: str) -> str:
-    """The grade a case under a deviation for ``check`` must still reach: the one below ``check``."""
-    return grade_below(check)
 
 
 def matching_deviation(platform: Platform, kernel: KernelUnderTest,
