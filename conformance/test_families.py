@@ -18,7 +18,7 @@ from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilyCase, build_family_case, family_specs
 from rtp_ref.certify.family_grading import grade_family_write
 from rtp_ref.certify.grading import Check, Grading
-from rtp_ref.kernels.protocol import broken_requirements
+from rtp_ref.kernels.protocol import broken_requirements, declared_limit
 
 from .conftest import FamilyCaseParam
 from .matrix import DeviationOccurred, KernelUnderTest, suite
@@ -55,8 +55,9 @@ def test_family_write_conforms(family_case: FamilyCaseParam, record_case: Callab
     after = case.storage.cpu()
     if result.error is not None:
         broken = broken_requirements(getattr(k.kernel, "input_requirements", ()), *case.value_inputs())
-        if broken and torch.equal(before, after):
-            record_case(**base, refused=", ".join(broken), failed_checks=[],
+        refusal = ", ".join(broken) or declared_limit(k.kernel, case.layout)
+        if refusal and torch.equal(before, after):
+            record_case(**base, refused=refusal, failed_checks=[],
                         checks={"refused": describe_error(result.error)})
             return  # refused as declared: a limit of the kernel, never a pass of the write
         record_case(**base, grade="none", failed_checks=["support.kernel_raised"],

@@ -19,6 +19,9 @@ from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
 
+#: the largest quant block the indexer kernel takes: one thread a value, one block of threads a slice
+CUDA_MAX_QUANT_BLOCK = 1024
+
 
 class _MhaParams(ctypes.Structure):
     """Mirror of ``struct RtpRefMhaParams`` in families.cu: int64 fields, no padding."""
@@ -93,8 +96,8 @@ def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_ca
     validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
-    if quant & (quant - 1) or quant > 1024:
-        raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to 1024")
+    if quant & (quant - 1) or quant > CUDA_MAX_QUANT_BLOCK:
+        raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to {CUDA_MAX_QUANT_BLOCK}")
     params = _IndexerParams(
         k=k.data_ptr(), cache=kv_cache.data_ptr(), slots=slot_mapping.data_ptr(), num_tokens=slot_mapping.numel(),
         k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size, head_dim=layout.head_dim,

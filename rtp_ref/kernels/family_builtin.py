@@ -78,19 +78,27 @@ class MhaPagedKernel(_FamilyKernel):
 
 class IndexerKernel(_FamilyKernel):
     """``indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)`` by one indexer
-    writer: head_dim comes from ``k``'s shape."""
+    writer: head_dim comes from ``k``'s shape. ``max_quant_block``: the writer takes power-of-two quant blocks
+    up to it only (a Triton block, a CUDA block of threads), declared through ``supports``."""
 
     op = INDEXER_OP
     scale_fmts: Collection[str] = SCALE_FORMATS
 
     def __init__(self, impl: str, writer: IndexerWriter, devices: Collection[str], path_rule: PathRule,
-                 contract: WriteContract | None = None) -> None:
+                 contract: WriteContract | None = None, max_quant_block: int | None = None) -> None:
         super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract)
-        self.writer = writer
+        self.writer, self.max_quant_block = writer, max_quant_block
 
     def bind(self, contract: WriteContract) -> IndexerKernel:
         """This kernel following ``contract``."""
-        return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract)
+        return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract, self.max_quant_block)
+
+    def supports(self, layout: IndexerLayout) -> str | None:
+        """None when the writer takes this layout's quant block, else why not (the protocol's ``supports``)."""
+        quant, most = layout.quant_block_size, self.max_quant_block
+        if most is None or (quant & (quant - 1) == 0 and quant <= most):
+            return None
+        return f"quant_block_size {quant}: it needs a power of two up to {most}"
 
     def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
                  scale_fmt: str) -> None:
@@ -142,18 +150,24 @@ def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
     missing = unavailable_builtin_kernels()
     if "triton" not in missing:
         from rtp_ref.kernels.triton_fp8 import interpreted
-        from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
+        from rtp_ref.kernels.triton_indexer import TRITON_MAX_QUANT_BLOCK, triton_indexer_k_quant_and_cache
         from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
 
         # the interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch)
         devices = ("cpu",) if interpreted() else ("cuda",)
         kernels += [MhaPagedKernel("triton", triton_reshape_and_cache_flash, devices, _triton_path),
-                    IndexerKernel("triton", triton_indexer_k_quant_and_cache, devices, _triton_path)]
+                    IndexerKernel("triton", triton_indexer_k_quant_and_cache, devices, _triton_path,
+                                  max_quant_block=TRITON_MAX_QUANT_BLOCK)]
     if "cuda" not in missing:
-        from rtp_ref.kernels.cuda_families import cuda_indexer_k_quant_and_cache, cuda_reshape_and_cache_flash
+        from rtp_ref.kernels.cuda_families import (
+            CUDA_MAX_QUANT_BLOCK,
+            cuda_indexer_k_quant_and_cache,
+            cuda_reshape_and_cache_flash,
+        )
 
         kernels += [MhaPagedKernel("cuda", cuda_reshape_and_cache_flash, ("cuda",), _cuda_path),
-                    IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), _cuda_path)]
+                    IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), _cuda_path,
+                                  max_quant_block=CUDA_MAX_QUANT_BLOCK)]
     return kernels
 
 

@@ -27,8 +27,9 @@ Given inputs that break a declared requirement, the kernel may raise a clear err
 as refused as declared, never as a pass of the write. A kernel that declares nothing must handle
 every stride the suite builds; a fault or wrong bytes is a failure either way.
 
-Optionally ``supports(layout) -> str | None``: the kernel's limits as data (None: it writes this
-``rtp_ref.kv.layouts.MlaLayout`` at these dims; else why not, e.g. a register budget). A case past a declared
+Optionally ``supports(layout) -> str | None``: the kernel's limits as data (None: it writes this layout of
+its op at these shapes, ``rtp_ref.kv.layouts.MlaLayout`` for the MLA write; else why not, e.g. a register
+budget). A case past a declared
 limit must still raise before writing, and is reported as refused with that reason, never as a pass.
 """
 
@@ -95,8 +96,8 @@ def broken_requirements(requirements: Collection[str], *inputs: torch.Tensor) ->
 
 
 def declared_limit(kernel: object, layout: object) -> str | None:
-    """The kernel's own reason it does not write ``layout`` (an ``MlaLayout`` at the call's dims), from its
-    optional ``supports(layout) -> str | None``; None when it writes it or declares nothing. A ``supports`` that
+    """The kernel's own reason it does not write ``layout`` (its op's layout at the call's shapes: an
+    ``MlaLayout``, ``MhaPagedLayout`` or ``IndexerLayout``), from its optional ``supports(layout) -> str | None``; None when it writes it or declares nothing. A ``supports`` that
     raises is reported as that limit, so a broken declaration fails loudly as a refusal, never as a pass."""
     supports = getattr(kernel, "supports", None)
     if not callable(supports):

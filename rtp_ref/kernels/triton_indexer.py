@@ -28,6 +28,8 @@ from rtp_ref.kernels.triton_fp8 import (
 )
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 
+#: the largest quant block the kernel takes (a power of two: ``tl.arange``); Triton's block limit is 2^20 values
+TRITON_MAX_QUANT_BLOCK = 1 << 20
 #: tokens a program quantises under Triton's interpreter, where each program costs milliseconds of Python (on a
 #: GPU a program quantises one token's slice)
 INTERPRETER_BLOCK_T = 32
@@ -79,8 +81,8 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
     validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
-    if quant & (quant - 1):
-        raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two")
+    if quant & (quant - 1) or quant > TRITON_MAX_QUANT_BLOCK:
+        raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to {TRITON_MAX_QUANT_BLOCK}")
     tokens = slot_mapping.numel()
     if tokens == 0:
         return

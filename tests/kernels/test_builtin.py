@@ -65,3 +65,23 @@ def test_the_cuda_kernel_declares_its_limits_as_data() -> None:
     assert kernel.supports(contract.layout("auto", 256, 32)) is None
     reason = kernel.supports(contract.layout("auto", 4096, 64))
     assert reason is not None and "kv_lora_rank <= " in reason
+
+
+def test_the_family_kernels_declare_their_quant_block_limits() -> None:
+    """triton-indexer and cuda-indexer take power-of-two quant blocks only: declared, not only raised."""
+    import dataclasses
+
+    import torch
+
+    from rtp_ref.kernels.cuda_families import CUDA_MAX_QUANT_BLOCK, cuda_indexer_k_quant_and_cache
+    from rtp_ref.kernels.family_builtin import IndexerKernel
+    from rtp_ref.kv.indexer import indexer_layout
+    from rtp_ref.platform import load_platform
+
+    kernel = IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), lambda contract: "hardware",
+                           max_quant_block=CUDA_MAX_QUANT_BLOCK)
+    layout = indexer_layout(load_platform("cuda-sm90"), 128, 64)
+    assert kernel.supports(layout) is None
+    odd = kernel.supports(dataclasses.replace(layout, quant_block_size=96))
+    assert odd is not None and "power of two up to 1024" in odd
+    assert kernel.bind(kernel.contract_for(torch.device("cpu"))).max_quant_block == CUDA_MAX_QUANT_BLOCK
