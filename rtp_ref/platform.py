@@ -19,6 +19,7 @@ from rtp_ref.certify.checks import GRADES
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
 from rtp_ref.kv.flags import check_flag_table
+from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,8 +29,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "rocm")
 SCALE_FORMATS = ("fp32", "ue8m0")
-#: Every MLA KV-cache layout a platform may claim (rtp_ref.kv defines each one).
-MLA_LAYOUT_NAMES = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
 #: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
 CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only")
 

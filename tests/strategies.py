@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Source
-from rtp_ref.kv.layouts import MODEL1_DIMS, MlaLayout
+from rtp_ref.kv.layout_records import MODEL1_DIMS
+from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import MLA_LAYOUT_NAMES, platform_names
 from tests.kernels.cases import DTYPES, WriteCase, contract, copy_to
 

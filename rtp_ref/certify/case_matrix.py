@@ -11,17 +11,15 @@ from collections.abc import Iterator
 import torch
 
 from rtp_ref.certify.cases import CaseSpec, num_blocks_for
-from rtp_ref.kv.layouts import default_dims
+from rtp_ref.kv.layout_records import layout_record
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def layout_dims(layout: str) -> list[tuple[int, int]]:
-    """(R, P) pairs each layout is certified at: its default, plus a smaller pair where R is free."""
-    dims = [default_dims(layout)]
-    if layout in ("auto", "fp8", "fp8_rocm_compact"):
-        dims.append((256, 32))
-    return dims
+    """(R, P) pairs each layout is certified at, from its record: its default, plus a smaller pair where R is
+    free."""
+    return layout_record(layout).certified_dims
 
 
 def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:

@@ -97,8 +97,9 @@ def broken_requirements(requirements: Collection[str], *inputs: torch.Tensor) ->
 
 def declared_limit(kernel: object, layout: object) -> str | None:
     """The kernel's own reason it does not write ``layout`` (its op's layout at the call's shapes: an
-    ``MlaLayout``, ``MhaPagedLayout`` or ``IndexerLayout``), from its optional ``supports(layout) -> str | None``; None when it writes it or declares nothing. A ``supports`` that
-    raises is reported as that limit, so a broken declaration fails loudly as a refusal, never as a pass."""
+    ``MlaLayout``, ``MhaPagedLayout`` or ``IndexerLayout``), from its optional ``supports(layout) -> str | None``;
+    None when it writes it or declares nothing. A ``supports`` that raises is reported as that limit, so a broken
+    declaration fails loudly as a refusal, never as a pass."""
     supports = getattr(kernel, "supports", None)
     if not callable(supports):
         return None

@@ -40,6 +40,7 @@ from rtp_ref.kv.fields import (
     is_fp8_element,
 )
 from rtp_ref.kv.flags import LayoutFlags, LoraAlignment, resolve_flags
+from rtp_ref.kv.layout_records import layout_record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 DS_MLA_TILE = 128
 #: fp8_model1_mla: one ue8m0 scale per this many latent values, R and P fixed by its kernels.
 MODEL1_TILE = 64
-MODEL1_DIMS = (448, 64)
-DEFAULT_DIMS = (512, 64)
 
 
 @dataclass(frozen=True)
@@ -377,7 +376,7 @@ def _model1(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
 
 _Builder = Callable[[int, int, LayoutFlags, Fp8Format], _Built]
 
-#: Layout name -> field-table builder; the keys are ``rtp_ref.platform.MLA_LAYOUT_NAMES``.
+#: Layout name -> field-table builder; the keys are the records' names (rtp_ref.kv.layout_records).
 LAYOUT_BUILDERS: dict[str, _Builder] = {
     "auto": _auto,
     "fp8": _fp8,
@@ -388,20 +387,20 @@ LAYOUT_BUILDERS: dict[str, _Builder] = {
 
 
 def default_dims(name: str) -> tuple[int, int]:
-    """Default (kv_lora_rank, rope_dim) of a layout: 448/64 for fp8_model1_mla, else 512/64."""
-    return MODEL1_DIMS if name == "fp8_model1_mla" else DEFAULT_DIMS
+    """Default (kv_lora_rank, rope_dim) of a layout, from its record: 448/64 for fp8_model1_mla, else 512/64."""
+    return layout_record(name).default_dims
 
 
 def _check_dims(name: str, kv_lora_rank: int, rope_dim: int) -> None:
     for arg, value in (("kv_lora_rank", kv_lora_rank), ("rope_dim", rope_dim)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise RtpRefError(f"{arg}={value!r} is not valid for layout {name}; valid: an integer >= 1")
-    if name == "fp8_model1_mla" and (kv_lora_rank, rope_dim) != MODEL1_DIMS:
+    record = layout_record(name)
+    if record.fixed_dims and (kv_lora_rank, rope_dim) != record.default_dims:
+        r, p = record.default_dims
         raise RtpRefError(
-            f"layout fp8_model1_mla supports only kv_lora_rank={MODEL1_DIMS[0]} and "
-            f"rope_dim={MODEL1_DIMS[1]} (7 tiles of {MODEL1_TILE} + 1 pad byte per token, FlashMLA/rtp-llm), "
-            f"got kv_lora_rank={kv_lora_rank}, "
-            f"rope_dim={rope_dim}"
+            f"layout {name} supports only kv_lora_rank={r} and rope_dim={p} ({record.summary}; its kernels fix "
+            f"them), got kv_lora_rank={kv_lora_rank}, rope_dim={rope_dim}"
         )
 
 
