@@ -18,7 +18,7 @@ from typing import Any
 from rtp_ref.certify.checks import GRADES, grade_above, grade_below, grade_reached, rank, reaches
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
 from rtp_ref.errors import RtpRefError
-from rtp_ref.ops import MLA_OP
+from rtp_ref.ops import MLA_OP, OPS
 
 #: what the execution words mean (the session that writes a report uses the same words)
 EXECUTION_MEANING = ("native: the table is this machine's own platform and the kernel runs its conversions as this "
@@ -35,6 +35,9 @@ UNCLAIMED_KIND = "unclaimed"
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 #: the grades a case can reach, weakest first, ``none`` (below ``layout``) included
 _REACHABLE = (grade_below(GRADES[0]), *GRADES)
+
+#: scoreboard rows come op by op, in rtp_ref.ops order
+_OP_ORDER = {name: i for i, name in enumerate(OPS)}
 
 
 def verdict(outcomes: Iterable[str]) -> str:
@@ -368,6 +371,7 @@ def merge_reports(
             rows.append({
                 "platform": p["name"],
                 "execution": p["execution"],
+                "op": r.get("op", MLA_OP),  # a report of an older rtp-ref: the MLA write
                 "kernel": r["kernel"],
                 "layout": r["layout"],
                 "verdict": r["verdict"] if report["complete"] else _partial_verdict(r["verdict"]),
@@ -376,7 +380,7 @@ def merge_reports(
                 "device": report["environment"].get("device"),
                 "source": source,
             })
-    rows.sort(key=lambda r: (r["kernel"], r["layout"], r["platform"]))
+    rows.sort(key=lambda r: (_OP_ORDER.get(r["op"], len(_OP_ORDER)), r["kernel"], r["layout"], r["platform"]))
     return {"schema": SCOREBOARD_SCHEMA, "schema_version": SCHEMA_VERSION, "sources": list(sources),
             "complete": not unfinished, "unfinished": list(unfinished), "rows": rows}
 
@@ -405,18 +409,21 @@ def cell_text(verdict_text: str, min_grade: str | None, failed_at_grade: str | N
 
 
 def render_scoreboard(board: Mapping[str, Any]) -> str:
-    """The scoreboard as a markdown table: kernels x layouts down, platforms across; an incomplete
-    scoreboard says so in its last line, with the platforms it lacks."""
+    """The scoreboard as a markdown table: ops, kernels and layouts down (the ops in rtp_ref.ops order),
+    platforms across; an incomplete scoreboard says so in its last line, with the platforms it lacks."""
     platforms = sorted({f"{r['platform']} ({r['execution']})" for r in board["rows"]})
-    cells: dict[tuple[str, str], dict[str, str]] = {}
+    cells: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in board["rows"]:
-        key = (r["kernel"], r["layout"])
+        key = (r.get("op", MLA_OP), r["kernel"], r["layout"])
         cell = cell_text(r["verdict"], r["min_grade"], r.get("failed_at"))
         cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = cell
-    lines = ["# rtp-ref scoreboard", "", "| kernel | layout | " + " | ".join(platforms) + " |",
-             "|---|---|" + "---|" * len(platforms)]
-    for (kernel, layout), by_platform in sorted(cells.items()):
-        lines.append(f"| {kernel} | {layout} | " + " | ".join(by_platform.get(p, "-") for p in platforms) + " |")
+    lines = ["# rtp-ref scoreboard", "", "| op | kernel | layout | " + " | ".join(platforms) + " |",
+             "|---|---|---|" + "---|" * len(platforms)]
+    for (op, kernel, layout), by_platform in sorted(cells.items(), key=lambda item: (
+            _OP_ORDER.get(item[0][0], len(_OP_ORDER)), item[0][1], item[0][2])):
+        shown = "" if kernel == "(suite)" else op
+        lines.append(f"| {shown} | {kernel} | {layout} | "
+                     + " | ".join(by_platform.get(p, "-") for p in platforms) + " |")
     if not board["complete"]:
         lines += ["", f"INCOMPLETE: the run stopped before these platforms finished: {', '.join(board['unfinished'])}"]
     return "\n".join(lines) + "\n"

@@ -157,9 +157,10 @@ def test_scoreboard_cells_say_what_they_mean() -> None:
 
 
 def _cells(board: dict[str, Any]) -> dict[tuple[str, str], str]:
-    """(kernel, layout) -> the scoreboard cell of a one-platform board, as render_scoreboard writes it."""
+    """(kernel, layout) -> the scoreboard cell of a one-platform board, as render_scoreboard writes it (its
+    columns: op, kernel, layout, then the platform)."""
     rows = [line.split(" | ") for line in render_scoreboard(board).splitlines() if line.startswith("| ")][1:]
-    return {(row[0].removeprefix("| "), row[1]): row[2].removesuffix(" |") for row in rows}
+    return {(row[1], row[2]): row[3].removesuffix(" |") for row in rows}
 
 
 def test_a_failed_cell_names_the_weakest_grade_a_failing_case_did_not_reach() -> None:
@@ -225,3 +226,18 @@ def test_a_published_report_says_when_where_what_and_how(tmp_path: Path) -> None
                      r"rocm-gfx942 --kernel reference --layout auto --report \S+ --json`", md), md
     assert "- native: the table is this machine's own platform" in md
     assert "| (suite) | (all) | certified | - | - | emulated |" in md
+
+
+def test_the_scoreboard_names_each_rows_op_op_by_op() -> None:
+    """Rows come op by op in rtp_ref.ops order (the MLA write first), each naming its op; a record without
+    an op (a report of an older rtp-ref) is the MLA write's."""
+    report = minimal_report([
+        case_row("a-indexer", "none", "passed", op="indexer_k_quant_and_cache"),
+        case_row("z-mha", "fp8", "passed", op="reshape_and_cache_flash"),
+        case_row("m", "fp8", "passed"),
+    ])
+    lines = [line for line in render_scoreboard(merge_reports([report], ["r.json"])).splitlines()
+             if line.startswith("| ") and "---" not in line][1:]
+    assert [line.split(" | ")[:2] for line in lines] == [
+        ["| concat_and_cache_mla", "m"], ["| reshape_and_cache_flash", "z-mha"], ["| indexer_k_quant_and_cache",
+                                                                                  "a-indexer"]]
