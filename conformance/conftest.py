@@ -21,9 +21,10 @@ from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS
-from rtp_ref.platform import MLA_LAYOUT_NAMES
+from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
 
-from .matrix import DeviationOccurred, KernelUnderTest, matching_deviation, suite
+from .matrix import KernelUnderTest, matching_deviation, suite
+from .outcome import DeviationOccurred
 from .runner import DEVICE_FAULT
 
 
@@ -41,6 +42,20 @@ def _skip_marks(k: KernelUnderTest) -> list[pytest.MarkDecorator]:
     return [pytest.mark.skip(reason=k.skip_reason)] if k.skip_reason else []
 
 
+def _case_marks(platform: Platform, k: KernelUnderTest,
+                spec: CaseSpec | FamilySpec) -> tuple[list[pytest.MarkDecorator], int | None]:
+    """A case's marks (the kernel's skip, its known deviation as a strict xfail) and the deviation's index."""
+    marks = _skip_marks(k)
+    match = matching_deviation(platform, k, spec)
+    if match is None:
+        return marks, None
+    d = match[1]
+    # raises=: only the shortfall the deviation names is excused; any other failure is a failure
+    marks.append(pytest.mark.xfail(strict=True, raises=DeviationOccurred, reason=f"known deviation: {d.reason} "
+                                                                                 f"[{d.source}]"))
+    return marks, match[0]
+
+
 def write_case_params(config: pytest.Config) -> list[Any]:
     """Every (kernel, layout, case) this session certifies, with deviations as strict xfails."""
     s = suite(config)
@@ -50,15 +65,9 @@ def write_case_params(config: pytest.Config) -> list[Any]:
             if layout not in k.claims:
                 continue
             for spec, dims in case_specs(layout):
-                marks = _skip_marks(k)
-                match = matching_deviation(s.platform, k, spec)
-                if match is not None:
-                    d = match[1]
-                    # raises=: only the shortfall the deviation names is excused; any other failure is a failure
-                    marks.append(pytest.mark.xfail(strict=True, raises=DeviationOccurred,
-                                                   reason=f"known deviation: {d.reason} [{d.source}]"))
+                marks, deviation = _case_marks(s.platform, k, spec)
                 suffix = "" if dims == default_dims(layout) else f"-r{dims[0]}p{dims[1]}"
-                case = WriteCase(k, spec, dims, match[0] if match else None)
+                case = WriteCase(k, spec, dims, deviation)
                 params.append(pytest.param(case, marks=marks, id=f"{k.name}-{layout}-{spec.case_id}{suffix}"))
     return params
 
@@ -93,13 +102,8 @@ def family_case_params(config: pytest.Config) -> list[Any]:
                 if variant not in k.claims:
                     continue
                 for spec in family_specs(op, variant):
-                    marks = _skip_marks(k)
-                    match = matching_deviation(s.platform, k, spec)
-                    if match is not None:
-                        d = match[1]
-                        marks.append(pytest.mark.xfail(strict=True, raises=DeviationOccurred,
-                                                       reason=f"known deviation: {d.reason} [{d.source}]"))
-                    case = FamilyCaseParam(k, spec, match[0] if match else None)
+                    marks, deviation = _case_marks(s.platform, k, spec)
+                    case = FamilyCaseParam(k, spec, deviation)
                     params.append(pytest.param(case, marks=marks, id=f"{k.name}-{variant}-{spec.case_id}"))
     return params
 

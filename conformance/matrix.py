@@ -119,10 +119,6 @@ def _layouts_by_op(config: pytest.Config, platform: Platform) -> dict[str, list[
     return out
 
 
-class DeviationOccurred(AssertionError):
-    """A case fell short of the required grade exactly as its known deviation says (a strict xfail raises=)."""
-
-
 def matching_deviation(platform: Platform, kernel: KernelUnderTest,
                        spec: CaseSpec | FamilySpec) -> tuple[int, Deviation] | None:
     """The platform's known deviation covering this case, with its index, if any.

@@ -13,15 +13,12 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from rtp_ref.certify.checks import grade_below
-from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilyCase, build_family_case, family_specs
 from rtp_ref.certify.family_grading import grade_family_write
-from rtp_ref.certify.grading import Check, Grading
-from rtp_ref.kernels.protocol import broken_requirements, declared_limit
 
 from .conftest import FamilyCaseParam
-from .matrix import DeviationOccurred, KernelUnderTest, suite
+from .matrix import KernelUnderTest, suite
+from .outcome import judge, not_covered, settle_call, with_ran_check
 from .runner import call_family_kernel
 
 
@@ -46,41 +43,15 @@ def test_family_write_conforms(family_case: FamilyCaseParam, record_case: Callab
                 kind=spec.kind, seed=spec.seed, device=k.device, execution=k.execution,
                 required_grade=s.platform.required_grade, deviation=family_case.deviation,
                 worker=os.environ.get("PYTEST_XDIST_WORKER"), visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-    not_covered = "" if family_case.deviation is None else \
-        f"the deviation for {s.platform.deviations[family_case.deviation].check} does not cover this: "
-    if result.device_error is not None:
-        record_case(**base, grade="none", failed_checks=["support.device_error"],
-                    checks={"support.device_error": result.device_error})
-        pytest.fail(f"{not_covered}{k.name} left a device error on this case: {result.device_error}", pytrace=False)
     after = case.storage.cpu()
-    if result.error is not None:
-        broken = broken_requirements(getattr(k.kernel, "input_requirements", ()), *case.value_inputs())
-        refusal = ", ".join(broken) or declared_limit(k.kernel, case.layout)
-        if refusal and torch.equal(before, after):
-            record_case(**base, refused=refusal, failed_checks=[],
-                        checks={"refused": describe_error(result.error)})
-            return  # refused as declared: a limit of the kernel, never a pass of the write
-        record_case(**base, grade="none", failed_checks=["support.kernel_raised"],
-                    checks={"support.kernel_raised": describe_error(result.error)})
-        pytest.fail(f"{not_covered}{k.name} raised on a claimed variant: {describe_error(result.error)}",
-                    pytrace=False)
+    if settle_call(k.kernel, k.name, result, before, after, case.layout, case.value_inputs(),
+                   not_covered(s.platform, family_case.deviation), base, record_case):
+        return
     grading = grade_family_write(case, before, after, s.platform.numerics_max_ulp)
-    if result.calls != 1:
-        grading = Grading([*grading.checks, Check("support.kernel_ran", False, f"called {result.calls} times")],
-                          "none", grading.stats)
+    grading = with_ran_check(grading, result.calls, result.launched, expect_launch=spec.tokens > 0)
     failed = {c.name: c.detail for c in grading.checks if not c.passed}
     record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats)
-    if not grading.reaches(s.platform.required_grade):
-        lines = "\n".join(f"  {name}: {detail}" for name, detail in failed.items())
-        message = (f"{k.name} reached grade {grading.grade!r}, platform {s.platform.name} requires "
-                   f"{s.platform.required_grade!r}; failed checks:\n{lines}")
-        if family_case.deviation is None:
-            pytest.fail(message, pytrace=False)
-        check = s.platform.deviations[family_case.deviation].check
-        if grading.reaches(grade_below(check)):  # the grade a deviation for check must still reach
-            raise DeviationOccurred(message)  # the excused shortfall: a strict xfail
-        pytest.fail(f"the deviation for {check} does not cover grade {grading.grade!r}: {message}", pytrace=False)
-
+    judge(grading, k.name, s.platform, family_case.deviation)
 
 def test_family_unclaimed_variant_raises(unclaimed_family_pair: tuple[KernelUnderTest, str],
                                          pytestconfig: pytest.Config, record_case: Callable[..., None]) -> None:
