@@ -43,7 +43,7 @@ def _skip_marks(k: KernelUnderTest) -> list[pytest.MarkDecorator]:
 
 
 def _case_marks(platform: Platform, k: KernelUnderTest,
-                spec: CaseSpec | FamilySpec) -> tuple[list[pytest.MarkDecorator], int | None]:
+                spec: CaseSpec) -> tuple[list[pytest.MarkDecorator], int | None]:
     """A case's marks (the kernel's skip, its known deviation as a strict xfail) and the deviation's index."""
     marks = _skip_marks(k)
     match = matching_deviation(platform, k, spec)

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from rtp_ref.certify.cases import CaseSpec
-from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
@@ -119,8 +118,7 @@ def _layouts_by_op(config: pytest.Config, platform: Platform) -> dict[str, list[
     return out
 
 
-def matching_deviation(platform: Platform, kernel: KernelUnderTest,
-                       spec: CaseSpec | FamilySpec) -> tuple[int, Deviation] | None:
+def matching_deviation(platform: Platform, kernel: KernelUnderTest, spec: CaseSpec) -> tuple[int, Deviation] | None:
     """The platform's known deviation covering this case, with its index, if any.
 
     A case that writes nothing (no tokens, or only padding slots) cannot show a deviation.

@@ -20,6 +20,8 @@ GUARD_BYTES = 256
 CANARY = 0xA5
 #: a second canary, so a byte that the kernel happens to write with CANARY's value still shows up
 ALT_CANARY = 0x5A
+#: the input dtypes of the cases, by the names case ids use
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 # The kinds of case (``rtp_ref.platform.CASE_KINDS``) are described in docs/conformance.md.
 
@@ -39,8 +41,7 @@ class CaseSpec:
     @property
     def case_id(self) -> str:
         """Readable id used in test names: ``random-t37-b16-bf16``."""
-        dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[self.input_dtype]
-        return f"{self.kind}-t{self.tokens}-b{self.block_size}-{dtype}"
+        return f"{self.kind}-t{self.tokens}-b{self.block_size}-{DTYPE_NAMES[self.input_dtype]}"
 
 
 @dataclass

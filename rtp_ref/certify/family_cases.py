@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.cases import CANARY, GUARD_BYTES
+from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, num_blocks_for
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.kernels.contract import WriteContract
@@ -24,26 +24,18 @@ from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_inde
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 
-DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
 STRIDED_FAMILY_KINDS = ("fused",)
 
 
 @dataclass(frozen=True)
-class FamilySpec:
-    """One case of the MHA or indexer write: the op, its variant (``kv_cache_dtype`` or ``scale_fmt``), the
-    kind of inputs and the shapes. ``width`` is the head size (MHA) or head_dim (indexer); ``heads``,
+class FamilySpec(CaseSpec):
+    """One case of the MHA or indexer write: a CaseSpec (``layout`` is the op's variant, ``kv_cache_dtype`` or
+    ``scale_fmt``) with its op and shapes. ``width`` is the head size (MHA) or head_dim (indexer); ``heads``,
     ``order`` and ``per_head`` are the MHA's, ``quant_block`` the indexer's."""
 
-    op: str
-    layout: str
-    kind: str
-    tokens: int
-    block_size: int
-    num_blocks: int
-    input_dtype: torch.dtype
-    seed: int
-    width: int
+    op: str = MHA_OP
+    width: int = 128
     heads: int = 1
     order: str = "NHD"
     per_head: bool = False
@@ -52,14 +44,10 @@ class FamilySpec:
     @property
     def case_id(self) -> str:
         """``random-t37-b16-bf16-h8d128-HND-ph`` (MHA) or ``random-t37-b16-bf16-d128q64`` (indexer)."""
-        base = f"{self.kind}-t{self.tokens}-b{self.block_size}-{DTYPE_NAMES[self.input_dtype]}"
+        base = super().case_id
         if self.op == MHA_OP:
             return f"{base}-h{self.heads}d{self.width}-{self.order}{'-ph' if self.per_head else ''}"
         return f"{base}-d{self.width}q{self.quant_block}"
-
-
-def _blocks(tokens: int, block_size: int) -> int:
-    return max(2, -(-2 * max(tokens, 1) // block_size))
 
 
 def mha_specs(variant: str) -> Iterator[FamilySpec]:
@@ -81,8 +69,8 @@ def mha_specs(variant: str) -> Iterator[FamilySpec]:
         ("fused", 37, 16, torch.float16, 8, 64, "HND", False),
     ]
     for seed, (kind, tokens, block, dtype, heads, size, order, per_head) in enumerate(rows, start=1):
-        yield FamilySpec(MHA_OP, variant, kind, tokens, block, _blocks(tokens, block), dtype, seed, size, heads,
-                         order, per_head and variant != "auto")
+        yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
+                         width=size, heads=heads, order=order, per_head=per_head and variant != "auto")
 
 
 def indexer_specs(variant: str) -> Iterator[FamilySpec]:
@@ -103,8 +91,8 @@ def indexer_specs(variant: str) -> Iterator[FamilySpec]:
         ("fused", 37, 16, torch.bfloat16, 128, 64),
     ]
     for seed, (kind, tokens, block, dtype, dim, quant) in enumerate(rows, start=1):
-        yield FamilySpec(INDEXER_OP, variant, kind, tokens, block, _blocks(tokens, block), dtype, seed, dim,
-                         quant_block=quant)
+        yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=INDEXER_OP,
+                         width=dim, quant_block=quant)
 
 
 def _values(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
