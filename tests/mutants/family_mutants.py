@@ -19,20 +19,25 @@ from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_a
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 
 
-class MhaMutant:
-    """The MHA reference with one fault injected by a subclass (``write``)."""
+class _BoundMutant:
+    """What every family mutant shares: CPU only, the software conversion, ``bind`` to a platform contract."""
 
     name: ClassVar[str]
-    op = MHA_OP
-    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", "fp8")
     devices = ("cpu",)
     conversion_path = "software"
 
     def __init__(self, contract: WriteContract | None = None) -> None:
         self.contract = contract
 
-    def bind(self, contract: WriteContract) -> MhaMutant:
+    def bind(self, contract: WriteContract) -> _BoundMutant:
         return type(self)(contract)
+
+
+class MhaMutant(_BoundMutant):
+    """The MHA reference with one fault injected by a subclass (``write``)."""
+
+    op = MHA_OP
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", "fp8")
 
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
@@ -99,20 +104,11 @@ class PerTensorForPerHead(MhaMutant):
                                           first(v_scale))
 
 
-class IndexerMutant:
+class IndexerMutant(_BoundMutant):
     """The indexer reference with one fault injected by a subclass (``write``)."""
 
-    name: ClassVar[str]
     op = INDEXER_OP
     scale_fmts: ClassVar[tuple[str, ...]] = ("none", "ue8m0")
-    devices = ("cpu",)
-    conversion_path = "software"
-
-    def __init__(self, contract: WriteContract | None = None) -> None:
-        self.contract = contract
-
-    def bind(self, contract: WriteContract) -> IndexerMutant:
-        return type(self)(contract)
 
     def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
                  scale_fmt: str) -> None:
