@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from rtp_ref.certify.checks import grade_below
+from rtp_ref.certify.checks import Check, grade_below
 from rtp_ref.certify.device_errors import describe_error
-from rtp_ref.certify.grading import Check, Grading
+from rtp_ref.certify.grading import Grading
 from rtp_ref.kernels.protocol import broken_requirements, declared_limit
 from rtp_ref.platform import Platform
 

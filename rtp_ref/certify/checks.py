@@ -111,6 +111,18 @@ def spec(name: str) -> CheckSpec:
     return found
 
 
+@dataclass(frozen=True)
+class Check:
+    """One named check and its outcome; ``detail`` says what was found when it failed."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        spec(self.name)  # every check is a row of CHECKS
+
+
 def rank(name: str) -> int:
     """Where check ``name`` comes in the table (failures are explained in this order); a name from a report
     written by another version, not in this table, comes last."""

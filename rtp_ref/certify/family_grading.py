@@ -15,21 +15,15 @@ from typing import Any
 import torch
 
 from rtp_ref.certify.cases import ALT_CANARY, CANARY
-from rtp_ref.certify.checks import grade_reached
+from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.family_cases import FamilyCase, IndexerCase, MhaCase
-from rtp_ref.certify.fp8_steps import step_errors
-from rtp_ref.certify.grading import Check, Grading
-from rtp_ref.fp8 import FP8_FORMATS, decode
-from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueNamer, first, fp8_value_checks
+from rtp_ref.fp8 import decode
+from rtp_ref.fp8.formats import Fp8Format
+
 
 #: failed checks name at most this many examples
-MAX_EXAMPLES = 3
-
-
-def _first(mask: torch.Tensor) -> list[list[int]]:
-    return [[int(i) for i in row] for row in torch.nonzero(mask)[:MAX_EXAMPLES].tolist()]
-
-
 def _check(name: str, ok: bool, detail: str) -> Check:
     return Check(name, ok, "" if ok else detail)
 
@@ -123,41 +117,15 @@ def _head_order(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str,
                   f"exchanged), e.g. {'; '.join(bad[:MAX_EXAMPLES])}")
 
 
-def _value_checks(label: str, codes: torch.Tensor, v: torch.Tensor, fmt: Fp8Format, mode: ConversionMode,
-                  max_ulp: float, where: list[str]) -> tuple[list[Check], float]:
-    """NaN, saturation and the error bound of fp8 ``codes`` [rows, n] against exact quotients ``v``; ``where``
-    names each row. Returns the checks and the worst error in grid steps."""
-    q = decode(codes, fmt).double()
-    nan_in = torch.isnan(v)
-    over = (v.abs() > fmt.max_value) & ~nan_in
-    lost = nan_in & ~torch.isnan(q)
-
-    def examples(mask: torch.Tensor, want: str | None = None) -> str:
-        return "; ".join(f"{where[r]} {label}[{c}]: kernel {float(q[r, c]):.6g} (0x{int(codes[r, c]):02x}) vs "
-                         f"{want or f'{float(v[r, c]):.6g}'}" for r, c in _first(mask))
-
-    checks = [_check("numerics.nan", not bool(lost.any()),
-                     f"{int(lost.sum())} NaN input(s) were not stored as NaN, e.g. {examples(lost, 'nan')}")]
-    if mode is ConversionMode.SATFINITE:
-        unclamped = over & (q != torch.sign(v) * fmt.max_value)
-        checks.append(_check("numerics.saturation", not bool(unclamped.any()),
-                             f"{int(unclamped.sum())} value(s) beyond +-{fmt.max_value:g} were not clamped to it, "
-                             f"e.g. {examples(unclamped, f'+-{fmt.max_value:g}')}"))
-    normal = ~(nan_in | over)
-    steps = torch.zeros_like(v)
-    steps[normal] = step_errors(q[normal], v[normal], fmt.name)
-    off = normal & ~(steps <= max_ulp)
-    worst = float(steps[normal].max()) if bool(normal.any()) else 0.0
-    if bool(off.any()):
-        other = [g for g in FP8_FORMATS if g != fmt.name
-                 and bool((step_errors(decode(codes, g).double()[normal], v[normal], fmt.name) <= max_ulp).all())]
-        if other:
-            checks.append(Check("numerics.element_format", False,
-                                f"{label}: the bytes are {other[0]}, not the cache's {fmt.name}"))
-    checks.append(_check("numerics.error_bound", not bool(off.any()),
-                         f"{label}: {int(off.sum())} value(s) off by more than {max_ulp:g} fp8 step(s) of x/scale "
-                         f"(worst {worst:.3g}), e.g. {examples(off)}"))
-    return checks, worst
+def _fp8_namer(label: str, codes: torch.Tensor, exact: torch.Tensor, fmt: Fp8Format,
+               where: list[str]) -> ValueNamer:
+    """Names value ``[row, col]`` of field ``label`` as ``token 3 (slot 17) key[5]: kernel 1.5 (0x3c) vs 1.25``
+    (``where`` names each row; the exact quotient stands for the contract unless a wanted value is given)."""
+    def name(row: int, col: int, want: str | None) -> str:
+        code = int(codes[row, col])
+        return (f"{where[row]} {label}[{col}]: kernel {float(decode(codes[row, col:col + 1], fmt)):.6g} "
+                f"(0x{code:02x}) vs {want or f'{float(exact[row, col]):.6g}'}")
+    return name
 
 
 def _mha_numerics(case: MhaCase, targets: _Targets, got: dict[str, torch.Tensor], max_ulp: float,
@@ -170,9 +138,10 @@ def _mha_numerics(case: MhaCase, targets: _Targets, got: dict[str, torch.Tensor]
     for part, x, scale in (("key", case.key, case.k_scale), ("value", case.value, case.v_scale)):
         rows = x.cpu()[targets.tokens].double()
         v = (rows / scale.cpu().double().reshape(1, -1, 1)).flatten(1)
-        found, worst = _value_checks(part, got[part], v, fmt, case.layout.conversion_mode, max_ulp, where)
-        checks += found
-        stats[part] = {"max_error_steps": worst}
+        graded = fp8_value_checks(part, got[part], v, fmt, case.layout.conversion_mode, max_ulp,
+                                  _fp8_namer(part, got[part], v, fmt, where))
+        checks += graded.checks
+        stats[part] = {"max_error_steps": graded.worst_steps}
     return checks
 
 
@@ -185,7 +154,7 @@ def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch
 
     def examples(mask: torch.Tensor) -> str:
         return "; ".join(f"{where[i]} scale[{j}]: kernel {float(k[i, j]):.6g} vs contract {float(r[i, j]):.6g}"
-                         for i, j in _first(mask))
+                         for i, j in first(mask))
 
     expected_positive = torch.isfinite(r) & (r > 0)
     bad = expected_positive & ~(torch.isfinite(k) & (k > 0))
@@ -206,9 +175,10 @@ def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch
                          f"{examples(~equal)}"))
     x = case.k.cpu()[targets.tokens].double()
     v = x / k.repeat_interleave(lay.quant_block_size, dim=1)
-    found, worst = _value_checks("k", got["values"], v, lay.element_format, lay.conversion_mode, max_ulp, where)
-    stats["k"] = {"max_error_steps": worst}
-    return checks + found
+    graded = fp8_value_checks("k", got["values"], v, lay.element_format, lay.conversion_mode, max_ulp,
+                              _fp8_namer("k", got["values"], v, lay.element_format, where))
+    stats["k"] = {"max_error_steps": graded.worst_steps}
+    return checks + graded.checks
 
 
 def grade_family_write(case: FamilyCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:

@@ -25,26 +25,13 @@ from typing import Any
 import torch
 
 from rtp_ref.certify.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
-from rtp_ref.certify.checks import grade_reached, reaches, spec
-from rtp_ref.certify.fp8_steps import step_errors
-from rtp_ref.fp8 import FP8_FORMATS, decode, decode_ue8m0
-from rtp_ref.fp8.formats import ConversionMode
+from rtp_ref.certify.checks import Check, grade_reached, reaches
+from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueGrade, first, fp8_value_checks, with_examples
+from rtp_ref.fp8 import decode, decode_ue8m0
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
-
-
-@dataclass(frozen=True)
-class Check:
-    """One named check and its outcome; ``detail`` says what was found when it failed."""
-
-    name: str
-    passed: bool
-    detail: str = ""
-
-    def __post_init__(self) -> None:
-        spec(self.name)  # every check is a row of rtp_ref.certify.checks.CHECKS
 
 
 @dataclass
@@ -99,8 +86,7 @@ def reference_image(layout: MlaLayout, inputs: CaseInputs) -> ReferenceImage:
     return ReferenceImage(a, footprint, dense)
 
 
-#: failed checks name at most this many examples, and each detail stays one line of about this length
-MAX_EXAMPLES = 3
+#: each failed check's detail stays one line of about this length
 MAX_DETAIL = 400
 
 
@@ -195,19 +181,9 @@ class _Locator:
         return out[:MAX_EXAMPLES]
 
 
-def _examples(head: str, examples: list[str]) -> str:
-    """``head, e.g. A; B; C`` (the head alone when there is nothing to show)."""
-    return f"{head}, e.g. {'; '.join(examples[:MAX_EXAMPLES])}" if examples else head
-
-
 def _failing(name: str, ok: bool, detail: Callable[[], str]) -> Check:
     """A check whose detail (with its examples) is only worked out when it failed."""
     return Check(name, ok, "" if ok else detail())
-
-
-def _first(mask: torch.Tensor) -> list[tuple[int, int]]:
-    """(row, column) of the first MAX_EXAMPLES True entries of a 2-dim mask, row-major."""
-    return [(int(r), int(c)) for r, c in torch.nonzero(mask)[:MAX_EXAMPLES].tolist()]
 
 
 def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref: ReferenceImage,
@@ -217,7 +193,7 @@ def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref:
 
     def found(name: str, mask: torch.Tensor, head: str) -> Check:
         pos = torch.nonzero(mask).flatten()
-        return _failing(name, pos.numel() == 0, lambda: _examples(
+        return _failing(name, pos.numel() == 0, lambda: with_examples(
             f"{pos.numel()} {head}", loc.differing(pos, after, before, "untouched")))
 
     checks = [found("layout.untouched_bytes", stray, "byte(s) outside the target entries changed")]
@@ -295,21 +271,21 @@ class _NumericsCase:
         k, r = self.k_scales, self.r_scales
         name = self.scale_field.name
         positive = torch.isfinite(k) & (k > 0)
-        checks = [_failing("numerics.scale_positive", bool(positive.all()), lambda: _examples(
+        checks = [_failing("numerics.scale_positive", bool(positive.all()), lambda: with_examples(
             f"{name}: {int((~positive).sum())} scale(s) are zero, negative, inf or NaN (e.g. a missing floor on an "
-            f"all-zero tile)", [self._scale_example(*rc, contract=False) for rc in _first(~positive)]))]
+            f"all-zero tile)", [self._scale_example(*rc, contract=False) for rc in first(~positive)]))]
         if spec.rule is ScaleRule.POW2_CEIL:
             mantissa, _ = torch.frexp(k)
             bad = ~((mantissa == 0.5) | ~torch.isfinite(k))
-            checks.append(_failing("numerics.scale_form", not bool(bad.any()), lambda: _examples(
+            checks.append(_failing("numerics.scale_form", not bool(bad.any()), lambda: with_examples(
                 f"{name}: {int(bad.sum())} scale(s) are not powers of two; the platform's readers truncate them "
-                f"(rule pow2_ceil)", [self._scale_example(*rc) for rc in _first(bad)])))
+                f"(rule pow2_ceil)", [self._scale_example(*rc) for rc in first(bad)])))
         # pow2_ceil scales are exact; amax_div allows the last bit (x * (1/d) versus x / d)
         equal = k == r if spec.rule is ScaleRule.POW2_CEIL else (k - r).abs() <= r.abs() * 2.0**-22
         ok = bool(equal.all())
-        checks.append(_failing("numerics.scale_value", ok, lambda: _examples(
+        checks.append(_failing("numerics.scale_value", ok, lambda: with_examples(
             f"{name}: {int((~equal).sum())} scale(s) differ from the contract ({spec.formula()})",
-            [self._scale_example(*rc) for rc in _first(~equal)])))
+            [self._scale_example(*rc) for rc in first(~equal)])))
         permuted = torch.equal(torch.sort(k, dim=1).values, torch.sort(r, dim=1).values)
 
         def order() -> str:
@@ -322,50 +298,15 @@ class _NumericsCase:
         return checks
 
     def value_checks(self) -> tuple[list[Check], dict[str, float]]:
-        fmt = self.layout.element_format
         s = self.per_value_scale()
         v = self.x / s
-        q = decode(self.codes, fmt).double()
-        nan_in = torch.isnan(v)
-        top = fmt.max_value
-        over = (v.abs() > top) & ~nan_in
-        lost_nan = nan_in & ~torch.isnan(q)
-        checks = [_failing("numerics.nan", not bool(lost_nan.any()), lambda: _examples(
-            f"{int(lost_nan.sum())} NaN input(s) were not stored as NaN",
-            [self._value_example(*rc, v, "nan") for rc in _first(lost_nan)]))]
-        if self.layout.conversion_mode is ConversionMode.SATFINITE:
-            unclamped = over & (q != torch.sign(v) * top)
-            checks.append(_failing("numerics.saturation", not bool(unclamped.any()), lambda: _examples(
-                f"{int(unclamped.sum())} value(s) beyond +-{top:g} were not clamped to +-{top:g}",
-                [self._value_example(r, c, v, f"{float(torch.sign(v[r, c])) * top:g}") for r, c in _first(unclamped)])))
-        normal = ~(nan_in | over)
-        steps = step_errors(q[normal], v[normal], fmt.name)
-        ok = bool((steps <= self.max_ulp).all()) if steps.numel() else True
-        worst = float(steps.max()) if steps.numel() else 0.0
-        if ok:
-            checks.append(Check("numerics.error_bound", True))
-        else:
-            steps_at = torch.zeros_like(v)
-            steps_at[normal] = steps
-            off = normal & ~(steps_at <= self.max_ulp)  # NaN steps (a NaN stored for a number) are off too
-            other = [g for g in FP8_FORMATS if g != fmt.name
-                     and bool((step_errors(decode(self.codes, g).double()[normal], v[normal], fmt.name)
-                               <= self.max_ulp).all())]
-            if other:
-                row, col = _first(off)[0]
-                code = self.codes[row, col:col + 1]
-                checks.append(Check("numerics.element_format", False,
-                                    f"{self.f.name}: the bytes are {other[0]}, not the platform's {fmt.name}, e.g. "
-                                    f"{self.loc.row(row)} {self.f.name}[{col}]: {_hex(code)} is "
-                                    f"{float(decode(code, other[0])):.6g} as {other[0]}, "
-                                    f"{float(decode(code, fmt)):.6g} as {fmt.name}; "
-                                    f"x/stored scale {float(v[row, col]):.6g}"))
-            checks.append(Check("numerics.error_bound", False, _examples(
-                f"{self.f.name}: {int(off.sum())} value(s) off by more than {self.max_ulp:g} fp8 step(s) of x/scale "
-                f"(worst {worst:.3g} steps)",
-                [f"{self._value_example(r, c, v)} ({float(steps_at[r, c]):.3g} steps)" for r, c in _first(off)])))
-        abs_err = ((q[normal] - v[normal]).abs() * s[normal]).max().item() if steps.numel() else 0.0
-        return checks, {"max_error_steps": worst, "max_abs_error": abs_err}
+        graded: ValueGrade = fp8_value_checks(
+            self.f.name, self.codes, v, self.layout.element_format, self.layout.conversion_mode, self.max_ulp,
+            lambda r, c, want: self._value_example(r, c, v, want))
+        ordinary = graded.ordinary
+        q = decode(self.codes, self.layout.element_format).double()
+        abs_err = ((q[ordinary] - v[ordinary]).abs() * s[ordinary]).max().item() if bool(ordinary.any()) else 0.0
+        return graded.checks, {"max_error_steps": graded.worst_steps, "max_abs_error": abs_err}
 
 
 def _written(k_entries: torch.Tensor, r_entries: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
@@ -381,9 +322,9 @@ def _copy_check(layout: MlaLayout, f: Field, k_entries: torch.Tensor, r_entries:
 
     def detail() -> str:
         differ = (got != want).reshape(got.shape[0], f.count, -1).any(dim=2)
-        return _examples(f"{f.name}: {int(differ.sum())} {f.element} value(s) are not copied bit for bit",
+        return with_examples(f"{f.name}: {int(differ.sum())} {f.element} value(s) are not copied bit for bit",
                          [f"{loc.row(r)} {f.name}[{i}]: kernel {loc.value(f, _element(got, f, r, i))} vs contract "
-                          f"{loc.value(f, _element(want, f, r, i))}" for r, i in _first(differ)])
+                          f"{loc.value(f, _element(want, f, r, i))}" for r, i in first(differ)])
 
     return _failing(f"layout.{f.name}_exact", torch.equal(got, want), detail)
 
@@ -393,7 +334,7 @@ def _block_scales_check(layout: MlaLayout, f: Field, entries: tuple[torch.Tensor
     """``layout.block_scales``: every target's block-trailing scale bytes were written (entries: kernel,
     reference, before)."""
     ok = _written(*(_field_bytes(layout, e, f) for e in entries))
-    return _failing("layout.block_scales", bool(ok.all()), lambda: _examples(
+    return _failing("layout.block_scales", bool(ok.all()), lambda: with_examples(
         f"{f.name}: {int((~ok).sum())} token(s) have no scale bytes at their block-trailing position "
         f"(block_size * {layout.data_bytes_per_token} + t * {layout.trailing_bytes_per_token})",
         [loc.row(i) for i in torch.nonzero(~ok).flatten()[:MAX_EXAMPLES].tolist()]))
@@ -419,7 +360,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
              for s in (after, ref.storage, before)]
     k_entries, r_entries, b_entries = (gather_entries(layout, v, targets) for v in views)
     written = _written(k_entries, r_entries, b_entries)
-    checks.append(_failing("layout.slot_mapping", bool(written.all()), lambda: _examples(
+    checks.append(_failing("layout.slot_mapping", bool(written.all()), lambda: with_examples(
         f"{int((~written).sum())} target entr(ies) were never written (the token went elsewhere or nowhere)",
         [loc.row(i) for i in torch.nonzero(~written).flatten()[:MAX_EXAMPLES].tolist()])))
     stats: dict[str, Any] = {"targets": int(targets.numel()), "tokens": tokens}
@@ -439,7 +380,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     differ = (after != ref.storage) & ref.footprint
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
-    checks.append(_failing("bit_exact.bytes", mismatched == 0, lambda: _examples(
+    checks.append(_failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
         f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference",
         loc.differing(torch.nonzero(differ).flatten(), after, ref.storage))))
     return Grading(_merge(checks), _grade(checks), stats)

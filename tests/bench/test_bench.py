@@ -20,16 +20,17 @@ from rtp_ref.commands.bench import CompiledBaseline
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
 from rtp_ref.platform import load_platform
-from tests.processes import interruptible
+from tests.processes import child_env, interruptible
+from tests.zygote import shared_zygote
 
 #: entry bytes per token written by each layout at R=512/P=64 (docs/layouts.md)
 ENTRY_BYTES = {"fp8": 512 + 64, "fp8_ds_mla": 512 + 4 * 4 + 2 * 64}
 
 
 def test_bench_writes_table_json_and_chart_with_counted_bytes(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "rtp_ref.cli", "bench", "--platform", "cpu", "--kernel", "torch-eager",
+    argv = ["bench", "--platform", "cpu", "--kernel", "torch-eager",
             "--layout", "fp8", "--layout", "fp8_ds_mla", "--tokens", "64", "256", "--report", str(tmp_path)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    proc = shared_zygote().run(argv, child_env(), tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["roof_bytes_per_s"] > 0

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtp_ref.certify.checks import CHECKS, GRADES, INPUT, grade_reached, rank, spec
-from rtp_ref.certify.grading import Check
+from rtp_ref.certify.checks import CHECKS, GRADES, INPUT, Check, grade_reached, rank, spec
 
 REPO = Path(__file__).resolve().parents[2]
 #: a check name as a string literal in the code

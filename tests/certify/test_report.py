@@ -21,6 +21,7 @@ from rtp_ref.certify.report import (
 )
 from rtp_ref.errors import RtpRefError
 from tests.certify.reports import case_row, minimal_report
+from tests.zygote import shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -207,15 +208,12 @@ def test_a_published_report_says_when_where_what_and_how(tmp_path: Path) -> None
     has the run's time, host and command line, each kernel's origin, the table's full sha256, what native and
     emulated mean, and no "(suite) native" on an emulated table."""
     import hashlib
-    import subprocess
-    import sys
 
     from tests.processes import child_env
 
     out = tmp_path / "rep"
-    proc = subprocess.run([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "rocm-gfx942", "--kernel",
-                           "reference", "--layout", "auto", "--report", str(out), "--json"],
-                          env=child_env(), capture_output=True, text=True, timeout=300, check=False)
+    proc = shared_zygote().run(["certify", "--platform", "rocm-gfx942", "--kernel", "reference", "--layout", "auto",
+                                "--report", str(out), "--json"], child_env(), tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert json.loads(proc.stdout)["problem"] is None  # nothing but the document on stdout
     md = (out / "report.md").read_text()

@@ -4,8 +4,6 @@ kernel discovery that fails then must cost neither the report nor the run (no py
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,7 @@ import pytest
 
 from rtp_ref.certify import session
 from tests.processes import child_env
+from tests.zygote import shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,9 +49,8 @@ def test_a_kernel_discovery_that_fails_at_the_end_still_writes_the_report(tmp_pa
     (tmp_path / "vanishing_kernels.py").write_text(VANISHING_KERNELS)
     out = tmp_path / "rep"
     env = child_env(tmp_path, RTP_REF_KERNELS="vanishing_kernels:kernels", VANISHING_RAN=str(tmp_path / "ran"))
-    proc = subprocess.run([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--kernel",
-                           "vanishing", "--layout", "auto", "--report", str(out)],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = shared_zygote().run(["certify", "--platform", "cpu", "--kernel", "vanishing", "--layout", "auto",
+                                "--report", str(out)], env, tmp_path, timeout=300)
     output = proc.stdout + proc.stderr
     assert "INTERNALERROR" not in output, output[-3000:]
     assert proc.returncode == 0, output[-3000:]

@@ -1,3 +1,3 @@
 """Fixtures of the command-line tests."""
 
-from tests.cli.processes import cli_zygote  # noqa: F401 (the fixture, for every module here)
+from tests.zygote import cli_zygote  # noqa: F401 (the fixture, for every module here)

@@ -1,4 +1,4 @@
-"""The zygote (tests/cli/processes.py) gives what a freshly spawned ``python -m rtp_ref.cli`` gives."""
+"""The zygote (tests/zygote.py) gives what a freshly spawned ``python -m rtp_ref.cli`` gives."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.processes import CliZygote
 from tests.processes import child_env
+from tests.zygote import CliZygote
 
 #: a result, an error of the argument parser and an error of a command (each spawn costs an import of torch)
 ARGVS = [

@@ -2,7 +2,7 @@
 and no output file left behind or half-written.
 
 Each row of ``BAD_INPUTS`` is one ``rtp-ref`` process, forked from a zygote that has imported torch
-(tests/cli/processes.py). Its arguments may name
+(tests/zygote.py). Its arguments may name
 the damaged inputs built once per module (``{name}`` placeholders, see ``inputs``) and the test's
 own directory (``{tmp}``). A row that asks for an output (``output``) must leave it absent, or,
 when the row pre-creates it (``keep``), byte for byte as it was, with no temporary file beside it.
@@ -32,8 +32,8 @@ from safetensors.torch import save_file
 from rtp_ref.kv.golden import make_golden, write_golden
 from rtp_ref.platform import load_platform
 from tests.certify.reports import case_row, minimal_report
-from tests.cli.processes import CliZygote
 from tests.processes import child_env, interruptible, left_running, marked_processes, run_marker
+from tests.zygote import CliZygote
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_TOML = REPO / "platforms" / "cpu.toml"

@@ -26,6 +26,7 @@ import torch
 from rtp_ref.cli import main
 from rtp_ref.memcheck.transcript import Transcript
 from tests.processes import alive, child_env, interruptible, left_running, run_marker
+from tests.zygote import CliRun, shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = {"RTP_REF_KERNELS": "tests.mutants.faults:kernels"}
@@ -84,12 +85,11 @@ def _argv(sanitizer: Path, *args: str) -> list[str]:
             *args]
 
 
-def _memcheck(sanitizer: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_argv(sanitizer, *args), capture_output=True, text=True, env=child_env(REPO, **env),
-                          cwd=REPO, timeout=240, check=False)
+def _memcheck(sanitizer: Path, *args: str, **env: str) -> CliRun:
+    return shared_zygote().run(_argv(sanitizer, *args)[3:], child_env(REPO, **env), REPO, timeout=240)
 
 
-def _cases(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+def _cases(done: CliRun) -> list[dict[str, Any]]:
     assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
     cases: list[dict[str, Any]] = json.loads(done.stdout)["cases"]
     return cases

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from rtp_ref.kv.golden import make_golden
 from rtp_ref.kv.golden_read import METADATA_KEYS, TENSOR_KEYS, read_golden
 from rtp_ref.platform import load_platform
 from tests.processes import child_env
+from tests.zygote import CliRun, shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,11 +42,10 @@ def check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
     return code, out, err
 
 
-def check_subprocess(*argv: str, kernels_env: str) -> subprocess.CompletedProcess[str]:
+def check_subprocess(*argv: str, kernels_env: str) -> CliRun:
     """``rtp-ref golden-check ARGV`` as a real process with ``$RTP_REF_KERNELS`` set (run from the repo)."""
     env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
-    return subprocess.run([sys.executable, "-m", "rtp_ref.cli", "golden-check", *argv], capture_output=True,
-                          text=True, env=env, cwd=REPO, check=False, timeout=120)
+    return shared_zygote().run(["golden-check", *argv], env, REPO, timeout=120)
 
 
 def contents(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

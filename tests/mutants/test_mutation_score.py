@@ -1,20 +1,20 @@
 """Every mutant must be caught, by the check that names its fault, in a real certify run.
 
 The mutants are loaded through ``RTP_REF_KERNELS`` and certified by ``rtp-ref certify`` in a
-subprocess, exactly as a vendor kernel would be; the test then reads report.json. The mutation
+process of its own (forked from the test process's zygote, tests/zygote.py), exactly as a vendor kernel
+would be; the test then reads report.json. The mutation
 score is printed in the run summary and must be 100%.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.mutants.family_mutants import FAMILY_EXPECTED
 from tests.mutants.kernels import EXPECTED as MLA_EXPECTED
 from tests.processes import child_env
+from tests.zygote import shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 #: every mutant of every op -> (platform, the check that must catch it)
@@ -30,15 +30,13 @@ def certify(
     kernels_env: str = "tests.mutants.kernels:mutants",
     timeout: float = 600,
 ) -> dict[str, object]:
-    """Run ``rtp-ref certify`` in a fresh process and return its report."""
+    """Run ``rtp-ref certify`` in a process of its own and return its report."""
     # A fresh process, not an xdist worker of this run: drop pytest's own variables.
     env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
-    argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", platform, "--report", str(out)]
+    argv = ["certify", "--platform", platform, "--report", str(out)]
     for k in kernels:
         argv += ["--kernel", k]
-    proc = subprocess.run(
-        [*argv, *(extra or [])], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    proc = shared_zygote().run([*argv, *(extra or [])], env, REPO, timeout=timeout)
     report_file = out / "report.json"
     assert report_file.exists(), (
         f"certify wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"

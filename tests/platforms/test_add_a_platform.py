@@ -4,12 +4,11 @@ code change (README.md "Platform tables" says how to write one)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from rtp_ref.platform import load_platform, platform_for_device
 from tests.processes import child_env
+from tests.zygote import shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 #: a made-up GPU target: OCP e4m3 under satfinite, a divisor of its own, two MLA layouts
@@ -54,11 +53,10 @@ def test_a_platform_written_from_scratch_is_detected_and_certified(tmp_path: Pat
     table = load_platform(str(path))
     assert platform_for_device("cuda", "12.7", [table]).name == "acme-x1"
     out = tmp_path / "report"
-    argv = [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", str(path), "--report", str(out),
+    argv = ["certify", "--platform", str(path), "--report", str(out),
             "--kernel", "reference", "--kernel", "reference-mha", "--kernel", "reference-indexer",
             "--layout", "fp8_ds_mla", "--layout", "fp8", "--layout", "none", "--", "-q"]
-    done = subprocess.run(argv, cwd=tmp_path, env=child_env(REPO), capture_output=True, text=True, timeout=600,
-                          check=False)
+    done = shared_zygote().run(argv, child_env(REPO), tmp_path, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     rows = {(r["op"], r["kernel"], r["layout"]): (r["verdict"], r["min_grade"])

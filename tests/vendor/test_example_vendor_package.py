@@ -15,6 +15,7 @@ import pytest
 
 from tests.processes import child_env
 from tests.vendor.install import install_example
+from tests.zygote import shared_zygote
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +33,8 @@ def test_entry_point_is_discovered(installed: Path) -> None:
 
 
 def test_vendor_kernel_is_certified(installed: Path, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--kernel", "acme-mla",
-         "--report", str(tmp_path)],
-        env=child_env(installed), cwd=tmp_path, capture_output=True, text=True, check=False, timeout=600,
-    )
+    proc = shared_zygote().run(["certify", "--platform", "cpu", "--kernel", "acme-mla", "--report", str(tmp_path)],
+                               child_env(installed), tmp_path, timeout=600)
     report = json.loads((tmp_path / "report.json").read_text())
     verdicts = {r["layout"]: r["verdict"] for r in report["summary"]["by_kernel_layout"] if r["kernel"] == "acme-mla"}
     assert verdicts["auto"] == "certified", proc.stdout[-2000:]

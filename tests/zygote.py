@@ -10,12 +10,21 @@ process of its own with its own exit status and output; only torch is already im
 runs a torch operation, so no thread pool exists at the fork (an OpenMP pool in the parent would hang the
 child).
 
-A run whose environment must be read by torch at import time cannot use this: spawn those as usual.
+Each run leads a process group of its own, so a run that outlives its timeout is ended with everything it
+started (a certify run's xdist workers). One zygote serves a whole test process (``shared_zygote``).
+
+A run whose environment must be read by torch at import time cannot use this: spawn those as usual; nor can
+a run whose Python hash seed must differ from another's (a fork keeps its parent's).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +42,7 @@ import json, os, resource, runpy, sys, traceback
 import torch  # noqa: F401 (the point: imported once, before any fork)
 
 def run(request):
+    os.setpgid(0, 0)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -68,6 +78,7 @@ for line in sys.stdin:
     pid = os.fork()
     if pid == 0:
         run(request)
+    print(json.dumps(pid), flush=True)
     _, status = os.waitpid(pid, 0)
     print(json.dumps(os.waitstatus_to_exitcode(status)), flush=True)
 """
@@ -87,26 +98,41 @@ class CliZygote:
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            # unbuffered bytes: a line already read into a buffer would be invisible to select()
+            [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
             env=child_env(),
         )
         self._scratch = Path(tempfile.mkdtemp(prefix="rtp-ref-zygote-"))
 
     def run(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
-            file_size_limit: int | None = None) -> CliRun:
+            file_size_limit: int | None = None, timeout: float = 600) -> CliRun:
         """Run ``rtp-ref ARGV`` with exactly ``env`` in ``cwd``; returns its exit status (negative: killed by
-        that signal, as subprocess reports it) and what it wrote to stdout and stderr."""
+        that signal, as subprocess reports it) and what it wrote to stdout and stderr. A run still going after
+        ``timeout`` seconds is killed with its process group and raises ``subprocess.TimeoutExpired``."""
         stdout, stderr = self._scratch / "stdout", self._scratch / "stderr"
         stdout.write_bytes(b"")
         stderr.write_bytes(b"")
         request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "file_size_limit": file_size_limit,
                    "stdout": str(stdout), "stderr": str(stderr)}
         assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write(json.dumps(request) + "\n")
-        self._process.stdin.flush()
-        answer = self._process.stdout.readline()
-        assert answer, f"the zygote died (exit {self._process.poll()})"
-        return CliRun(int(json.loads(answer)), stdout.read_text(), stderr.read_text())
+        self._process.stdin.write((json.dumps(request) + "\n").encode())
+        pid = int(json.loads(self._answer()))
+        if not select.select([self._process.stdout], [], [], timeout)[0]:
+            with contextlib.suppress(ProcessLookupError):  # it ended just now
+                os.killpg(pid, signal.SIGKILL)
+            self._answer()
+            raise subprocess.TimeoutExpired(["rtp-ref", *argv], timeout, stdout.read_text(), stderr.read_text())
+        return CliRun(int(json.loads(self._answer())), stdout.read_text(), stderr.read_text())
+
+    def _answer(self) -> str:
+        """The zygote's next line, read a byte at a time so that nothing after it leaves the pipe."""
+        assert self._process.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            byte = os.read(self._process.stdout.fileno(), 1)
+            assert byte, f"the zygote died (exit {self._process.poll()})"
+            line += byte
+        return line.decode()
 
     def close(self) -> None:
         """End the zygote and remove its scratch files."""
@@ -118,9 +144,18 @@ class CliZygote:
         self._scratch.rmdir()
 
 
+_shared: list[CliZygote] = []
+
+
+def shared_zygote() -> CliZygote:
+    """This test process's zygote (each xdist worker has its own), started on first use, ended at exit."""
+    if not _shared:
+        _shared.append(CliZygote())
+        atexit.register(_shared[0].close)
+    return _shared[0]
+
+
 @pytest.fixture(scope="session")
 def cli_zygote() -> Iterator[CliZygote]:
-    """One zygote per test process (each xdist worker has its own)."""
-    zygote = CliZygote()
-    yield zygote
-    zygote.close()
+    """``shared_zygote()`` as a fixture."""
+    yield shared_zygote()
