@@ -126,6 +126,13 @@ PY
          --kernel reference-indexer --kernel torch-eager-indexer --kernel triton-indexer --kernel cuda-indexer)
     certify cuda-sm90 --kernel triton --kernel cuda "${fam[@]}"
     certify rocm-gfx942 "${fam[@]}"
+    # a layout record added in a table (tests/kv/test_add_a_layout.py's), certified natively with the GPU kernels
+    python3 -c "from tests.kv.test_add_a_layout import RECORD; print(RECORD, end='')" > /tmp/layouts.toml
+    sed -e 's/^name = "cuda-sm90"/name = "cuda-sm90-tile64"/' \
+        -e 's/^supported = \["auto",/supported = ["fp8_tile64_inline", "auto",/' platforms/cuda-sm90.toml \
+        > ./cuda-sm90-tile64.toml
+    RTP_REF_LAYOUTS=/tmp/layouts.toml certify ./cuda-sm90-tile64.toml --kernel triton --kernel cuda \
+      --kernel reference --layout fp8_tile64_inline
     ;;
   *)
     echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2

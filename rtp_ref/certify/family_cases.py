@@ -26,19 +26,23 @@ from rtp_ref.ops import INDEXER_OP, MHA_OP
 
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
 STRIDED_FAMILY_KINDS = ("fused",)
+#: an MHA case id's suffix for its scales (FamilySpec.scales)
+_SCALE_IDS = {"tensor": "", "head": "-ph", "mixed": "-pv"}
 
 
 @dataclass(frozen=True)
 class FamilySpec(CaseSpec):
     """One case of the MHA or indexer write: a CaseSpec (``layout`` is the op's variant, ``kv_cache_dtype`` or
     ``scale_fmt``) with its op and shapes. ``width`` is the head size (MHA) or head_dim (indexer); ``heads``,
-    ``order`` and ``per_head`` are the MHA's, ``quant_block`` the indexer's."""
+    ``order`` and ``scales`` are the MHA's, ``quant_block`` the indexer's. ``scales``: ``tensor`` (k_scale and
+    v_scale of shape [1]), ``head`` (both [H]) or ``mixed`` (k_scale [1], v_scale [H]: the two are independent
+    arguments, and a kernel that takes both lengths from one of them is caught)."""
 
     op: str = MHA_OP
     width: int = 128
     heads: int = 1
     order: str = "NHD"
-    per_head: bool = False
+    scales: str = "tensor"
     quant_block: int = 128
 
     @property
@@ -46,7 +50,7 @@ class FamilySpec(CaseSpec):
         """``random-t37-b16-bf16-h8d128-HND-ph`` (MHA) or ``random-t37-b16-bf16-d128q64`` (indexer)."""
         base = super().case_id
         if self.op == MHA_OP:
-            return f"{base}-h{self.heads}d{self.width}-{self.order}{'-ph' if self.per_head else ''}"
+            return f"{base}-h{self.heads}d{self.width}-{self.order}{_SCALE_IDS[self.scales]}"
         return f"{base}-d{self.width}q{self.quant_block}"
 
 
@@ -54,23 +58,23 @@ def mha_specs(variant: str) -> Iterator[FamilySpec]:
     """The MHA cases of one ``kv_cache_dtype``: GQA head counts 1 and 8, head sizes 64/128/256, block sizes 16
     and 64, NHD and HND, per-tensor and per-head scales, edge values, padding slots, a key longer than the slot
     mapping, strided key/value (views of a fused QKV projection), no tokens."""
-    rows = [  # kind, tokens, block, dtype, heads, head size, order, per head
-        ("random", 0, 16, torch.bfloat16, 8, 128, "NHD", False),
-        ("random", 1, 16, torch.float16, 1, 64, "NHD", False),
-        ("random", 37, 16, torch.bfloat16, 8, 128, "NHD", True),
-        ("random", 37, 64, torch.bfloat16, 8, 128, "HND", True),
-        ("random", 37, 16, torch.float16, 1, 256, "HND", False),
-        ("random", 20, 64, torch.float16, 2, 64, "NHD", False),
-        ("edge", 8, 16, torch.bfloat16, 8, 128, "NHD", False),
-        ("edge", 8, 16, torch.float16, 8, 64, "HND", True),
-        ("padded", 37, 16, torch.bfloat16, 8, 128, "HND", False),
-        ("padding_only", 5, 16, torch.bfloat16, 8, 128, "NHD", False),
-        ("fused", 37, 16, torch.bfloat16, 8, 128, "NHD", True),
-        ("fused", 37, 16, torch.float16, 8, 64, "HND", False),
+    rows = [  # kind, tokens, block, dtype, heads, head size, order, scales
+        ("random", 0, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
+        ("random", 1, 16, torch.float16, 1, 64, "NHD", "tensor"),
+        ("random", 37, 16, torch.bfloat16, 8, 128, "NHD", "head"),
+        ("random", 37, 64, torch.bfloat16, 8, 128, "HND", "head"),
+        ("random", 37, 16, torch.float16, 1, 256, "HND", "tensor"),
+        ("random", 20, 64, torch.float16, 2, 64, "NHD", "mixed"),
+        ("edge", 8, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
+        ("edge", 8, 16, torch.float16, 8, 64, "HND", "head"),
+        ("padded", 37, 16, torch.bfloat16, 8, 128, "HND", "tensor"),
+        ("padding_only", 5, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
+        ("fused", 37, 16, torch.bfloat16, 8, 128, "NHD", "head"),
+        ("fused", 37, 16, torch.float16, 8, 64, "HND", "tensor"),
     ]
-    for seed, (kind, tokens, block, dtype, heads, size, order, per_head) in enumerate(rows, start=1):
+    for seed, (kind, tokens, block, dtype, heads, size, order, scales) in enumerate(rows, start=1):
         yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
-                         width=size, heads=heads, order=order, per_head=per_head and variant != "auto")
+                         width=size, heads=heads, order=order, scales="tensor" if variant == "auto" else scales)
 
 
 def indexer_specs(variant: str) -> Iterator[FamilySpec]:
@@ -168,9 +172,9 @@ class MhaCase:
                 reach = fmt.max_value * 2.0 if fmt is not None else 1e4
                 key, value = _edges(key, reach), _edges(value, reach)
             self.key, self.value = key.to(device), value.to(device)
-        count = heads if spec.per_head else 1
-        self.k_scale = (torch.rand(count, generator=g) * 1.5 + 0.5).to(device)
-        self.v_scale = (torch.rand(count, generator=g) * 1.5 + 0.25).to(device)
+        k_count, v_count = {"tensor": (1, 1), "head": (heads, heads), "mixed": (1, heads)}[spec.scales]
+        self.k_scale = (torch.rand(k_count, generator=g) * 1.5 + 0.5).to(device)
+        self.v_scale = (torch.rand(v_count, generator=g) * 1.5 + 0.25).to(device)
         self.slot_mapping = _slots(g, spec).to(device)
         self.itemsize = 2 if self.layout.element_format is None else 1
         self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
@@ -221,7 +225,7 @@ class MhaCase:
         out = ["layout.kv_order"]
         if self.spec.order == "HND" and self.spec.heads > 1:
             out.append("layout.cache_order")
-        if self.spec.per_head and self.spec.heads > 1:
+        if self.spec.scales != "tensor" and self.spec.heads > 1:
             out.append("numerics.per_head_scale")
         return out
 

@@ -12,7 +12,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.kv.golden import GOLDEN_INPUT_DTYPES, GoldenCase, make_golden, write_golden
 from rtp_ref.kv.golden_families import GoldenShape, make_indexer_golden, make_mha_golden
-from rtp_ref.kv.layouts import LAYOUT_BUILDERS
+from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES
 from rtp_ref.kv.mha_paged import CACHE_ORDERS
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS
 from rtp_ref.platform import Platform, resolve_platform
@@ -54,8 +54,8 @@ def _golden(args: argparse.Namespace) -> int:
     if args.cache_order != "NHD" or args.per_head_scales:
         raise RtpRefError(f"{'--cache-order' if args.cache_order != 'NHD' else '--per-head-scales'}: an argument of "
                           f"--family mha; valid: --family mha with it, or leave it out")
-    if args.layout not in LAYOUT_BUILDERS:
-        raise RtpRefError(f"--layout {args.layout!r}: not an MLA layout; valid: {', '.join(LAYOUT_BUILDERS)} "
+    if args.layout not in MLA_LAYOUT_NAMES:
+        raise RtpRefError(f"--layout {args.layout!r}: not an MLA layout; valid: {', '.join(MLA_LAYOUT_NAMES)} "
                           f"(--family mha or indexer for their variants)")
     if args.layout not in platform.supported_layouts:
         # a golden file states what a platform's kernels must write: none is defined for a layout it lacks
@@ -105,7 +105,7 @@ def register(sub: Any) -> None:
                         help="the cache family: mla (concat_and_cache_mla), mha (reshape_and_cache_flash) or indexer "
                              "(indexer_k_quant_and_cache); default: mla")
     parser.add_argument("--layout", required=True,
-                        help=f"the layout to write: MLA {', '.join(LAYOUT_BUILDERS)}; mha "
+                        help=f"the layout to write: MLA {', '.join(MLA_LAYOUT_NAMES)}; mha "
                              f"{', '.join(OPS[MHA_OP].variants)}; indexer {', '.join(OPS[INDEXER_OP].variants)}")
     parser.add_argument(
         "--platform",

@@ -12,7 +12,8 @@ from rtp_ref.kv.describe_families import indexer_as_dict, indexer_table, mha_as_
 from rtp_ref.kv.dtypes import KvDtype
 from rtp_ref.kv.flags import parse_overrides, resolve_flags
 from rtp_ref.kv.indexer import indexer_layout
-from rtp_ref.kv.layouts import LAYOUT_BUILDERS, layout_for_platform
+from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES
+from rtp_ref.kv.layouts import layout_for_platform
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, mha_layout
 from rtp_ref.kv.specs import MhaSpec, resolve_sparse_fp8_layout
 from rtp_ref.platform import Platform, resolve_platform
@@ -65,7 +66,7 @@ def _families(args: argparse.Namespace) -> list[str]:
 
 def _mla(args: argparse.Namespace, platform: Platform) -> tuple[list[dict[str, Any]], list[list[str]]]:
     overrides = parse_overrides(args.layout_flag)
-    names = [args.layout] if args.layout else list(LAYOUT_BUILDERS)
+    names = [args.layout] if args.layout else list(MLA_LAYOUT_NAMES)
     # Checked here, not per layout: every layout would refuse the value, and the command would still
     # exit 0 with only per-layout errors to show for it.
     for option, value in (("--kv-lora-rank", args.kv_lora_rank), ("--rope-dim", args.rope_dim)):
@@ -160,7 +161,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--layout",
-        choices=list(LAYOUT_BUILDERS),
+        choices=list(MLA_LAYOUT_NAMES),
         help="show only this layout (then arguments it cannot take are an error)",
     )
     parser.add_argument(

@@ -17,7 +17,7 @@ from rtp_ref.fp8.formats import E4M3FN
 from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
-from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
+from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step, validate_mha_args
 
 #: the largest quant block the indexer kernel takes: one thread a value, one block of threads a slice
 CUDA_MAX_QUANT_BLOCK = 1024
@@ -30,7 +30,7 @@ class _MhaParams(ctypes.Structure):
         "key", "value", "key_cache", "value_cache", "slots", "k_scale", "v_scale",
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
-        "fp8", "per_head", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS)]
+        "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS)]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -66,12 +66,9 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
                                  key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
                                  k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch, after the
-    reference's checks (validate_mha_args); k_scale and v_scale both per tensor or both per head."""
+    reference's checks (validate_mha_args); k_scale and v_scale each per tensor or per head, independently."""
     validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     fmt = layout.element_format
-    if fmt is not None and k_scale.numel() != v_scale.numel():
-        raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both "
-                          f"per tensor (1) or both per head ({layout.num_kv_heads})")
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
     params = _MhaParams(
         key=key.data_ptr(), value=value.data_ptr(), key_cache=key_cache.data_ptr(),
@@ -81,7 +78,7 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
         value_h=value.stride(1), kc_block=key_cache.stride(0), kc_page=key_cache.stride(1),
         kc_head=key_cache.stride(2), vc_block=value_cache.stride(0), vc_page=value_cache.stride(1),
         vc_head=value_cache.stride(2), block_size=key_cache.shape[1], fp8=fmt is not None,
-        per_head=fmt is not None and k_scale.numel() == layout.num_kv_heads > 1,
+        k_scale_step=scale_step(k_scale, layout.num_kv_heads), v_scale_step=scale_step(v_scale, layout.num_kv_heads),
         input_fp16=key.dtype == torch.float16,
         hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode), **traits,
     )

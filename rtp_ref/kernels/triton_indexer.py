@@ -32,7 +32,7 @@ from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 TRITON_MAX_QUANT_BLOCK = 1 << 20
 #: tokens a program quantises under Triton's interpreter, where each program costs milliseconds of Python (on a
 #: GPU a program quantises one token's slice)
-INTERPRETER_BLOCK_T = 32
+INTERPRETER_BLOCK_T = 64
 
 
 @triton.jit

@@ -18,7 +18,6 @@ import torch
 import triton
 import triton.language as tl
 
-from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
@@ -29,18 +28,18 @@ from rtp_ref.kernels.triton_fp8 import (
     interpreted,
     load_f32,
 )
-from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
+from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step, validate_mha_args
 
 #: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python (on a
 #: GPU a program writes one token)
-INTERPRETER_BLOCK_T = 32
+INTERPRETER_BLOCK_T = 64
 
 
 @triton.jit
 def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers and ints
-        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, t, block, row, valid,
+        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, scale_step, t, block, row, valid,
         BLOCK_T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-        IN_BF16: tl.constexpr, FP8: tl.constexpr, PER_HEAD: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
+        IN_BF16: tl.constexpr, FP8: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
         EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
         HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
         CLAMP: tl.constexpr):
@@ -51,7 +50,8 @@ def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers 
     offs = t[:, None, None] * src_t + h * src_h + d
     if FP8:
         x = load_f32(src, offs, mask, IN_BF16)
-        scale = tl.load(scale_ptr + h, mask=h < H, other=1.0) if PER_HEAD else tl.load(scale_ptr)
+        # scale_step 1: one scale per head; 0: head h reads the per-tensor scale
+        scale = tl.load(scale_ptr + h * scale_step, mask=h < H, other=1.0)
         q = tl.math.div_rn(x, tl.full([BLOCK_T, H_PAD, D_PAD], 1.0, tl.float32) * scale)
         code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                          MAX_VALUE, CLAMP)
@@ -62,10 +62,10 @@ def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers 
 
 @triton.jit
 def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel arguments
-        key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, tokens,
+        key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, k_step, v_step, tokens,
         key_t, key_h, value_t, value_h, kc_block, kc_page, kc_head, vc_block, vc_page, vc_head, block_size,
         BLOCK_T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-        IN_BF16: tl.constexpr, FP8: tl.constexpr, PER_HEAD: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
+        IN_BF16: tl.constexpr, FP8: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
         EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
         HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
         CLAMP: tl.constexpr):
@@ -76,11 +76,11 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
     slot = tl.where(valid, slot, 0)
     block = slot // block_size
     row = slot % block_size
-    _rows(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, t, block, row, valid,
-          BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
+    _rows(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, k_step, t, block, row, valid,
+          BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
-    _rows(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, t, block, row, valid,
-          BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, PER_HEAD, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
+    _rows(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, v_step, t, block, row, valid,
+          BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
 
 
@@ -89,8 +89,8 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
                                    k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
 
-    Arguments are checked as the reference checks them (validate_mha_args); k_scale and v_scale must then
-    both be per tensor or both per head (one launch specialisation).
+    Arguments are checked as the reference checks them (validate_mha_args); k_scale and v_scale are each per
+    tensor or per head, independently (each is read at its own step, ``scale_step``).
     """
     validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
@@ -98,10 +98,6 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
         return
     BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
     fp8 = layout.element_format is not None
-    if fp8 and k_scale.numel() != v_scale.numel():
-        raise RtpRefError(f"k_scale has {k_scale.numel()} values and v_scale {v_scale.numel()}; valid: both per "
-                          f"tensor (1) or both per head ({heads})")
-    per_head = fp8 and k_scale.numel() == heads and heads > 1
     if fp8:
         assert layout.element_format is not None
         traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
@@ -115,12 +111,13 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
     on_gpu = torch.cuda.device(key_cache.device) if key_cache.is_cuda else contextlib.nullcontext()
     with on_gpu:
         _reshape_and_cache_flash[(triton.cdiv(tokens, BLOCK_T),)](
-            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, k_scale, v_scale, tokens,
+            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, k_scale, v_scale,
+            scale_step(k_scale, heads), scale_step(v_scale, heads), tokens,
             key.stride(0), key.stride(1), value.stride(0), value.stride(1),
             key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
             value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1],
             BLOCK_T=BLOCK_T, H=heads, H_PAD=triton.next_power_of_2(heads), D=layout.head_size,
             D_PAD=triton.next_power_of_2(layout.head_size),
-            IN_BF16=key.dtype == torch.bfloat16, FP8=fp8, PER_HEAD=per_head,
+            IN_BF16=key.dtype == torch.bfloat16, FP8=fp8,
             HW=hw, CLAMP=not conversion_saturates(), enable_fp_fusion=False, **traits.triton_constexprs(),
         )

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
         resolve_flags,
     )
     from rtp_ref.kv.golden import GoldenCase, make_golden, safetensors_bytes, write_golden
-    from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, build_layout, default_dims, layout_for_platform
+    from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES, LayoutRecord
+    from rtp_ref.kv.layouts import MlaLayout, build_layout, default_dims, layout_for_platform
     from rtp_ref.kv.specs import (
         KvPartition,
         MhaSpec,
@@ -73,7 +74,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "resolve_flags",
     ),
     "golden": ("GoldenCase", "make_golden", "safetensors_bytes", "write_golden"),
-    "layouts": ("LAYOUT_BUILDERS", "MlaLayout", "build_layout", "default_dims", "layout_for_platform"),
+    "layout_records": ("MLA_LAYOUT_NAMES", "LayoutRecord"),
+    "layouts": ("MlaLayout", "build_layout", "default_dims", "layout_for_platform"),
     "specs": (
         "KvPartition",
         "MhaSpec",
@@ -89,13 +91,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 
 __all__ = [
     "FLAG_SPECS",
-    "LAYOUT_BUILDERS",
+    "MLA_LAYOUT_NAMES",
     "Field",
     "FlagSpec",
     "GoldenCase",
     "KvDtype",
     "KvPartition",
     "LayoutFlags",
+    "LayoutRecord",
     "LoraAlignment",
     "MhaSpec",
     "MlaLayout",

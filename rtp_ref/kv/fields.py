@@ -7,7 +7,7 @@ from enum import Enum
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS
-from rtp_ref.fp8.scales import ScaleRule
+from rtp_ref.fp8.rules import ScaleRule
 
 #: Element of a 16-bit field: the inputs' own type (bf16 or fp16), its bits copied verbatim.
 ELEMENT_INPUT16 = "bf16/fp16"
@@ -22,6 +22,10 @@ _ELEMENT_SIZES = {
     ELEMENT_PAD: 1,
     **dict.fromkeys(FP8_FORMATS, 1),
 }
+
+
+#: every field element name: the fp8 formats, ``bf16/fp16``, ``fp32``, ``ue8m0`` and ``pad``
+ELEMENTS: tuple[str, ...] = tuple(_ELEMENT_SIZES)
 
 
 def element_size(element: str) -> int:

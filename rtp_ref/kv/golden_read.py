@@ -27,7 +27,8 @@ from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import Placement
 from rtp_ref.kv.flags import check_flag_table
 from rtp_ref.kv.golden import GOLDEN_FORMAT, GOLDEN_INPUT_DTYPES
-from rtp_ref.kv.layouts import LAYOUT_BUILDERS, MlaLayout, build_layout
+from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES
+from rtp_ref.kv.layouts import MlaLayout, build_layout
 from rtp_ref.kv.validate import dtype_name
 
 #: Tensor keys of a golden file, in the order docs/layouts.md lists them.
@@ -177,7 +178,7 @@ def _check_metadata_keys(where: str, metadata: dict[str, str] | None) -> dict[st
 
 
 def _layout(where: str, metadata: dict[str, str]) -> MlaLayout:
-    name = _one_of(where, metadata, "layout", list(LAYOUT_BUILDERS))
+    name = _one_of(where, metadata, "layout", list(MLA_LAYOUT_NAMES))
     fmt = _one_of(where, metadata, "fp8_format", sorted(FP8_FORMATS))
     mode = _one_of(where, metadata, "conversion_mode", [m.value for m in ConversionMode])
     try:

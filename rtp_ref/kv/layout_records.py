@@ -1,52 +1,115 @@
-"""Each MLA layout's identity and certification rules, one record per layout: the one list of layout names.
+"""Every MLA layout as one declarative record: its fields, its scale arithmetic, its dims. The one list of
+layout names.
 
-Torch-free (rtp_ref.platform reads it to validate tables). A record says what is not in the field table:
-the (R, P) a layout is built at by default, the fixed dims it only supports (when it does), and the extra
-(R, P) the conformance suite certifies it at. The field table itself comes from the layout's builder
-(rtp_ref.kv.layouts.LAYOUT_BUILDERS, keyed by these names: a test holds the two to the same set).
+Torch-free (rtp_ref.platform reads the names to validate tables). A record declares its field table before
+any dims are known: each field's element (``fp8`` is the cache's fp8 format) and count (``R``, ``P``,
+``tiles`` or a number) are resolved by ``rtp_ref.kv.layouts.build_layout`` for one (R, P), the platform's
+fp8 format and the layout flags; offsets follow from the order of the fields. A record's ``TileRule`` is
+its arithmetic contract: the tile, how the amax becomes a scale (rule, divisor, floor: a value, or the
+layout flag that holds it), and the quotient ``x / s`` correctly rounded in float32, NaN kept.
+
+A new MLA layout is one more record: here, or in a TOML table named by ``$RTP_REF_LAYOUTS``
+(``rtp_ref.kv.layout_table``), which every rtp-ref process started with it reads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
 
 from rtp_ref.errors import RtpRefError
-
-#: DeepSeek V3's MLA: kv_lora_rank 512, rope 64
-DEFAULT_DIMS = (512, 64)
-#: FlashMLA MODEL1: 448 latent values (7 tiles of 64), rope 64
-MODEL1_DIMS = (448, 64)
-#: a second (R, P) for layouts whose R is free: smaller, and not DeepSeek's, so no width is hard-coded
-SMALL_DIMS = (256, 32)
-
-
-@dataclass(frozen=True)
-class LayoutRecord:
-    """One MLA layout: its name, default (R, P), whether those are the only dims it supports, and the
-    (R, P) the suite certifies it at besides the default."""
-
-    name: str
-    summary: str
-    default_dims: tuple[int, int] = DEFAULT_DIMS
-    fixed_dims: bool = False
-    extra_certified_dims: tuple[tuple[int, int], ...] = ()
-
-    @property
-    def certified_dims(self) -> list[tuple[int, int]]:
-        """Every (R, P) the suite certifies this layout at: the default first."""
-        return [self.default_dims, *self.extra_certified_dims]
-
-
-MLA_LAYOUTS: tuple[LayoutRecord, ...] = (
-    LayoutRecord("auto", "the inputs' 16-bit values, copied", extra_certified_dims=(SMALL_DIMS,)),
-    LayoutRecord("fp8", "fp8 latent and rope, one per-tensor scale argument", extra_certified_dims=(SMALL_DIMS,)),
-    LayoutRecord("fp8_ds_mla", "fp8 latent in 128-value tiles with fp32 scales, 16-bit rope, 656 bytes"),
-    LayoutRecord("fp8_model1_mla", "fp8 latent in 64-value tiles, 16-bit rope, block-trailing ue8m0 scales",
-                 default_dims=MODEL1_DIMS, fixed_dims=True),
-    LayoutRecord("fp8_rocm_compact", "fp8 latent and rope with no scale area (ROCm), 576 bytes",
-                 extra_certified_dims=(SMALL_DIMS,)),
+from rtp_ref.fp8.rules import ScaleRule
+from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, ELEMENT_PAD, ELEMENT_UE8M0, Placement, Source
+from rtp_ref.kv.layout_table import load_layout_table
+from rtp_ref.kv.records import (
+    DEFAULT_DIMS as DEFAULT_DIMS,
+)
+from rtp_ref.kv.records import (
+    ELEMENT_FP8 as ELEMENT_FP8,
+)
+from rtp_ref.kv.records import (
+    MODEL1_DIMS as MODEL1_DIMS,
+)
+from rtp_ref.kv.records import (
+    SMALL_DIMS as SMALL_DIMS,
+)
+from rtp_ref.kv.records import (
+    FieldRecord as FieldRecord,
+)
+from rtp_ref.kv.records import (
+    LayoutRecord as LayoutRecord,
+)
+from rtp_ref.kv.records import (
+    TileRule as TileRule,
 )
 
+#: the environment variable naming a TOML table of more layout records
+LAYOUTS_ENV = "RTP_REF_LAYOUTS"
+
+
+def _values(name: str, source: Source, element: str, count: str, scale: str | None = None) -> FieldRecord:
+    return FieldRecord(name, source, Placement.PER_TOKEN, element, count, scale)
+
+
+#: the external per-tensor scale of the fp8 and fp8_rocm_compact layouts
+_PER_TENSOR_SCALE = FieldRecord("scale", Source.SCALE, Placement.EXTERNAL, ELEMENT_FP32, 1,
+                                note="the `scale` argument: one float32 for the whole cache, shared by nope and rope")
+_PER_TENSOR_FP8 = (_values("nope", Source.KV_C, ELEMENT_FP8, "R", "scale"),
+                   _values("rope", Source.K_PE, ELEMENT_FP8, "P", "scale"), _PER_TENSOR_SCALE)
+
+BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
+    LayoutRecord(
+        "auto", "kv_c then k_pe in the inputs' own 16-bit type; no scale",
+        (_values("nope", Source.KV_C, ELEMENT_INPUT16, "R"), _values("rope", Source.K_PE, ELEMENT_INPUT16, "P")),
+        "k + v == block: the entry is exactly the nope then the rope values, nothing else",
+        "vLLM and rtp-llm concat_and_cache_mla with kv_cache_dtype 'auto'",
+        extra_certified_dims=(SMALL_DIMS,)),
+    LayoutRecord(
+        "fp8", "nope and rope both quantized to fp8 with one external per-tensor scale", _PER_TENSOR_FP8,
+        "k + v == block: the scale is the external per-tensor `scale` argument, so the block holds only k and v",
+        "vLLM concat_and_cache_mla kv_cache_dtype 'fp8'/'fp8_e4m3' (scaled_convert: x / scale)",
+        extra_certified_dims=(SMALL_DIMS,)),
+    LayoutRecord(
+        "fp8_ds_mla", "nope fp8 in tiles of 128, one fp32 scale per tile inline, rope 16-bit copied bit-exact",
+        (_values("nope", Source.KV_C, ELEMENT_FP8, "R", "nope_scale"),
+         FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, ELEMENT_FP32, "tiles",
+                     note="scale i covers nope values [128i, 128(i+1))"),
+         _values("rope", Source.K_PE, ELEMENT_INPUT16, "P")),
+        "k + v != block: the inline fp32 tile scales are part of the block but of neither k nor v "
+        "(rtp-llm's spec reports k = R and v = P elements, 576 for 656-byte blocks)",
+        "vLLM concat_and_cache_ds_mla_kernel; FlashMLA tests/quant.py (V32_FP8Sparse); rtp-llm MLAKVCacheSpec.h",
+        tile_rule=TileRule(128, "ds_mla_scale_rule", "ds_mla_scale_floor")),
+    LayoutRecord(
+        "fp8_model1_mla", "per block: each token's nope fp8 (tiles of 64) and 16-bit rope, then every token's "
+        "ue8m0 tile scales + 1 pad byte after the block's data",
+        (_values("nope", Source.KV_C, ELEMENT_FP8, "R", "nope_scale"),
+         _values("rope", Source.K_PE, ELEMENT_INPUT16, "P"),
+         FieldRecord("nope_scale", Source.SCALE, Placement.BLOCK_TRAILING, ELEMENT_UE8M0, "tiles",
+                     note="scale i covers nope values [64i, 64(i+1))"),
+         FieldRecord("pad", Source.PAD, Placement.BLOCK_TRAILING, ELEMENT_PAD, 1,
+                     note="rounds the token's trailing group to 8 bytes; never written")),
+        "k + v != block: the block-trailing ue8m0 scales and pad bytes belong to the block but to neither k nor v",
+        "FlashMLA tests/quant.py (MODEL1_FP8Sparse); rtp-llm concat_and_cache_ds_model1_kernel",
+        tile_rule=TileRule(64, ScaleRule.POW2_CEIL, "model1_scale_floor"),
+        default_dims=MODEL1_DIMS, fixed_dims=True),
+    LayoutRecord(
+        "fp8_rocm_compact", "rtp-llm's sparse fp8 MLA on ROCm: R + P fp8 bytes per token; the scale is external "
+        "per-tensor", _PER_TENSOR_FP8,
+        "k + v == block: the compact layout has no scale area; its scale lives outside the cache as the "
+        "per-tensor `scale` (AITER mla_decode_fwd's kv_scale), which this table declares",
+        "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); AITER mla_decode_fwd (576 fp8 values, kv_scale)",
+        extra_certified_dims=(SMALL_DIMS,)),
+)
+
+
+def _extra_layouts() -> tuple[LayoutRecord, ...]:
+    path = os.environ.get(LAYOUTS_ENV)
+    if not path:
+        return ()
+    return load_layout_table(path, taken=tuple(r.name for r in BUILTIN_LAYOUTS))
+
+
+#: every MLA layout: the built-in records, then those of ``$RTP_REF_LAYOUTS``'s table
+MLA_LAYOUTS: tuple[LayoutRecord, ...] = BUILTIN_LAYOUTS + _extra_layouts()
 #: every MLA layout name, in the records' order
 MLA_LAYOUT_NAMES: tuple[str, ...] = tuple(r.name for r in MLA_LAYOUTS)
 _BY_NAME = {r.name: r for r in MLA_LAYOUTS}

@@ -18,8 +18,7 @@ as ``[num_blocks, block_size, 1, 584]``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,10 +27,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.fields import (
-    ELEMENT_FP32,
     ELEMENT_INPUT16,
-    ELEMENT_PAD,
-    ELEMENT_UE8M0,
     Field,
     Placement,
     Source,
@@ -40,18 +36,12 @@ from rtp_ref.kv.fields import (
     is_fp8_element,
 )
 from rtp_ref.kv.flags import LayoutFlags, LoraAlignment, resolve_flags
-from rtp_ref.kv.layout_records import layout_record
+from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, LayoutRecord, TileRule, layout_record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from rtp_ref.platform import Platform
-
-#: fp8_ds_mla: one fp32 scale per this many latent values (vLLM, FlashMLA, rtp-llm).
-DS_MLA_TILE = 128
-#: fp8_model1_mla: one ue8m0 scale per this many latent values, R and P fixed by its kernels.
-MODEL1_TILE = 64
-
 
 @dataclass(frozen=True)
 class MlaLayout:
@@ -233,157 +223,54 @@ def _check_fields(layout: MlaLayout) -> None:
                 )
 
 
-def _place(*fields: Field) -> tuple[Field, ...]:
-    """Assign each field the next free offset of its placement, in the order given."""
+def _tile_scale(rule: TileRule, flags: LayoutFlags) -> TileScale:
+    """The record's tile rule with the layout flags it names read from ``flags``."""
+    scale_rule = rule.rule if isinstance(rule.rule, ScaleRule) else ScaleRule(getattr(flags, rule.rule))
+
+    def number(value: float | str) -> float:
+        return float(getattr(flags, value) if isinstance(value, str) else value)
+
+    return TileScale(rule.tile, scale_rule, number(rule.divisor), number(rule.floor))
+
+
+def _fields(record: LayoutRecord, r: int, p: int, tiles: int, flags: LayoutFlags, fmt: Fp8Format) -> tuple[Field, ...]:
+    """The record's field table at (R, P) with ``tiles`` tile scales: elements and counts resolved, each field
+    at the next free offset of its placement, in the record's order."""
+    counts: dict[str, int] = {"R": r, "P": p, "tiles": tiles}
     next_offset = dict.fromkeys(Placement, 0)
     placed = []
-    for f in fields:
-        placed.append(replace(f, offset=next_offset[f.placement]))
-        next_offset[f.placement] += f.size
+    for f in record.fields:
+        element = fmt.name if f.element == ELEMENT_FP8 else f.element
+        size = (counts[f.count] if isinstance(f.count, str) else f.count) * element_size(element)
+        computed = f.source is Source.SCALE and f.count == "tiles" and record.tile_rule is not None
+        offset = 0 if f.placement is Placement.EXTERNAL else next_offset[f.placement]
+        placed.append(Field(f.name, f.source, f.placement, offset, size, element, scale_field=f.scale,
+                            tile_scale=_tile_scale(record.tile_rule, flags) if computed and record.tile_rule else None,
+                            note=f.note))
+        next_offset[f.placement] += size
     return tuple(placed)
 
 
-def _value(name: str, source: Source, count: int, element: str, scale_field: str | None = None) -> Field:
-    """A per-token field of ``count`` values (its offset is set by ``_place``)."""
-    return Field(name, source, Placement.PER_TOKEN, 0, count * element_size(element), element, scale_field=scale_field)
-
-
-def _per_tensor_scale() -> Field:
-    return Field(
-        "scale",
-        Source.SCALE,
-        Placement.EXTERNAL,
-        0,
-        4,
-        ELEMENT_FP32,
-        note="the `scale` argument: one float32 for the whole cache, shared by nope and rope",
-    )
-
-
-# ---- one builder per layout ------------------------------------------------------------------------
-
-_Texts = tuple[str, str, str]  # summary, kv_split, sources
-_Built = tuple[tuple[Field, ...], _Texts]
-
-
-def _auto(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
-    fields = _place(_value("nope", Source.KV_C, r, ELEMENT_INPUT16), _value("rope", Source.K_PE, p, ELEMENT_INPUT16))
-    return fields, (
-        "kv_c then k_pe in the inputs' own 16-bit type; no scale",
-        "k + v == block: the entry is exactly the nope then the rope values, nothing else",
-        "vLLM and rtp-llm concat_and_cache_mla with kv_cache_dtype 'auto'",
-    )
-
-
-def _fp8(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
-    return _per_tensor_fp8_fields(r, p, fmt), (
-        "nope and rope both quantized to fp8 with one external per-tensor scale",
-        "k + v == block: the scale is the external per-tensor `scale` argument, so the block holds only k and v",
-        "vLLM concat_and_cache_mla kv_cache_dtype 'fp8'/'fp8_e4m3' (scaled_convert: x / scale)",
-    )
-
-
-def _rocm_compact(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
-    return _per_tensor_fp8_fields(r, p, fmt), (
-        "rtp-llm's sparse fp8 MLA on ROCm: R + P fp8 bytes per token; the scale is external per-tensor",
-        "k + v == block: the compact layout has no scale area; its scale lives outside the cache as the "
-        "per-tensor `scale` (AITER mla_decode_fwd's kv_scale), which this table declares",
-        "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); AITER mla_decode_fwd (576 fp8 values, kv_scale)",
-    )
-
-
-def _per_tensor_fp8_fields(r: int, p: int, fmt: Fp8Format) -> tuple[Field, ...]:
-    return _place(
-        _value("nope", Source.KV_C, r, fmt.name, scale_field="scale"),
-        _value("rope", Source.K_PE, p, fmt.name, scale_field="scale"),
-        _per_tensor_scale(),
-    )
-
-
-def _ds_mla_tiles(r: int, flags: LayoutFlags) -> int:
-    if r % DS_MLA_TILE == 0:
-        return r // DS_MLA_TILE
-    tiles = math.ceil(r / DS_MLA_TILE)
+def _tiles(record: LayoutRecord, r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> int:
+    """How many tile scales R gets: R / tile, or under ``lora_alignment=round_up`` ceil(R / tile); a rank that
+    is not a multiple under ``strict`` raises RtpRefError saying what to change."""
+    if record.tile_rule is None:
+        return 0
+    tile = record.tile_rule.tile
+    if r % tile == 0:
+        return r // tile
+    tiles = math.ceil(r / tile)
     if flags.lora_alignment is LoraAlignment.ROUND_UP:
         return tiles
+    rounded = sum(f.size for f in _fields(record, r, p, tiles, flags, fmt) if f.placement is not Placement.EXTERNAL)
+    per_tensor = [rec.name for rec in MLA_LAYOUTS if any(f.placement is Placement.EXTERNAL for f in rec.fields)]
     raise RtpRefError(
-        f"kv_lora_rank={r} is not a multiple of {DS_MLA_TILE}, so fp8_ds_mla cannot give each {DS_MLA_TILE}-value "
+        f"kv_lora_rank={r} is not a multiple of {tile}, so {record.name} cannot give each {tile}-value "
         "tile its own scale (layout flag lora_alignment=strict). To run this model, either: use a bf16/fp16 KV "
         f"cache (layout 'auto'); or set --layout-flag lora_alignment=round_up, which allocates "
-        f"ceil({r}/{DS_MLA_TILE}) = {tiles} scale(s), {r + 4 * tiles} + 2*rope bytes per token; or use the "
-        "'fp8' or 'fp8_rocm_compact' layout (any rank, one per-tensor scale)"
+        f"ceil({r}/{tile}) = {tiles} scale(s), {rounded} bytes per token at rope_dim {p}; or use "
+        f"{' or '.join(repr(n) for n in per_tensor)} (any rank, one per-tensor scale)"
     )
-
-
-def _ds_mla(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
-    tiles = _ds_mla_tiles(r, flags)
-    scale = TileScale(DS_MLA_TILE, flags.ds_mla_scale_rule, flags.fp8_max_divisor, flags.ds_mla_scale_floor)
-    fields = _place(
-        _value("nope", Source.KV_C, r, fmt.name, scale_field="nope_scale"),
-        Field(
-            "nope_scale",
-            Source.SCALE,
-            Placement.PER_TOKEN,
-            0,
-            4 * tiles,
-            ELEMENT_FP32,
-            tile_scale=scale,
-            note=f"scale i covers nope values [{DS_MLA_TILE}i, {DS_MLA_TILE}(i+1))",
-        ),
-        _value("rope", Source.K_PE, p, ELEMENT_INPUT16),
-    )
-    return fields, (
-        f"nope fp8 in tiles of {DS_MLA_TILE}, one fp32 scale per tile inline, rope 16-bit copied bit-exact",
-        "k + v != block: the inline fp32 tile scales are part of the block but of neither k nor v "
-        "(rtp-llm's spec reports k = R and v = P elements, 576 for 656-byte blocks)",
-        "vLLM concat_and_cache_ds_mla_kernel; FlashMLA tests/quant.py (V32_FP8Sparse); rtp-llm MLAKVCacheSpec.h",
-    )
-
-
-def _model1(r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> _Built:
-    tiles = r // MODEL1_TILE
-    scale = TileScale(MODEL1_TILE, ScaleRule.POW2_CEIL, flags.fp8_max_divisor, flags.model1_scale_floor)
-    fields = _place(
-        _value("nope", Source.KV_C, r, fmt.name, scale_field="nope_scale"),
-        _value("rope", Source.K_PE, p, ELEMENT_INPUT16),
-        Field(
-            "nope_scale",
-            Source.SCALE,
-            Placement.BLOCK_TRAILING,
-            0,
-            tiles,
-            ELEMENT_UE8M0,
-            tile_scale=scale,
-            note=f"scale i covers nope values [{MODEL1_TILE}i, {MODEL1_TILE}(i+1))",
-        ),
-        Field(
-            "pad",
-            Source.PAD,
-            Placement.BLOCK_TRAILING,
-            0,
-            1,
-            ELEMENT_PAD,
-            note="rounds the token's trailing group to 8 bytes; never written",
-        ),
-    )
-    return fields, (
-        f"per block: each token's nope fp8 (tiles of {MODEL1_TILE}) and 16-bit rope, then every token's "
-        f"{tiles} ue8m0 scales + 1 pad byte after the block's data",
-        "k + v != block: the block-trailing ue8m0 scales and pad bytes belong to the block but to neither k nor v",
-        "FlashMLA tests/quant.py (MODEL1_FP8Sparse); rtp-llm concat_and_cache_ds_model1_kernel",
-    )
-
-
-_Builder = Callable[[int, int, LayoutFlags, Fp8Format], _Built]
-
-#: Layout name -> field-table builder; the keys are the records' names (rtp_ref.kv.layout_records).
-LAYOUT_BUILDERS: dict[str, _Builder] = {
-    "auto": _auto,
-    "fp8": _fp8,
-    "fp8_ds_mla": _ds_mla,
-    "fp8_model1_mla": _model1,
-    "fp8_rocm_compact": _rocm_compact,
-}
 
 
 def default_dims(name: str) -> tuple[int, int]:
@@ -419,22 +306,12 @@ def build_layout(
     ``flags`` the resolved layout flags. Raises RtpRefError for an unknown name or an R/P the layout
     does not support (fp8_model1_mla: only 448/64; fp8_ds_mla: R % 128 == 0 unless lora_alignment=round_up).
     """
-    if name not in LAYOUT_BUILDERS:
-        raise RtpRefError(f"unknown MLA layout {name!r}; valid layouts: {', '.join(LAYOUT_BUILDERS)}")
+    record = layout_record(name)
     _check_dims(name, kv_lora_rank, rope_dim)
-    fields, (summary, kv_split, sources) = LAYOUT_BUILDERS[name](kv_lora_rank, rope_dim, flags, element_format)
-    return MlaLayout(
-        name,
-        kv_lora_rank,
-        rope_dim,
-        fields,
-        element_format,
-        conversion_mode,
-        flags,
-        summary,
-        kv_split,
-        sources,
-    )
+    tiles = _tiles(record, kv_lora_rank, rope_dim, flags, element_format)
+    fields = _fields(record, kv_lora_rank, rope_dim, tiles, flags, element_format)
+    return MlaLayout(name, kv_lora_rank, rope_dim, fields, element_format, conversion_mode, flags, record.summary,
+                     record.kv_split, record.sources)
 
 
 def layout_for_platform(

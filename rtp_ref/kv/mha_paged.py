@@ -119,6 +119,12 @@ def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_ca
                               f"(per tensor) or {heads} (per head)")
 
 
+def scale_step(scale: torch.Tensor, heads: int) -> int:
+    """How far apart two heads' scales lie in a valid ``k_scale``/``v_scale``: 1 when it holds one per head,
+    0 when one value serves every head (per tensor). k_scale's and v_scale's are independent."""
+    return 1 if scale.numel() == heads > 1 else 0
+
+
 def _store(layout: MhaPagedLayout, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The cache elements of ``x`` ``[T, H, D]``: its bits (auto), or the fp8 codes of ``x / scale`` in fp32."""
     if layout.element_format is None:

@@ -146,8 +146,8 @@ def test_strict_alignment_failure_says_what_to_change(platform: str) -> None:
         "kv_lora_rank=100 is not a multiple of 128",
         "bf16/fp16 KV cache (layout 'auto')",
         "--layout-flag lora_alignment=round_up",
-        "ceil(100/128) = 1 scale(s), 104 + 2*rope bytes",
-        "'fp8' or 'fp8_rocm_compact' layout",
+        "ceil(100/128) = 1 scale(s), 232 bytes per token at rope_dim 64",  # 100 + 4 + 2 * 64
+        "'fp8' or 'fp8_rocm_compact' (any rank, one per-tensor scale)",
     ):
         assert advice in message
 

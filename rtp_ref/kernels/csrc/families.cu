@@ -23,7 +23,7 @@ struct RtpRefMhaParams {
   int64_t key, value, key_cache, value_cache, slots, k_scale, v_scale;  // device addresses
   int64_t num_tokens, heads, head_size, key_t, key_h, value_t, value_h;
   int64_t kc_block, kc_page, kc_head, vc_block, vc_page, vc_head, block_size;
-  int64_t fp8, per_head, input_fp16, hardware;
+  int64_t fp8, k_scale_step, v_scale_step, input_fp16, hardware;  // a scale step: 1 per head, 0 per tensor
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
 };
 
@@ -58,9 +58,9 @@ __device__ __forceinline__ Fmt fmt_of(int64_t man_bits, int64_t emin, int64_t ma
              static_cast<int>(nan_code), static_cast<int>(inf_code), neg_zero != 0, has_inf != 0, satfinite != 0};
 }
 
-__device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, const float* scale, const Fmt& f,
-                                         const RtpRefMhaParams& p, int64_t head) {
-  const float s = p.fp8 ? scale[p.per_head ? head : 0] : 1.0f;
+__device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, const float* scale, int64_t step,
+                                         const Fmt& f, const RtpRefMhaParams& p, int64_t head) {
+  const float s = p.fp8 ? scale[head * step] : 1.0f;
   for (int64_t d = threadIdx.x; d < p.head_size; d += blockDim.x) {
     if (p.fp8) {
       dst[d] = fp8_code(__fdiv_rn(widen(src[d], p.input_fp16), s), p.hardware, f);
@@ -81,8 +81,8 @@ __global__ void mha_paged_write(const RtpRefMhaParams p) {
   const auto* value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
   auto* kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + row * p.kc_page + h * p.kc_head) * elem;
   auto* vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + row * p.vc_page + h * p.vc_head) * elem;
-  mha_head(key, kc, reinterpret_cast<const float*>(p.k_scale), f, p, h);
-  mha_head(value, vc, reinterpret_cast<const float*>(p.v_scale), f, p, h);
+  mha_head(key, kc, reinterpret_cast<const float*>(p.k_scale), p.k_scale_step, f, p, h);
+  mha_head(value, vc, reinterpret_cast<const float*>(p.v_scale), p.v_scale_step, f, p, h);
 }
 
 __global__ void indexer_write(const RtpRefIndexerParams p) {
