@@ -16,11 +16,13 @@
 #   scripts/gpu_check.sh families      the MHA paged and indexer kernels (triton, cuda) against their references, the
 #                                      same under compute-sanitizer, the MLA kernels' tests, and certify of every
 #                                      op's built-in kernels on cuda-sm90 (native) and rocm-gfx942 (emulated)
+#   scripts/gpu_check.sh records       a layout added as a record in a TOML table ($RTP_REF_LAYOUTS, the one of
+#                                      tests/kv/test_add_a_layout.py): triton and cuda certified on it natively
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families or records" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -126,16 +128,19 @@ PY
          --kernel reference-indexer --kernel torch-eager-indexer --kernel triton-indexer --kernel cuda-indexer)
     certify cuda-sm90 --kernel triton --kernel cuda "${fam[@]}"
     certify rocm-gfx942 "${fam[@]}"
+    ;;
+  records)
     # a layout record added in a table (tests/kv/test_add_a_layout.py's), certified natively with the GPU kernels
     python3 -c "from tests.kv.test_add_a_layout import RECORD; print(RECORD, end='')" > /tmp/layouts.toml
     sed -e 's/^name = "cuda-sm90"/name = "cuda-sm90-tile64"/' \
-        -e 's/^supported = \["auto",/supported = ["fp8_tile64_inline", "auto",/' platforms/cuda-sm90.toml \
+        -e 's/^supported = \["auto",/supported = ["fp8_tile64_inline", "auto",/' \
+        -e 's/^\[layout_bytes\]$/[layout_bytes]\nfp8_tile64_inline = 672/' platforms/cuda-sm90.toml \
         > ./cuda-sm90-tile64.toml
     RTP_REF_LAYOUTS=/tmp/layouts.toml certify ./cuda-sm90-tile64.toml --kernel triton --kernel cuda \
       --kernel reference --layout fp8_tile64_inline
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor or families" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families or records" >&2; exit 2
     ;;
   esac
 done
