@@ -362,16 +362,22 @@ def platform_for_device(backend: str, arch: str, platforms: list[Platform] | Non
     return matches[0]
 
 
-def detect_platform(platforms: list[Platform] | None = None) -> Platform:
-    """Platform of the device torch would use (device 0), or ``cpu`` when torch sees no GPU."""
+def this_device() -> tuple[str, str]:
+    """``(backend, arch)`` of the device torch would use (device 0), as ``platform_for_device`` takes them:
+    ``("cpu", "")`` when torch sees no GPU."""
     import torch
 
     if not torch.cuda.is_available():
-        return platform_for_device("cpu", "", platforms)
+        return "cpu", ""
     props = torch.cuda.get_device_properties(0)
     if torch.version.hip:
-        return platform_for_device("rocm", str(props.gcnArchName), platforms)
-    return platform_for_device("cuda", f"{props.major}.{props.minor}", platforms)
+        return "rocm", str(props.gcnArchName)
+    return "cuda", f"{props.major}.{props.minor}"
+
+
+def detect_platform(platforms: list[Platform] | None = None) -> Platform:
+    """Platform of the device torch would use (device 0), or ``cpu`` when torch sees no GPU."""
+    return platform_for_device(*this_device(), platforms)
 
 
 def resolve_platform(name: str) -> Platform:

@@ -17,26 +17,27 @@ from rtp_ref.certify.environment import collect_environment
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.discovery import discover_kernels, unavailable_kernels
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
-from rtp_ref.platform import Platform, detect_platform, resolve_platform
+from rtp_ref.platform import Platform, platform_for_device, resolve_platform, this_device
 
 
 def execution_mode(platform: Platform, device: str | None = None) -> str:
     """``native`` when the platform under test is what runs the kernel, else ``emulated``.
 
     The cpu table is native for kernels on the CPU device; a GPU table is native when it is this
-    machine's GPU (and, given ``device``, the kernel runs there). Emulated means the table's contract
-    (formats, flags, layouts) is exercised on other hardware: a ROCm table on a CUDA GPU or the CPU,
-    say. Reports print it on every line.
+    machine's GPU, by its ``[detect]`` (so an out-of-tree copy of a bundled table is native too), and,
+    given ``device``, the kernel runs there. Emulated means the table's contract (formats, flags, layouts)
+    is exercised on other hardware: a ROCm table on a CUDA GPU or the CPU, say. Reports print it on every
+    line.
     """
     if platform.backend == "cpu":
         return "native" if device in (None, "cpu") else "emulated"
     if device == "cpu":
         return "emulated"
     try:
-        here = detect_platform().name
+        platform_for_device(*this_device(), [platform])
     except RtpRefError:
         return "emulated"
-    return "native" if here == platform.name else "emulated"
+    return "native"
 
 
 def run_platform(config: pytest.Config) -> Platform:

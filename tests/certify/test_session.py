@@ -87,3 +87,17 @@ def test_a_kernel_that_raises_while_discovered_at_the_end_is_recorded(
     why = ("unknown: kernel discovery failed at the end of the run: RuntimeError: the vendor's kernel factory "
            "needs a GPU")
     assert described["kernels"] == [{"name": name, "origin": why} for name in names]
+
+
+def test_execution_is_native_only_where_the_tables_detect_matches_this_machine(tmp_path: Path) -> None:
+    """Native is decided by a table's [detect], not its name: a renamed copy of this machine's table is native,
+    another machine's table emulated (on a CPU-only host: every GPU table)."""
+    from rtp_ref.certify.session import execution_mode
+    from rtp_ref.platform import all_platforms, detect_platform, load_platform
+
+    here = detect_platform()
+    copy = tmp_path / "renamed-copy.toml"
+    copy.write_text(Path(here.source).read_text().replace(f'name = "{here.name}"', 'name = "renamed-copy"'))
+    assert execution_mode(load_platform(str(copy))) == "native"
+    others = [p for p in all_platforms() if p.name != here.name]
+    assert others and all(execution_mode(p) == "emulated" for p in others if p.backend != "cpu")
