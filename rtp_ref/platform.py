@@ -7,19 +7,23 @@ Adding a platform is one new file; ``load_platform`` also takes a path to an out
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtp_ref.certify.checks import GRADES
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
 from rtp_ref.kv.flags import check_flag_table
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
+
+if TYPE_CHECKING:
+    import torch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -362,17 +366,37 @@ def platform_for_device(backend: str, arch: str, platforms: list[Platform] | Non
     return matches[0]
 
 
-def this_device() -> tuple[str, str]:
-    """``(backend, arch)`` of the device torch would use (device 0), as ``platform_for_device`` takes them:
-    ``("cpu", "")`` when torch sees no GPU."""
+def this_device(index: int = 0) -> tuple[str, str]:
+    """``(backend, arch)`` of GPU ``index`` (default: device 0, the one torch would use), as
+    ``platform_for_device`` takes them: ``("cpu", "")`` when torch sees no GPU."""
     import torch
 
     if not torch.cuda.is_available():
         return "cpu", ""
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(index)
     if torch.version.hip:
         return "rocm", str(props.gcnArchName)
     return "cuda", f"{props.major}.{props.minor}"
+
+
+@functools.cache
+def gpu_platform(index: int) -> Platform | None:
+    """The bundled table of GPU ``index``: None when torch sees no GPU or no table matches it (cached: a
+    process's GPUs do not change). What a kernel reads its GPU's ``[hardware]`` from."""
+    try:
+        platform = platform_for_device(*this_device(index))
+    except RtpRefError:
+        return None
+    return None if platform.backend == "cpu" else platform
+
+
+def gpu_index(device: torch.device | None = None) -> int:
+    """The index of GPU ``device``; for None or an index-less ``cuda``, torch's current device (0 without a GPU)."""
+    import torch
+
+    if device is not None and device.index is not None:
+        return device.index
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
 
 
 def detect_platform(platforms: list[Platform] | None = None) -> Platform:

@@ -18,6 +18,7 @@ from importlib import resources
 import torch
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode, Fp8Format
+from rtp_ref.platform import gpu_index, gpu_platform
 
 
 def csrc_dir() -> str:
@@ -57,19 +58,11 @@ def build_library(source: str, arch: str) -> ctypes.CDLL:
     return ctypes.CDLL(os.path.join(build_directory, f"{name}.so"))
 
 
-@functools.cache
-def _gpu_fp8_conversion() -> tuple[str, ...]:
-    """``[hardware] fp8_conversion`` of the running GPU's platform table (empty: no table matches it)."""
-    from rtp_ref.errors import RtpRefError
-    from rtp_ref.platform import detect_platform
-
-    try:
-        return detect_platform().fp8_conversion
-    except RtpRefError:
-        return ()
-
-
-def hardware_converts(fmt: Fp8Format, mode: ConversionMode) -> bool:
-    """Whether the CUDA kernels convert ``fmt`` with the GPU's instruction: the one they implement
-    (``__NV_E4M3`` with ``__NV_SATFINITE``: OCP e4m3 under satfinite) and the GPU's platform table lists."""
-    return fmt == E4M3FN and mode is ConversionMode.SATFINITE and fmt.name in _gpu_fp8_conversion()
+def hardware_converts(fmt: Fp8Format, mode: ConversionMode, device: torch.device | None = None) -> bool:
+    """Whether the CUDA kernels convert ``fmt`` with GPU ``device``'s instruction (default: the current GPU):
+    the one they implement (``__NV_E4M3`` with ``__NV_SATFINITE``: OCP e4m3 under satfinite) and the GPU's
+    platform table lists under ``[hardware] fp8_conversion``."""
+    if fmt != E4M3FN or mode is not ConversionMode.SATFINITE:
+        return False
+    platform = gpu_platform(gpu_index(device))
+    return platform is not None and fmt.name in platform.fp8_conversion

@@ -80,7 +80,7 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
         vc_head=value_cache.stride(2), block_size=key_cache.shape[1], fp8=fmt is not None,
         k_scale_step=scale_step(k_scale, layout.num_kv_heads), v_scale_step=scale_step(v_scale, layout.num_kv_heads),
         input_fp16=key.dtype == torch.float16,
-        hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode), **traits,
+        hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode, key_cache.device), **traits,
     )
     _launch("rtp_ref_mha_paged_write", params, key_cache.device)
 
@@ -100,7 +100,7 @@ def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_ca
         k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size, head_dim=layout.head_dim,
         quant=quant, n_slices=layout.scales_per_token, ue8m0=scale_fmt == "ue8m0",
         input_fp16=k.dtype == torch.float16,
-        hardware=hardware_converts(layout.element_format, layout.conversion_mode),
+        hardware=hardware_converts(layout.element_format, layout.conversion_mode, kv_cache.device),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
     )

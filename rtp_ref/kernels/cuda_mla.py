@@ -122,9 +122,10 @@ class CudaMlaKernel(PlannedKernel):
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
         return CudaMlaKernel(contract, conversion or self.conversion)
 
-    def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
-        """``hardware`` for OCP e4m3 with satfinite (unless forced to software), else ``software``."""
-        hardware = hardware_converts(contract.element_format, contract.conversion_mode)
+    def conversion_path_for(self, contract: WriteContract, device: torch.device | None = None) -> ConversionPath:
+        """``hardware`` for OCP e4m3 with satfinite where GPU ``device`` (default: the current one) converts it
+        (unless forced to software), else ``software``."""
+        hardware = hardware_converts(contract.element_format, contract.conversion_mode, device)
         return "hardware" if hardware and self.conversion == "auto" else "software"
 
     @property
@@ -162,7 +163,7 @@ class CudaMlaKernel(PlannedKernel):
             scale_ue8m0=plan.scale_ue8m0, scale_trailing=plan.scale_trailing, scale_off=plan.scale_offset,
             **f.cuda_params(),
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
-            hardware=self.conversion_path_for(contract) == "hardware",
+            hardware=self.conversion_path_for(contract, kv_cache.device) == "hardware",
             block_shift=block_shift_of(block_size),
             divisor=plan.divisor, floor_=plan.floor,
         )

@@ -13,15 +13,17 @@ gfx942); and ``software``, round-half-even in integer arithmetic (the algorithm 
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
+from rtp_ref.platform import gpu_index, gpu_platform
 
 if TYPE_CHECKING:
+    import torch
+
     from rtp_ref.platform import Platform
 
 #: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
@@ -147,26 +149,13 @@ def triton_version() -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-@functools.cache
-def _device_platform() -> Platform | None:
-    """The platform table of the GPU this process runs on (None: no table matches it, or no GPU)."""
-    from rtp_ref.errors import RtpRefError
-    from rtp_ref.platform import detect_platform
-
-    try:
-        platform = detect_platform()
-    except RtpRefError:
-        return None
-    return None if platform.backend == "cpu" else platform
-
-
-def hardware_selector(element_format: Fp8Format, mode: ConversionMode) -> int:
-    """Which hardware fp8 type the running GPU converts ``element_format`` with (``SW``: none: the
-    interpreter, a mode other than satfinite, a GPU without a platform table, or a format its table's
-    ``[hardware]`` does not list for this Triton)."""
+def hardware_selector(element_format: Fp8Format, mode: ConversionMode, device: torch.device | None = None) -> int:
+    """Which hardware fp8 type GPU ``device`` (default: the current one) converts ``element_format`` with
+    (``SW``: none: the interpreter, a mode other than satfinite, a GPU without a platform table, or a format
+    its table's ``[hardware]`` does not list for this Triton)."""
     if interpreted() or mode is not ConversionMode.SATFINITE:
         return SW
-    platform = _device_platform()
+    platform = gpu_platform(gpu_index(device))
     if platform is None or not triton_converts(platform, element_format):
         return SW
     return HW_E4M3FNUZ if element_format == E4M3FNUZ else HW_E4M3FN if element_format == E4M3FN else SW

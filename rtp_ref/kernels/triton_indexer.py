@@ -94,6 +94,7 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
             k, kv_cache, slot_mapping, tokens, k.stride(0), kv_cache.stride(0), block_size, layout.scale_divisor,
             AMAX_FLOOR, BLOCK_T=BLOCK_T, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
             IN_BF16=k.dtype == torch.bfloat16, UE8M0=scale_fmt == "ue8m0",
-            HW=hardware_selector(layout.element_format, layout.conversion_mode), CLAMP=not conversion_saturates(),
+            HW=hardware_selector(layout.element_format, layout.conversion_mode, kv_cache.device),
+            CLAMP=not conversion_saturates(),
             enable_fp_fusion=False, **traits.triton_constexprs(),
         )

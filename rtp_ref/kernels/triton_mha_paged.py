@@ -101,7 +101,7 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
     if fp8:
         assert layout.element_format is not None
         traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
-        hw = hardware_selector(layout.element_format, layout.conversion_mode)
+        hw = hardware_selector(layout.element_format, layout.conversion_mode, key_cache.device)
         srcs = (key, value)
     else:
         # no fp8 value: one specialisation; 16-bit bits moved as int16

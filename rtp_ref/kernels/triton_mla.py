@@ -282,7 +282,7 @@ class TritonMlaKernel(PlannedKernel):
             return
         # The same choice as conversion_path_for, asking Triton for its target once.
         hw = SW if self.conversion == "software" else hardware_selector(contract.element_format,
-                                                                        contract.conversion_mode)
+                                                                        contract.conversion_mode, kv_cache.device)
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
                                  in_bf16=kv_c.dtype == torch.bfloat16, clamp=not conversion_saturates())

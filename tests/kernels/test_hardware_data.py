@@ -36,12 +36,10 @@ def test_a_table_without_the_instruction_sends_the_cuda_kernels_to_software(monk
     without.write_text((REPO / "platforms" / "cuda-sm90.toml").read_text()
                        .replace('fp8_conversion = ["e4m3fn"]\ntriton', 'fp8_conversion = []\ntriton'))
     for table, hardware in ((sm90, True), (load_platform(str(without)), False)):
-        monkeypatch.setattr("rtp_ref.platform.detect_platform", lambda table=table: table)
-        cuda_build._gpu_fp8_conversion.cache_clear()
+        monkeypatch.setattr(cuda_build, "gpu_platform", lambda index, table=table: table)
         assert cuda_build.hardware_converts(E4M3FN, ConversionMode.SATFINITE) is hardware
         assert not cuda_build.hardware_converts(E4M3FN, ConversionMode.NONSAT)
         assert not cuda_build.hardware_converts(E5M2, ConversionMode.SATFINITE)  # no kernel path for it
-    cuda_build._gpu_fp8_conversion.cache_clear()
 
 
 def test_a_bad_hardware_entry_names_file_key_and_valid_values(tmp_path: Path) -> None:
