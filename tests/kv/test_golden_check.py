@@ -43,8 +43,9 @@ def check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
 
 
 def check_subprocess(*argv: str, kernels_env: str) -> CliRun:
-    """``rtp-ref golden-check ARGV`` as a real process with ``$RTP_REF_KERNELS`` set (run from the repo)."""
-    env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
+    """``rtp-ref golden-check ARGV`` as a real process with ``$RTP_REF_KERNELS`` set (run from the repo), GPUs
+    hidden: the test kernels' faults and mutations are the CPU's, and the report names the device ("on cpu")."""
+    env = child_env(REPO, RTP_REF_KERNELS=kernels_env, CUDA_VISIBLE_DEVICES="")
     return shared_zygote().run(["golden-check", *argv], env, REPO, timeout=120)
 
 
@@ -203,5 +204,6 @@ def test_a_kernel_that_raises_fails_the_check(tmp_path: Path) -> None:
 def test_the_builtin_kernels_pass_a_golden_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = golden(tmp_path / "g.safetensors", "fp8_model1_mla", "cpu", "--tokens", "8", "--num-blocks", "1")
     code, out, _ = check(capsys, str(path), "--kernel", "torch-eager")
-    assert code == 0 and "kernel torch-eager on cpu: the cache matches kv_cache_expected" in out
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # golden-check runs a kernel on its GPU when there is one
+    assert code == 0 and f"kernel torch-eager on {device}: the cache matches kv_cache_expected" in out
 

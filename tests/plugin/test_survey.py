@@ -22,8 +22,11 @@ def test_says_nothing(survey):
 
 
 @pytest.mark.parametrize("xdist", [["-n", "2"], []], ids=["xdist", "plain"])
-def test_survey_lines_reach_the_terminal_summary(pytester: pytest.Pytester, xdist: list[str]) -> None:
-    """A real inner run of tests/conftest.py as it is, with workers (subprocesses of their own) or without."""
+def test_survey_lines_reach_the_terminal_summary(pytester: pytest.Pytester, xdist: list[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real inner run of tests/conftest.py as it is, with workers (subprocesses of their own) or without.
+    GPUs are hidden from it: two workers on a one-GPU host would (rightly) be refused a GPU each."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     pytester.makeconftest(TESTS_CONFTEST.read_text())
     pytester.makepyfile(SURVEYING_TESTS)
     result = pytester.runpytest_subprocess(*xdist, "-p", "no:cacheprovider", timeout=300)
