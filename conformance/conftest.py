@@ -11,16 +11,15 @@ from typing import Any
 
 import pytest
 
-from rtp_ref.certify.case_matrix import case_specs
 from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
-from rtp_ref.certify.family_cases import FamilySpec, family_specs
+from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.kv.layouts import default_dims
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS
+from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS, op_cases
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
 
 from .matrix import KernelUnderTest, matching_deviation, suite
@@ -64,7 +63,7 @@ def write_case_params(config: pytest.Config) -> list[Any]:
         for layout in s.layouts:
             if layout not in k.claims:
                 continue
-            for spec, dims in case_specs(layout):
+            for spec, dims in op_cases(MLA_OP)(layout):
                 marks, deviation = _case_marks(s.platform, k, spec)
                 suffix = "" if dims == default_dims(layout) else f"-r{dims[0]}p{dims[1]}"
                 case = WriteCase(k, spec, dims, deviation)
@@ -101,7 +100,7 @@ def family_case_params(config: pytest.Config) -> list[Any]:
             for variant in s.layouts_by_op[op]:
                 if variant not in k.claims:
                     continue
-                for spec in family_specs(op, variant):
+                for spec in op_cases(op)(variant):
                     marks, deviation = _case_marks(s.platform, k, spec)
                     case = FamilyCaseParam(k, spec, deviation)
                     params.append(pytest.param(case, marks=marks, id=f"{k.name}-{variant}-{spec.case_id}"))

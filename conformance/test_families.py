@@ -13,8 +13,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilyCase, build_family_case, family_specs
+from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilyCase, build_family_case
 from rtp_ref.certify.family_grading import grade_family_write
+from rtp_ref.ops import op_cases
 
 from .conftest import FamilyCaseParam
 from .matrix import KernelUnderTest, suite
@@ -57,7 +58,7 @@ def test_family_unclaimed_variant_raises(unclaimed_family_pair: tuple[KernelUnde
                                          pytestconfig: pytest.Config, record_case: Callable[..., None]) -> None:
     """A variant the kernel does not claim must raise, and leave the caches untouched."""
     k, variant = unclaimed_family_pair
-    spec = next(s for s in family_specs(k.op, variant) if s.tokens > 1)
+    spec = next(s for s in op_cases(k.op)(variant) if s.tokens > 1)
     case = build_family_case(spec, suite(pytestconfig).contract, k.device)
     before = case.storage.cpu().clone()
     result = call_family_kernel(k.kernel, case, k.device)

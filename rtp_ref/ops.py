@@ -1,4 +1,6 @@
-"""The cache-write ops rtp-ref certifies, one record each: name, cache family, call signature, variants.
+"""The cache-write ops rtp-ref certifies, one record each: name, cache family, call signature, variants, the
+reference writer that defines the op and the generator of its cases (the suite and the built-in reference
+kernels take both from the record).
 
 A kernel names its op in an ``op`` attribute; a kernel without one is a ``concat_and_cache_mla`` kernel
 (every vendor kernel written before the other families joined keeps working). The op says which call the
@@ -15,7 +17,10 @@ carry the family as a suffix (``triton-mha``, ``triton-indexer``), so every kern
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.indexer import SCALE_FORMATS
@@ -43,17 +48,45 @@ class OpSpec:
     signature: str
     #: what built-in kernels of the op append to their implementation's name
     name_suffix: str
+    #: the reference writer the op is defined by, ``module:function`` (``op_reference``): called as a kernel
+    #: of the op is, with the variant's layout first
+    reference: str
+    #: the case generator of one variant, ``module:function`` (``op_cases``); named rather than imported, so
+    #: that the records and the modules they name do not import each other
+    cases: str
 
 
 OPS: dict[str, OpSpec] = {
     MLA_OP: OpSpec(MLA_OP, "mla", "kv_cache_dtypes", MLA_LAYOUT_NAMES,
-                   "kernel(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)", ""),
+                   "kernel(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)", "",
+                   "rtp_ref.kv.cache:reference_write", "rtp_ref.certify.case_matrix:case_specs"),
     MHA_OP: OpSpec(MHA_OP, "mha", "kv_cache_dtypes", MHA_CACHE_DTYPES,
                    "kernel(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)",
-                   "-mha"),
+                   "-mha", "rtp_ref.kv.mha_paged:reference_reshape_and_cache_flash",
+                   "rtp_ref.certify.family_cases:mha_specs"),
     INDEXER_OP: OpSpec(INDEXER_OP, "indexer", "scale_fmts", SCALE_FORMATS,
-                       "kernel(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)", "-indexer"),
+                       "kernel(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)", "-indexer",
+                       "rtp_ref.kv.indexer:reference_indexer_k_quant_and_cache",
+                       "rtp_ref.certify.family_cases:indexer_specs"),
 }
+
+
+def _named(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def op_reference(op: str) -> Callable[..., None]:
+    """The reference writer of ``op`` (its record's ``reference``): ``f(layout, *the kernel's tensors)``."""
+    writer: Callable[..., None] = _named(op_spec(op).reference)
+    return writer
+
+
+def op_cases(op: str) -> Callable[[str], Iterable[Any]]:
+    """The case generator of ``op`` (its record's ``cases``): ``f(variant)`` yields that variant's cases (MLA:
+    ``(CaseSpec, (R, P))`` pairs; the other ops: ``FamilySpec``)."""
+    cases: Callable[[str], Iterable[Any]] = _named(op_spec(op).cases)
+    return cases
 
 
 def op_name(kernel: object) -> str:

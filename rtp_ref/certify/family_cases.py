@@ -20,9 +20,9 @@ from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, num_blocks_for
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.kernels.contract import WriteContract
-from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache, slice_scales
-from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
-from rtp_ref.ops import INDEXER_OP, MHA_OP
+from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, slice_scales
+from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout
+from rtp_ref.ops import INDEXER_OP, MHA_OP, op_reference
 
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
 STRIDED_FAMILY_KINDS = ("fused",)
@@ -218,7 +218,7 @@ class MhaCase:
         elif hypothesis is not None:
             raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
         kc, vc = self.caches(storage, order)
-        reference_reshape_and_cache_flash(self.layout, key, value, kc, vc, slots, k_scale, v_scale)
+        op_reference(MHA_OP)(self.layout, key, value, kc, vc, slots, k_scale, v_scale)
 
     def hypotheses(self) -> list[str]:
         """The wrong hypotheses this case can tell apart from the contract."""
@@ -267,7 +267,7 @@ class IndexerCase:
         """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
         k, slots, cache = self.k.cpu(), self.slot_mapping.cpu(), self.cache(storage)
         if hypothesis is None:
-            reference_indexer_k_quant_and_cache(self.layout, k, cache, slots, self.spec.layout)
+            op_reference(INDEXER_OP)(self.layout, k, cache, slots, self.spec.layout)
             return
         keep = torch.nonzero(slots >= 0).flatten()
         if keep.numel() == 0:
@@ -309,8 +309,3 @@ FamilyCase = MhaCase | IndexerCase
 def build_family_case(spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> FamilyCase:
     """The inputs and canary-filled caches of ``spec`` on ``device`` under ``contract``."""
     return MhaCase(spec, contract, device) if spec.op == MHA_OP else IndexerCase(spec, contract, device)
-
-
-def family_specs(op: str, variant: str) -> Iterator[FamilySpec]:
-    """Every case of ``op``'s ``variant``."""
-    return mha_specs(variant) if op == MHA_OP else indexer_specs(variant)

@@ -29,9 +29,10 @@ from rtp_ref.certify.checks import Check, grade_reached, reaches
 from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueGrade, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode, decode_ue8m0
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kv.cache import gather_entries, reference_write
+from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.ops import MLA_OP, op_reference
 
 
 @dataclass
@@ -69,7 +70,7 @@ def _write_on(layout: MlaLayout, inputs: CaseInputs, canary: int, padded_rows: i
     storage = torch.full_like(inputs.storage, canary, device="cpu")
     num_blocks, block_size = inputs.kv_cache.shape[:2]
     view = cache_view(layout, storage, num_blocks, block_size, kv_c.dtype, padded_rows)
-    reference_write(layout, kv_c, k_pe, view, slots, scale)
+    op_reference(MLA_OP)(layout, kv_c, k_pe, view, slots, scale)
     return storage
 
 

@@ -15,9 +15,9 @@ import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.kernels.contract import WriteContract, default_contract
-from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache
-from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
-from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS
+from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for
+from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout
+from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS, op_reference
 
 MhaWriter = Callable[[MhaPagedLayout, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                       torch.Tensor, torch.Tensor], None]
@@ -176,7 +176,7 @@ def reference_on_cpu_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch
                          v_scale: torch.Tensor) -> None:
     """The MHA reference on tensors of any device: it runs on the CPU (where it is defined) and writes back."""
     host = [t.cpu() for t in (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)]
-    reference_reshape_and_cache_flash(layout, *host)
+    op_reference(MHA_OP)(layout, *host)
     key_cache.copy_(host[2])
     value_cache.copy_(host[3])
 
@@ -185,5 +185,5 @@ def reference_on_cpu_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: t
                              slot_mapping: torch.Tensor, scale_fmt: str) -> None:
     """The indexer reference on tensors of any device: it runs on the CPU and writes back."""
     cache = kv_cache.cpu()
-    reference_indexer_k_quant_and_cache(layout, k.cpu(), cache, slot_mapping.cpu(), scale_fmt)
+    op_reference(INDEXER_OP)(layout, k.cpu(), cache, slot_mapping.cpu(), scale_fmt)
     kv_cache.copy_(cache)
