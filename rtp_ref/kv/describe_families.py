@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout
+from rtp_ref.kv.family_records import INDEXER_VARIANTS, MHA_VARIANTS, variant_record
+from rtp_ref.kv.indexer import IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 
 #: the size of the 16-bit inputs an ``auto`` cache copies (bf16 or fp16)
@@ -35,6 +36,8 @@ def mha_as_dict(layouts: list[MhaPagedLayout], heads_total: int, tp_size: int, b
                 "v_bytes_per_token": layout.v_bytes_per_token(INPUT_ITEMSIZE),
                 "kv_bytes_per_block": block_size * (layout.k_bytes_per_token(INPUT_ITEMSIZE)
                                                     + layout.v_bytes_per_token(INPUT_ITEMSIZE)),
+                "summary": variant_record(MHA_VARIANTS, layout.kv_cache_dtype, "kv_cache_dtype").summary,
+                "sources": variant_record(MHA_VARIANTS, layout.kv_cache_dtype, "kv_cache_dtype").sources,
             }
             for layout in layouts
         ],
@@ -64,7 +67,9 @@ def indexer_as_dict(layout: IndexerLayout, block_size: int) -> dict[str, Any]:
         "quant_block_size": layout.quant_block_size,
         "element": layout.element_format.name,
         "scale_divisor": layout.scale_divisor,
-        "scale_formats": list(SCALE_FORMATS),
+        "scale_formats": [r.name for r in INDEXER_VARIANTS],
+        "variants": [{"scale_fmt": r.name, "summary": r.summary, "scales": r.scales, "sources": r.sources}
+                     for r in INDEXER_VARIANTS],
         "bytes_per_token": layout.bytes_per_token,
         "block_size": block_size,
         "value_bytes_per_block": block_size * layout.head_dim,

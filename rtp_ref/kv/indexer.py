@@ -27,15 +27,17 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
+from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
+from rtp_ref.kv.family_records import INDEXER_VARIANTS, variant_record
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
 
-#: ``scale_fmt``: fp32 scales as computed, or raised to powers of two
-SCALE_FORMATS = ("none", "ue8m0")
+#: ``scale_fmt``: fp32 scales as computed, or raised to powers of two: the names of the variant records
+SCALE_FORMATS = tuple(r.name for r in INDEXER_VARIANTS)
 #: the amax floor of a slice (an all-zero slice still gets a positive scale)
 AMAX_FLOOR = 1e-4
 #: DeepSeek V3.2's indexer: 128 dims, one scale per 128 values
@@ -105,14 +107,13 @@ def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, sl
 
 def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torch.Tensor:
     """The fp32 scale of each ``quant_block_size`` slice of ``k`` ``[T, head_dim]``: ``[T, n]``."""
-    if scale_fmt not in SCALE_FORMATS:
-        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    record = variant_record(INDEXER_VARIANTS, scale_fmt, "scale_fmt")
     magnitude = k.to(torch.float32).reshape(k.shape[0], layout.scales_per_token, -1).abs()
     # vLLM's kernel folds with fmaxf, which drops NaN: a NaN value does not make its slice's scale NaN
     amax = torch.where(torch.isnan(magnitude), 0.0, magnitude).amax(dim=-1)
     floor = torch.tensor(AMAX_FLOOR, dtype=torch.float32)
     scale = torch.maximum(amax, floor) / torch.tensor(layout.scale_divisor, dtype=torch.float32)
-    if scale_fmt == "ue8m0":
+    if record.rule is ScaleRule.POW2_CEIL:
         # exp2f(ceilf(log2f(inf))) is inf: an infinite slice keeps an infinite scale
         scale = torch.where(torch.isinf(scale), scale, decode_ue8m0(encode_ue8m0(scale, Pow2Rule.CEIL)))
     return scale

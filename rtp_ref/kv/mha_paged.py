@@ -22,11 +22,14 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
-from rtp_ref.fp8.formats import E5M2, ConversionMode, FormatSource, Fp8Format
+from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, FormatSource, Fp8Format
+from rtp_ref.kv.family_records import MHA_VARIANTS, variant_record
+from rtp_ref.kv.fields import ELEMENT_INPUT16
+from rtp_ref.kv.records import ELEMENT_FP8
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
-#: the cache dtypes of the op, as vLLM names them
-MHA_CACHE_DTYPES = ("auto", "fp8", "fp8_e5m2")
+#: the cache dtypes of the op, as vLLM names them: the names of its variant records
+MHA_CACHE_DTYPES = tuple(r.name for r in MHA_VARIANTS)
 #: how a block's rows and heads are ordered in memory
 CACHE_ORDERS = ("NHD", "HND")
 
@@ -74,17 +77,18 @@ def mha_layout(platform: FormatSource, kv_cache_dtype: str, num_kv_heads: int, h
     the platform's e4m3 (e4m3fnuz on gfx942),
     ``fp8_e5m2`` is OCP e5m2; ``element_format`` overrides either (a cache's format is the cache's: one
     model can keep two caches in two formats on one platform)."""
-    if kv_cache_dtype not in MHA_CACHE_DTYPES:
-        raise RtpRefError(f"kv_cache_dtype {kv_cache_dtype!r}; valid: {', '.join(MHA_CACHE_DTYPES)}")
+    record = variant_record(MHA_VARIANTS, kv_cache_dtype, "kv_cache_dtype")
     for name, value in (("num_kv_heads", num_kv_heads), ("head_size", head_size)):
         if value < 1:
             raise RtpRefError(f"{name} {value} is not valid; valid: >= 1")
-    if kv_cache_dtype == "auto":
+    if record.element == ELEMENT_INPUT16:
         if element_format is not None:
-            raise RtpRefError("kv_cache_dtype 'auto' stores the inputs' own type; an element format needs fp8")
+            raise RtpRefError(f"kv_cache_dtype {kv_cache_dtype!r} stores the inputs' own type; an element format "
+                              "needs fp8")
         fmt = None
     else:
-        fmt = element_format or (platform.element_format if kv_cache_dtype == "fp8" else E5M2)
+        fmt = element_format or (platform.element_format if record.element == ELEMENT_FP8 else
+                                 FP8_FORMATS[record.element])
     return MhaPagedLayout(kv_cache_dtype, num_kv_heads, head_size, fmt, platform.conversion_mode)
 
 
