@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Source
-from rtp_ref.kv.layout_records import MODEL1_DIMS
+from rtp_ref.kv.layout_records import layout_record
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import MLA_LAYOUT_NAMES, platform_names
 from tests.kernels.cases import DTYPES, WriteCase, contract, copy_to
@@ -173,13 +173,16 @@ def _special_columns(layout: MlaLayout) -> dict[str, int]:
 
 
 def layout_dims(layout: str, lora_alignment: str, max_dim: int) -> st.SearchStrategy[tuple[int, int]]:
-    """(kv_lora_rank, rope_dim) pairs ``layout`` accepts: fp8_model1_mla only 448/64; fp8_ds_mla
-    multiples of 128 under ``lora_alignment=strict``; any rank otherwise. Rope dims up to max_dim / 4."""
+    """(kv_lora_rank, rope_dim) pairs ``layout`` accepts, from its record: only its dims when they are fixed
+    (fp8_model1_mla's 448/64); multiples of its scale tile under ``lora_alignment=strict`` when it has one
+    (fp8_ds_mla's 128); any rank otherwise. Rope dims up to max_dim / 4."""
+    record = layout_record(layout)
     rope = st.integers(1, max(1, max_dim // 4))
-    if layout == "fp8_model1_mla":
-        return st.just(MODEL1_DIMS)
-    if layout == "fp8_ds_mla" and lora_alignment == "strict":
-        return st.tuples(st.sampled_from([128 * k for k in range(1, max(1, max_dim // 128) + 1)]), rope)
+    if record.fixed_dims:
+        return st.just(record.default_dims)
+    if record.tile_rule is not None and lora_alignment == "strict":
+        tile = record.tile_rule.tile
+        return st.tuples(st.sampled_from([tile * k for k in range(1, max(1, max_dim // tile) + 1)]), rope)
     return st.tuples(st.integers(1, max_dim), rope)
 
 

@@ -17,9 +17,10 @@ from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_FP32, Placement, Source
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.platform import load_platform
+from rtp_ref.platform import MLA_LAYOUT_NAMES, load_platform
 
-LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+#: every MLA layout record: the built-in kernels claim them all, and each is tested on each
+LAYOUTS = MLA_LAYOUT_NAMES
 #: the input dtypes the kernels take, by their short names
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
