@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import platform as pyplatform
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from rtp_ref import __version__
+from rtp_ref.kv.layout_records import BUILTIN_LAYOUTS, LAYOUTS_ENV, MLA_LAYOUT_NAMES
 
 
 def _nvidia_driver() -> str | None:
@@ -23,8 +27,22 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
 
 
+def layout_table() -> dict[str, Any] | None:
+    """The layout table ``$RTP_REF_LAYOUTS`` added records from: its path, its bytes' sha256 (None when it
+    can no longer be read) and the layouts it added; None without one."""
+    path = os.environ.get(LAYOUTS_ENV)
+    if not path:
+        return None
+    try:
+        digest: str | None = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"path": path, "sha256": digest, "layouts": list(MLA_LAYOUT_NAMES[len(BUILTIN_LAYOUTS):])}
+
+
 def collect_environment() -> dict[str, Any]:
-    """Versions of rtp-ref, Python, torch, triton, the GPU runtime and driver, and device 0."""
+    """Versions of rtp-ref, Python, torch, triton, the GPU runtime and driver, device 0, and the layout table
+    that added layouts to the built-in ones (a report certified on one names it)."""
     import torch
 
     env: dict[str, Any] = {
@@ -34,6 +52,7 @@ def collect_environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "torch_hip": torch.version.hip,
+        "layout_table": layout_table(),
     }
     try:
         import triton

@@ -4,6 +4,7 @@ mistaken record is refused with one line (docs/layouts.md "Adding a layout" says
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -68,6 +69,10 @@ def test_a_layout_record_in_a_table_is_laid_out_and_certified(tmp_path: Path) ->
             for r in report["summary"]["by_kernel_layout"] if r["kernel"] not in ("-", "(suite)")}
     assert rows == {("reference", "fp8_tile64_inline"): ("certified", "bit_exact"),
                     ("torch-eager", "fp8_tile64_inline"): ("certified", "bit_exact")}
+    # the published report names the table the layout came from, by its bytes
+    table = tmp_path / "layouts.toml"
+    assert report["environment"]["layout_table"] == {
+        "path": str(table), "sha256": hashlib.sha256(table.read_bytes()).hexdigest(), "layouts": ["fp8_tile64_inline"]}
 
 
 BAD = [
