@@ -23,6 +23,18 @@ INTERRUPTED = 130
 VALID_DIR = "a directory this user can create and write in (created if missing)"
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1. Anything else is argparse's error line naming the option, the
+    value and what is valid (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; valid: an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid; valid: an integer >= 1")
+    return value
+
+
 def add_json_flag(parser: argparse.ArgumentParser, what: str = "machine-readable JSON instead of text") -> None:
     """Add the ``--json`` flag every data-printing command takes; its help says ``print <what>``."""
     parser.add_argument("--json", action="store_true", help=f"print {what}")

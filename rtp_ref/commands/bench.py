@@ -15,6 +15,7 @@ from rtp_ref.commands._output import (
     add_json_flag,
     add_layout_flag,
     interrupts_held,
+    positive_int,
     print_json,
     writable_dir,
 )
@@ -89,9 +90,6 @@ def _bench(args: argparse.Namespace) -> int:
     unknown = [n for n in args.layout if n not in MLA_LAYOUT_NAMES]
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
-    for tokens in args.tokens or ():
-        if tokens < 1:
-            raise RtpRefError(f"--tokens {tokens}: not a write size in tokens; valid: a positive integer")
     kernels = []
     for name, entry in discover_kernels(args.kernel or None).items():
         if name == "reference" and not args.kernel:
@@ -136,7 +134,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME", help="only this kernel (repeatable)")
     parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT", help="only this layout (repeatable)")
     add_layout_flag(parser)
-    parser.add_argument("--tokens", type=int, nargs="+", metavar="N",
+    parser.add_argument("--tokens", type=positive_int, nargs="+", metavar="N",
                         help=f"write sizes in tokens (default: {GPU_SIZES} on a GPU, {CPU_SIZES} on the CPU)")
     parser.add_argument("--compile-baseline", action="store_true",
                         help="also time torch-eager under torch.compile (the baseline kernels are compared with)")

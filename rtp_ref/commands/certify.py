@@ -25,6 +25,7 @@ from rtp_ref.commands._output import (
     add_json_flag,
     add_layout_flag,
     interrupts_held,
+    positive_int,
     print_json,
     writable_dir,
 )
@@ -197,16 +198,6 @@ def _certify(args: argparse.Namespace) -> int:
     return 1 if problem else 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
 def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
     """The certify command line of platform ``name`` in ``--platform all`` (pytest's extra arguments aside)."""
     argv = [
@@ -330,21 +321,21 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "-n",
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="worker processes (default 1); on a GPU host each worker gets its own GPU",
     )
     parser.add_argument(
         "--jobs",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="J",
         help="with --platform all: certify J platforms at once (default: 1 on a GPU host, else one per CPU core)",
     )
     parser.add_argument(
         "--case-timeout",
-        type=_positive_int,
+        type=positive_int,
         default=600,
         metavar="SECONDS",
         help="a case running longer fails and its worker is replaced (default 600; the first "
@@ -352,7 +343,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--crash-limit",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_CRASH_LIMIT,
         metavar="N",
         help=f"after N crashes or hangs of one kernel on one layout, its remaining cases there fail at once as "
@@ -360,7 +351,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--max-restarts",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         metavar="N",
         help="replace crashed workers at most N times in the whole run (default 64), then stop with a partial "

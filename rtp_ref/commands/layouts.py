@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number, print_json
+from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number, positive_int, print_json
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.describe import layout_as_dict, layout_table
 from rtp_ref.kv.describe_families import indexer_as_dict, indexer_table, mha_as_dict, mha_table
@@ -26,20 +26,22 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     """``--layout-flag`` (repeatable), ``--kv-lora-rank`` and ``--rope-dim``, shared with ``golden``."""
     add_layout_flag(parser)
     parser.add_argument(
-        "--kv-lora-rank", type=int, metavar="R", help="latent rank (default: 512; 448 for fp8_model1_mla)"
+        "--kv-lora-rank", type=positive_int, metavar="R", help="latent rank (default: 512; 448 for fp8_model1_mla)"
     )
-    parser.add_argument("--rope-dim", type=int, metavar="P", help="rope dimension (default: 64)")
+    parser.add_argument("--rope-dim", type=positive_int, metavar="P", help="rope dimension (default: 64)")
 
 
 def add_family_arguments(parser: argparse.ArgumentParser) -> None:
     """The MHA paged cache's ``--num-kv-heads`` and ``--head-size``, the indexer's ``--indexer-dim`` and
     ``--quant-block-size``, shared with ``golden``."""
     mha = parser.add_argument_group("mha paged")
-    mha.add_argument("--num-kv-heads", type=int, default=8, metavar="H", help="KV heads of the model (default: 8)")
-    mha.add_argument("--head-size", type=int, default=128, metavar="D", help="values per head (default: 128)")
+    mha.add_argument("--num-kv-heads", type=positive_int, default=8, metavar="H",
+                     help="KV heads of the model (default: 8)")
+    mha.add_argument("--head-size", type=positive_int, default=128, metavar="D", help="values per head (default: 128)")
     indexer = parser.add_argument_group("indexer")
-    indexer.add_argument("--indexer-dim", type=int, default=128, metavar="D", help="indexer head dim (default: 128)")
-    indexer.add_argument("--quant-block-size", type=int, default=128, metavar="Q",
+    indexer.add_argument("--indexer-dim", type=positive_int, default=128, metavar="D",
+                         help="indexer head dim (default: 128)")
+    indexer.add_argument("--quant-block-size", type=positive_int, default=128, metavar="Q",
                          help="values per fp32 scale (default: 128)")
 
 
@@ -57,21 +59,12 @@ def _families(args: argparse.Namespace) -> list[str]:
     families = args.family or (["mla"] if args.layout else list(FAMILIES))
     if args.layout and "mla" not in families:
         raise RtpRefError(f"--layout {args.layout}: an MLA layout; valid: with --family mla (or no --family)")
-    for option in ("num_kv_heads", "head_size", "tp_size", "indexer_dim", "quant_block_size"):
-        value = getattr(args, option)
-        if value < 1:
-            raise RtpRefError(f"--{option.replace('_', '-')} {value} is not valid; valid: >= 1")
     return families
 
 
 def _mla(args: argparse.Namespace, platform: Platform) -> tuple[list[dict[str, Any]], list[list[str]]]:
     overrides = parse_overrides(args.layout_flag)
     names = [args.layout] if args.layout else list(MLA_LAYOUT_NAMES)
-    # Checked here, not per layout: every layout would refuse the value, and the command would still
-    # exit 0 with only per-layout errors to show for it.
-    for option, value in (("--kv-lora-rank", args.kv_lora_rank), ("--rope-dim", args.rope_dim)):
-        if value is not None and value < 1:
-            raise RtpRefError(f"{option} {value} is not valid; valid: >= 1")
     views: list[dict[str, Any]] = []
     texts: list[list[str]] = []
     for name in names:
@@ -103,8 +96,6 @@ def _mha(args: argparse.Namespace, platform: Platform) -> dict[str, Any]:
 def _layouts(args: argparse.Namespace) -> int:
     platform = resolve_platform(args.platform)
     flags = resolve_flags(platform, parse_overrides(args.layout_flag))
-    if args.block_size < 1:
-        raise RtpRefError(f"--block-size {args.block_size} is not valid; valid: >= 1")
     families = _families(args)
     views, texts = _mla(args, platform) if "mla" in families else ([], [])
     mha = _mha(args, platform) if "mha" in families else None
@@ -166,7 +157,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--block-size",
-        type=int,
+        type=positive_int,
         default=64,
         metavar="B",
         help="tokens per block for the per-block sizes (default: 64)",
@@ -174,7 +165,7 @@ def register(sub: Any) -> None:
     add_layout_arguments(parser)
     add_family_arguments(parser)
     parser.add_argument_group("mha paged").add_argument(
-        "--tp-size", type=int, default=1, metavar="N",
+        "--tp-size", type=positive_int, default=1, metavar="N",
         help="tensor-parallel ranks: one rank's caches hold its share of the heads (default: 1)")
     add_json_flag(parser)
     parser.set_defaults(func=_layouts)
