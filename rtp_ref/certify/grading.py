@@ -18,7 +18,6 @@ canaries, and a byte belongs to the footprint when it changed in either. Each ch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ import torch
 
 from rtp_ref.certify.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
 from rtp_ref.certify.checks import Check, grade_reached, reaches
-from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueGrade, first, fp8_value_checks, with_examples
+from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode, decode_ue8m0
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries
@@ -182,11 +181,6 @@ class _Locator:
         return out[:MAX_EXAMPLES]
 
 
-def _failing(name: str, ok: bool, detail: Callable[[], str]) -> Check:
-    """A check whose detail (with its examples) is only worked out when it failed."""
-    return Check(name, ok, "" if ok else detail())
-
-
 def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref: ReferenceImage,
                       loc: _Locator) -> list[Check]:
     changed = after != before
@@ -194,7 +188,7 @@ def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref:
 
     def found(name: str, mask: torch.Tensor, head: str) -> Check:
         pos = torch.nonzero(mask).flatten()
-        return _failing(name, pos.numel() == 0, lambda: with_examples(
+        return failing(name, pos.numel() == 0, lambda: with_examples(
             f"{pos.numel()} {head}", loc.differing(pos, after, before, "untouched")))
 
     checks = [found("layout.untouched_bytes", stray, "byte(s) outside the target entries changed")]
@@ -272,19 +266,19 @@ class _NumericsCase:
         k, r = self.k_scales, self.r_scales
         name = self.scale_field.name
         positive = torch.isfinite(k) & (k > 0)
-        checks = [_failing("numerics.scale_positive", bool(positive.all()), lambda: with_examples(
+        checks = [failing("numerics.scale_positive", bool(positive.all()), lambda: with_examples(
             f"{name}: {int((~positive).sum())} scale(s) are zero, negative, inf or NaN (e.g. a missing floor on an "
             f"all-zero tile)", [self._scale_example(*rc, contract=False) for rc in first(~positive)]))]
         if spec.rule is ScaleRule.POW2_CEIL:
             mantissa, _ = torch.frexp(k)
             bad = ~((mantissa == 0.5) | ~torch.isfinite(k))
-            checks.append(_failing("numerics.scale_form", not bool(bad.any()), lambda: with_examples(
+            checks.append(failing("numerics.scale_form", not bool(bad.any()), lambda: with_examples(
                 f"{name}: {int(bad.sum())} scale(s) are not powers of two; the platform's readers truncate them "
                 f"(rule pow2_ceil)", [self._scale_example(*rc) for rc in first(bad)])))
         # pow2_ceil scales are exact; amax_div allows the last bit (x * (1/d) versus x / d)
         equal = k == r if spec.rule is ScaleRule.POW2_CEIL else (k - r).abs() <= r.abs() * 2.0**-22
         ok = bool(equal.all())
-        checks.append(_failing("numerics.scale_value", ok, lambda: with_examples(
+        checks.append(failing("numerics.scale_value", ok, lambda: with_examples(
             f"{name}: {int((~equal).sum())} scale(s) differ from the contract ({spec.formula()})",
             [self._scale_example(*rc) for rc in first(~equal)])))
         permuted = torch.equal(torch.sort(k, dim=1).values, torch.sort(r, dim=1).values)
@@ -295,7 +289,7 @@ class _NumericsCase:
             return (f"{name}: the right scales sit in the wrong tiles (order differs from the layout), e.g. "
                     f"{self.loc.row(row)}: kernel [{shown[0]}] vs contract [{shown[1]}]")
 
-        checks.append(_failing("layout.scale_order", ok or not permuted, order))
+        checks.append(failing("layout.scale_order", ok or not permuted, order))
         return checks
 
     def value_checks(self) -> tuple[list[Check], dict[str, float]]:
@@ -327,7 +321,7 @@ def _copy_check(layout: MlaLayout, f: Field, k_entries: torch.Tensor, r_entries:
                          [f"{loc.row(r)} {f.name}[{i}]: kernel {loc.value(f, _element(got, f, r, i))} vs contract "
                           f"{loc.value(f, _element(want, f, r, i))}" for r, i in first(differ)])
 
-    return _failing(f"layout.{f.name}_exact", torch.equal(got, want), detail)
+    return failing(f"layout.{f.name}_exact", torch.equal(got, want), detail)
 
 
 def _block_scales_check(layout: MlaLayout, f: Field, entries: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -335,7 +329,7 @@ def _block_scales_check(layout: MlaLayout, f: Field, entries: tuple[torch.Tensor
     """``layout.block_scales``: every target's block-trailing scale bytes were written (entries: kernel,
     reference, before)."""
     ok = _written(*(_field_bytes(layout, e, f) for e in entries))
-    return _failing("layout.block_scales", bool(ok.all()), lambda: with_examples(
+    return failing("layout.block_scales", bool(ok.all()), lambda: with_examples(
         f"{f.name}: {int((~ok).sum())} token(s) have no scale bytes at their block-trailing position "
         f"(block_size * {layout.data_bytes_per_token} + t * {layout.trailing_bytes_per_token})",
         [loc.row(i) for i in torch.nonzero(~ok).flatten()[:MAX_EXAMPLES].tolist()]))
@@ -361,7 +355,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
              for s in (after, ref.storage, before)]
     k_entries, r_entries, b_entries = (gather_entries(layout, v, targets) for v in views)
     written = _written(k_entries, r_entries, b_entries)
-    checks.append(_failing("layout.slot_mapping", bool(written.all()), lambda: with_examples(
+    checks.append(failing("layout.slot_mapping", bool(written.all()), lambda: with_examples(
         f"{int((~written).sum())} target entr(ies) were never written (the token went elsewhere or nowhere)",
         [loc.row(i) for i in torch.nonzero(~written).flatten()[:MAX_EXAMPLES].tolist()])))
     stats: dict[str, Any] = {"targets": int(targets.numel()), "tokens": tokens}
@@ -381,7 +375,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     differ = (after != ref.storage) & ref.footprint
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
-    checks.append(_failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
+    checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
         f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference",
         loc.differing(torch.nonzero(differ).flatten(), after, ref.storage))))
     return Grading(_merge(checks), _grade(checks), stats)

@@ -35,6 +35,11 @@ class ValueGrade:
     ordinary: torch.Tensor
 
 
+def failing(name: str, ok: bool, detail: Callable[[], str]) -> Check:
+    """Check ``name``, whose detail (with its examples) is only worked out when it failed."""
+    return Check(name, ok, "" if ok else detail())
+
+
 def first(mask: torch.Tensor, limit: int = MAX_EXAMPLES) -> list[tuple[int, int]]:
     """(row, column) of the first ``limit`` True entries of a 2-dim mask, row-major."""
     return [(int(r), int(c)) for r, c in torch.nonzero(mask)[:limit].tolist()]
@@ -59,14 +64,13 @@ def fp8_value_checks(label: str, codes: torch.Tensor, exact: torch.Tensor, fmt: 
     top = fmt.max_value
     over = (exact.abs() > top) & ~nan_in
     lost_nan = nan_in & ~torch.isnan(q)
-    checks = [Check("numerics.nan", not bool(lost_nan.any()), "" if not bool(lost_nan.any()) else with_examples(
+    checks = [failing("numerics.nan", not bool(lost_nan.any()), lambda: with_examples(
         f"{int(lost_nan.sum())} NaN input(s) were not stored as NaN", [name(r, c, "nan") for r, c in first(lost_nan)]))]
     if mode is ConversionMode.SATFINITE:
         unclamped = over & (q != torch.sign(exact) * top)
-        checks.append(Check("numerics.saturation", not bool(unclamped.any()), "" if not bool(unclamped.any()) else
-                            with_examples(f"{int(unclamped.sum())} value(s) beyond +-{top:g} were not clamped to "
-                                          f"+-{top:g}", [name(r, c, f"{float(torch.sign(exact[r, c])) * top:g}")
-                                                         for r, c in first(unclamped)])))
+        checks.append(failing("numerics.saturation", not bool(unclamped.any()), lambda: with_examples(
+            f"{int(unclamped.sum())} value(s) beyond +-{top:g} were not clamped to +-{top:g}",
+            [name(r, c, f"{float(torch.sign(exact[r, c])) * top:g}") for r, c in first(unclamped)])))
     ordinary = ~(nan_in | over)
     steps = torch.zeros_like(exact)
     steps[ordinary] = step_errors(q[ordinary], exact[ordinary], fmt.name)
@@ -82,7 +86,7 @@ def fp8_value_checks(label: str, codes: torch.Tensor, exact: torch.Tensor, fmt: 
                                 f"{label}: the bytes are {other[0]}, not the cache's {fmt.name}, e.g. "
                                 f"{name(row, col, None)}: 0x{int(code):02x} is {float(decode(code, other[0])):.6g} "
                                 f"as {other[0]}, {float(decode(code, fmt)):.6g} as {fmt.name}"))
-    checks.append(Check("numerics.error_bound", not bool(off.any()), "" if not bool(off.any()) else with_examples(
+    checks.append(failing("numerics.error_bound", not bool(off.any()), lambda: with_examples(
         f"{label}: {int(off.sum())} value(s) off by more than {max_ulp:g} fp8 step(s) of x/scale (worst "
         f"{worst:.3g} steps)", [f"{name(r, c, None)} ({float(steps[r, c]):.3g} steps)" for r, c in first(off)])))
     return ValueGrade(checks, worst, ordinary)

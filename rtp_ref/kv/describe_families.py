@@ -36,10 +36,11 @@ def mha_as_dict(layouts: list[MhaPagedLayout], heads_total: int, tp_size: int, b
                 "v_bytes_per_token": layout.v_bytes_per_token(INPUT_ITEMSIZE),
                 "kv_bytes_per_block": block_size * (layout.k_bytes_per_token(INPUT_ITEMSIZE)
                                                     + layout.v_bytes_per_token(INPUT_ITEMSIZE)),
-                "summary": variant_record(MHA_VARIANTS, layout.kv_cache_dtype, "kv_cache_dtype").summary,
-                "sources": variant_record(MHA_VARIANTS, layout.kv_cache_dtype, "kv_cache_dtype").sources,
+                "summary": record.summary,
+                "sources": record.sources,
             }
-            for layout in layouts
+            for layout, record in ((lay, variant_record(MHA_VARIANTS, lay.kv_cache_dtype, "kv_cache_dtype"))
+                                   for lay in layouts)
         ],
     }
 

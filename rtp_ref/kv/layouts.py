@@ -242,10 +242,10 @@ def _fields(record: LayoutRecord, r: int, p: int, tiles: int, flags: LayoutFlags
     for f in record.fields:
         element = fmt.name if f.element == ELEMENT_FP8 else f.element
         size = (counts[f.count] if isinstance(f.count, str) else f.count) * element_size(element)
-        computed = f.source is Source.SCALE and f.count == "tiles" and record.tile_rule is not None
+        rule = record.tile_rule if f.source is Source.SCALE and f.count == "tiles" else None
         offset = 0 if f.placement is Placement.EXTERNAL else next_offset[f.placement]
         placed.append(Field(f.name, f.source, f.placement, offset, size, element, scale_field=f.scale,
-                            tile_scale=_tile_scale(record.tile_rule, flags) if computed and record.tile_rule else None,
+                            tile_scale=None if rule is None else _tile_scale(rule, flags),
                             note=f.note))
         next_offset[f.placement] += size
     return tuple(placed)

@@ -13,7 +13,7 @@ import torch
 
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
-from tests.kernels.cases import LAYOUTS, assert_bit_exact, contract, differences, make_case
+from tests.kernels.cases import BUNDLED, LAYOUTS, assert_bit_exact, contract, differences, make_case
 
 KERNEL = TorchEagerKernel()
 
@@ -24,7 +24,7 @@ def _contract_for(device: torch.device) -> str:
 
 def test_kernel_satisfies_the_protocol() -> None:
     check_kernel(KERNEL, "test")
-    assert set(KERNEL.kv_cache_dtypes) == set(LAYOUTS)
+    assert set(BUNDLED) <= set(KERNEL.kv_cache_dtypes) == set(LAYOUTS)
     assert KERNEL.conversion_path == "torch"
 
 

@@ -14,7 +14,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
-from tests.kernels.cases import CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
+from tests.kernels.cases import BUNDLED, CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 pytest.importorskip("triton")
 from rtp_ref.kernels.triton_fp8 import interpreted
@@ -35,7 +35,7 @@ RUN_CONTRACTS = (["cpu", "rocm-gfx942", "rocm-gfx950", "e4m3fn-nonsat", "e5m2-sa
 
 def test_kernel_satisfies_the_protocol_and_claims_every_layout() -> None:
     check_kernel(KERNEL, "test")
-    assert set(KERNEL.kv_cache_dtypes) == set(LAYOUTS)
+    assert set(BUNDLED) <= set(KERNEL.kv_cache_dtypes) == set(LAYOUTS)
     assert tuple(KERNEL.devices) == (DEVICE,)
 
 
