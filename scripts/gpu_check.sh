@@ -18,11 +18,13 @@
 #                                      op's built-in kernels on cuda-sm90 (native) and rocm-gfx942 (emulated)
 #   scripts/gpu_check.sh records       a layout added as a record in a TOML table ($RTP_REF_LAYOUTS, the one of
 #                                      tests/kv/test_add_a_layout.py): triton and cuda certified on it natively
+#   scripts/gpu_check.sh formats       every op's GPU kernels certified with the cache in another fp8 format than
+#                                      the platform's (cache_fp8_format=e4m3fnuz on cuda-sm90, e4m3fn on gfx942)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families or records" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records or formats" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -139,8 +141,15 @@ PY
     RTP_REF_LAYOUTS=/tmp/layouts.toml certify ./cuda-sm90-tile64.toml --kernel triton --kernel cuda \
       --kernel reference --layout fp8_tile64_inline
     ;;
+  formats)
+    # a cache kept in another fp8 format than the platform's (layout flag cache_fp8_format), every op
+    gpu=(--kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer
+         --kernel cuda-indexer)
+    certify cuda-sm90 "${gpu[@]}" --layout-flag cache_fp8_format=e4m3fnuz
+    certify rocm-gfx942 "${gpu[@]}" --layout-flag cache_fp8_format=e4m3fn
+    ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families or records" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records or formats" >&2; exit 2
     ;;
   esac
 done

@@ -33,8 +33,10 @@ from tests.kernels.cases import DTYPES, WriteCase, contract, copy_to
 ROW_KINDS = ("normal", "zero", "subnormal", "huge")
 #: NaN with the sign bit set is what torch's own float32 -> bfloat16 cast makes of any NaN on the CPU
 SPECIALS = ("nan", "-nan", "inf", "-inf")
-#: layout-flag overrides a draw may apply: the values the bundled platform tables use
+#: layout-flag overrides a draw may apply: the values the bundled platform tables use, and a cache kept in
+#: either e4m3 format whatever the platform's
 FLAG_CHOICES = {
+    "cache_fp8_format": ("platform", "e4m3fn", "e4m3fnuz"),
     "ds_mla_scale_rule": ("amax_div", "pow2_ceil"),
     "fp8_max_divisor": ("224", "448"),
     "ds_mla_scale_floor": ("1e-4", "1.1754943508222875e-38"),

@@ -7,14 +7,15 @@ from typing import Any
 
 from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number, positive_int, print_json
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.describe import layout_as_dict, layout_table
 from rtp_ref.kv.describe_families import indexer_as_dict, indexer_table, mha_as_dict, mha_table
 from rtp_ref.kv.dtypes import KvDtype
-from rtp_ref.kv.flags import parse_overrides, resolve_flags
-from rtp_ref.kv.indexer import indexer_layout
+from rtp_ref.kv.flags import parse_overrides
+from rtp_ref.kv.indexer import indexer_layout_for
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES
 from rtp_ref.kv.layouts import layout_for_platform
-from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, mha_layout
+from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout
 from rtp_ref.kv.specs import MhaSpec, resolve_sparse_fp8_layout
 from rtp_ref.platform import Platform, resolve_platform
 
@@ -86,21 +87,23 @@ def _mla(args: argparse.Namespace, platform: Platform) -> tuple[list[dict[str, A
     return views, texts
 
 
-def _mha(args: argparse.Namespace, platform: Platform) -> dict[str, Any]:
+def _mha(args: argparse.Namespace, contract: WriteContract) -> list[MhaPagedLayout]:
     # one rank's heads by rtp-llm's rule (kv / tp, or kv / gcd(kv, tp)): the spec and the op agree on it
     local = MhaSpec(KvDtype.BF16, args.num_kv_heads, args.head_size, tp_size=args.tp_size).local_head_num_kv
-    layouts = [mha_layout(platform, dtype, local, args.head_size) for dtype in MHA_CACHE_DTYPES]
-    return mha_as_dict(layouts, args.num_kv_heads, args.tp_size, args.block_size)
+    return [mha_layout(contract, dtype, local, args.head_size) for dtype in MHA_CACHE_DTYPES]
 
 
 def _layouts(args: argparse.Namespace) -> int:
     platform = resolve_platform(args.platform)
-    flags = resolve_flags(platform, parse_overrides(args.layout_flag))
+    # the platform's encoding with the layout flags applied: the cache's fp8 format (cache_fp8_format) included
+    contract = WriteContract.for_platform(platform, parse_overrides(args.layout_flag))
+    flags = contract.flags
     families = _families(args)
     views, texts = _mla(args, platform) if "mla" in families else ([], [])
-    mha = _mha(args, platform) if "mha" in families else None
-    indexer = indexer_as_dict(indexer_layout(platform, args.indexer_dim, args.quant_block_size, flags=flags),
-                              args.block_size) if "indexer" in families else None
+    mha = _mha(args, contract) if "mha" in families else None
+    indexer = indexer_layout_for(contract, flags, args.indexer_dim,
+                                 args.quant_block_size) if "indexer" in families else None
+    mha_view = (args.num_kv_heads, args.tp_size, args.block_size)
     sparse = resolve_sparse_fp8_layout(flags)
     if args.json:
         document: dict[str, Any] = {
@@ -113,7 +116,10 @@ def _layouts(args: argparse.Namespace) -> int:
         }
         if "mla" in families:
             document.update({"sparse_fp8_layout": sparse, "layouts": views})
-        document.update({key: value for key, value in (("mha", mha), ("indexer", indexer)) if value is not None})
+        if mha is not None:
+            document["mha"] = mha_as_dict(mha, *mha_view)
+        if indexer is not None:
+            document["indexer"] = indexer_as_dict(indexer, args.block_size)
         print_json(_json_floats(document))
         return 0
     print(
@@ -123,7 +129,8 @@ def _layouts(args: argparse.Namespace) -> int:
     print(f"layout flags: {flags.as_text()}")
     if "mla" in families:
         print(f"rtp-llm's sparse fp8 MLA spec stores: {sparse}")
-    for lines in [*texts, *([mha_table(mha)] if mha else []), *([indexer_table(indexer)] if indexer else [])]:
+    for lines in [*texts, *([mha_table(mha, *mha_view)] if mha else []),
+                  *([indexer_table(indexer, args.block_size)] if indexer else [])]:
         print()
         print("\n".join(lines))
     return 0

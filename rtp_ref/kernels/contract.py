@@ -41,9 +41,10 @@ class WriteContract:
 
     @classmethod
     def for_platform(cls, platform: Platform, overrides: Mapping[str, str] | None = None) -> WriteContract:
-        """The contract of a platform table, with ``--layout-flag`` style ``overrides`` applied."""
-        return cls(platform.element_format, platform.conversion_mode, resolve_flags(platform, overrides),
-                   platform.name)
+        """The contract of a platform table, with ``--layout-flag`` style ``overrides`` applied (its fp8 format is
+        the cache's: flag ``cache_fp8_format``)."""
+        flags = resolve_flags(platform, overrides)
+        return cls(flags.cache_format(platform.element_format), platform.conversion_mode, flags, platform.name)
 
     def layout(self, kv_cache_dtype: str, kv_lora_rank: int, rope_dim: int) -> MlaLayout:
         """The reference layout for a kernel call (``fp8_e4m3`` is vLLM's spelling of ``fp8``).

@@ -30,6 +30,7 @@ def field_as_dict(f: Field) -> dict[str, Any]:
             "formula": tile.formula(),
         },
         "note": f.note,
+        "area": f.area,
     }
 
 
@@ -59,16 +60,30 @@ def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
 
 
 def _field_note(f: Field) -> str:
+    parts = [f.note] if f.note else []
     if f.tile_scale is not None:
-        return f"{f.count} x {f.tile_scale.formula()}, one per {f.tile_scale.tile} values; {f.note}"
-    if f.scale_field is not None:
-        return f"divided by {f.scale_field}"
-    return f.note
+        parts.insert(0, f"{f.count} x {f.tile_scale.formula()}, one per {f.tile_scale.tile} values")
+    elif f.scale_field is not None:
+        parts.insert(0, f"divided by {f.scale_field}")
+    return "; ".join(parts)
+
+
+def field_table(fields: tuple[Field, ...]) -> list[str]:
+    """A header and one row per field: offset, size, element, placement, the cache tensor where a family has
+    two, name and notes (every family's tables print their fields with it)."""
+    areas = any(f.area for f in fields)
+
+    def row(offset: object, size: object, element: str, placement: str, area: str, name: str, note: str) -> str:
+        cache = f"{area:<12}  " if areas else ""
+        return f"  {offset:>6} {size:>5}  {element:<9}  {placement:<14}  {cache}{name:<10}  {note}".rstrip()
+
+    return [row("offset", "size", "element", "placement", "cache", "field", "notes"),
+            *(row(f.offset, f.size, f.element, f.placement.value, f.area, f.name, _field_note(f)) for f in fields)]
 
 
 def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
     """The layout as text lines: a heading, its statements, and one row per field."""
-    lines = [
+    return [
         f"{layout.name}  R={layout.kv_lora_rank} P={layout.rope_dim}: {layout.bytes_per_token} B/token, "
         f"{layout.bytes_per_block(block_size)} B/block of {block_size} tokens",
         f"  {layout.summary}",
@@ -76,11 +91,5 @@ def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
         f"+ scale {layout.scale_bytes_per_token} "
         f"+ pad {layout.pad_bytes_per_token} B/token; {layout.kv_split}",
         f"  sources: {layout.sources}",
-        f"  {'offset':>6} {'size':>5}  {'element':<9}  {'placement':<14}  {'field':<10}  notes",
+        *field_table(layout.fields),
     ]
-    for f in layout.fields:
-        lines.append(
-            f"  {f.offset:>6} {f.size:>5}  {f.element:<9}  {f.placement.value:<14}  {f.name:<10}  "
-            f"{_field_note(f)}".rstrip()
-        )
-    return lines

@@ -1,11 +1,14 @@
-"""Each variant of the MHA paged and DeepSeek indexer caches as one record: what its values are stored as,
-where its scales live and how they are computed. The one list of each op's variants.
+"""Each variant of the MHA paged and DeepSeek indexer caches as one record: its field table (what is stored
+where, in which element), where its scales live and how they are computed. The one list of each op's
+variants.
 
-Torch-free. The shapes of these caches are fixed by their ops (K and V caches of ``[blocks, rows, heads,
-dim]``; the indexer's values then block-trailing scales), so a record says what a variant changes: its
-element (``bf16/fp16``: the inputs' own bits; ``fp8``: the cache's fp8 format, the platform's unless the
-layout flags set another; or a named fp8 format) and, for the indexer, the rule turning a slice's amax into
-its scale. ``rtp_ref.kv.mha_paged.mha_layout`` and ``rtp_ref.kv.indexer.slice_scales`` read them.
+Torch-free. A record's fields are placed by ``rtp_ref.kv.place_fields`` with the family's dims: ``HD`` (an
+MHA cache's heads x head size per token; the K fields in ``key_cache``, the V fields in ``value_cache``,
+heads at ``h * D`` of a token's row, HND order only through strides), ``D`` and ``D/Q`` (the indexer's
+head_dim and its quant blocks: per block, every token's values, then every token's scales). An element
+``bf16/fp16`` is the inputs' own bits; ``fp8`` the cache's fp8 format (the platform's unless the layout
+flags set another); or a named fp8 format. ``rtp_ref.kv.mha_paged.mha_layout`` and
+``rtp_ref.kv.indexer.indexer_layout_for`` build layouts from them.
 """
 
 from __future__ import annotations
@@ -14,41 +17,65 @@ from dataclasses import dataclass
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule
-from rtp_ref.kv.fields import ELEMENT_INPUT16
-from rtp_ref.kv.records import ELEMENT_FP8
+from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Placement, Source
+from rtp_ref.kv.records import ELEMENT_FP8, FieldRecord
 
 
 @dataclass(frozen=True)
 class VariantRecord:
-    """One variant of a family's cache: its name (the op's variant argument), element, scales, and rule (the
+    """One variant of a family's cache: its name (the op's variant argument), field table, scales, and rule (the
     indexer's scale rule; None where the scales are the caller's arguments)."""
 
     family: str
     name: str
-    element: str
+    fields: tuple[FieldRecord, ...]
     scales: str
     summary: str
     sources: str
     rule: ScaleRule | None = None
 
+    @property
+    def element(self) -> str:
+        """The element the variant stores its key values in (every value field of a variant shares it)."""
+        return next(f.element for f in self.fields if f.source is Source.KEY)
+
+
+def _mha_fields(element: str) -> tuple[FieldRecord, ...]:
+    """K and V of ``element``; fp8 ones divided by the k_scale / v_scale arguments."""
+    scaled = element != ELEMENT_INPUT16
+    values = tuple(FieldRecord(name, source, Placement.PER_TOKEN, element, "HD", f"{name[0]}_scale" if scaled else None,
+                               note=f"head h's {name}s at h * D", area=f"{name}_cache")
+                   for name, source in (("key", Source.KEY), ("value", Source.VALUE)))
+    scales = tuple(FieldRecord(f"{c}_scale", Source.SCALE, Placement.EXTERNAL, ELEMENT_FP32, 1,
+                               note=f"the {c}_scale argument: [1] per tensor or [H] per head, float32") for c in "kv")
+    return values + (scales if scaled else ())
+
 
 _MHA_SCALES = "k_scale and v_scale arguments, each [1] (per tensor) or [H] (per head); values stored as fp8(x / s)"
 _INDEXER_SCALES = "one fp32 per quant_block_size values, block-trailing; max(amax, 1e-4) / divisor"
+#: the indexer cache's fields: both scale formats store the same ones
+INDEXER_FIELDS: tuple[FieldRecord, ...] = (
+    FieldRecord("k", Source.KEY, Placement.PER_TOKEN, ELEMENT_FP8, "D", "k_scale"),
+    FieldRecord("k_scale", Source.SCALE, Placement.BLOCK_TRAILING, ELEMENT_FP32, "D/Q",
+                note="scale j covers k values [jQ, (j+1)Q)"),
+)
 
 MHA_VARIANTS: tuple[VariantRecord, ...] = (
-    VariantRecord("mha", "auto", ELEMENT_INPUT16, "none", "K and V in the inputs' own 16-bit type, bits copied",
+    VariantRecord("mha", "auto", _mha_fields(ELEMENT_INPUT16), "none",
+                  "K and V in the inputs' own 16-bit type, bits copied",
                   "vLLM reshape_and_cache_flash, kv_cache_dtype 'auto'"),
-    VariantRecord("mha", "fp8", ELEMENT_FP8, _MHA_SCALES, "K and V in the cache's fp8 e4m3 (e4m3fnuz on gfx942)",
+    VariantRecord("mha", "fp8", _mha_fields(ELEMENT_FP8), _MHA_SCALES,
+                  "K and V in the cache's fp8 e4m3 format: the platform's unless the layout flags set one",
                   "vLLM reshape_and_cache_flash, kv_cache_dtype 'fp8' / 'fp8_e4m3' (scaled_convert)"),
-    VariantRecord("mha", "fp8_e5m2", "e5m2", _MHA_SCALES, "K and V in OCP e5m2",
+    VariantRecord("mha", "fp8_e5m2", _mha_fields("e5m2"), _MHA_SCALES, "K and V in OCP e5m2",
                   "vLLM reshape_and_cache_flash, kv_cache_dtype 'fp8_e5m2'"),
 )
 INDEXER_VARIANTS: tuple[VariantRecord, ...] = (
-    VariantRecord("indexer", "none", ELEMENT_FP8, _INDEXER_SCALES, "fp8 values, fp32 slice scales as computed",
-                  "vLLM indexer_k_quant_and_cache_kernel, scale_fmt none", ScaleRule.AMAX_DIV),
-    VariantRecord("indexer", "ue8m0", ELEMENT_FP8, _INDEXER_SCALES + ", raised to the next power of two",
+    VariantRecord("indexer", "none", INDEXER_FIELDS, _INDEXER_SCALES, "fp8 values, fp32 slice scales as computed",
+                  "vLLM indexer_k_quant_and_cache_kernel, scale_fmt none", rule=ScaleRule.AMAX_DIV),
+    VariantRecord("indexer", "ue8m0", INDEXER_FIELDS, _INDEXER_SCALES + ", raised to the next power of two",
                   "fp8 values, power-of-two fp32 slice scales",
-                  "vLLM indexer_k_quant_and_cache_kernel, scale_fmt ue8m0 (DeepSeek V3.2)", ScaleRule.POW2_CEIL),
+                  "vLLM indexer_k_quant_and_cache_kernel, scale_fmt ue8m0 (DeepSeek V3.2)", rule=ScaleRule.POW2_CEIL),
 )
 
 

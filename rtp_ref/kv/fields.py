@@ -64,6 +64,14 @@ class Source(str, Enum):
     SCALE = "scale"
     #: padding: neither written nor read
     PAD = "pad"
+    #: the keys of an MHA cache, or the indexer's k
+    KEY = "key"
+    #: the values of an MHA cache
+    VALUE = "value"
+
+
+#: what an MLA layout's fields may hold (the MHA and indexer families add KEY and VALUE)
+MLA_SOURCES: tuple[Source, ...] = (Source.KV_C, Source.K_PE, Source.SCALE, Source.PAD)
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,9 @@ class Field:
     """One field of a layout: ``size`` bytes at byte ``offset`` of its placement's area.
 
     ``scale_field`` names the scale a value field is divided by (None: stored verbatim);
-    ``tile_scale`` says how the writer computes a scale field (None for the external per-tensor scale).
+    ``tile_scale`` says how the writer computes a scale field (None for the external per-tensor scale);
+    ``area`` names the cache tensor holding the field where a family has two (the MHA ``key_cache`` and
+    ``value_cache``; offsets count within it), "" where it has one.
     """
 
     name: str
@@ -102,6 +112,7 @@ class Field:
     scale_field: str | None = None
     tile_scale: TileScale | None = None
     note: str = ""
+    area: str = ""
 
     @property
     def count(self) -> int:

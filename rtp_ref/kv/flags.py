@@ -11,22 +11,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Protocol
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import FP8_FORMATS, Fp8Format
 from rtp_ref.fp8.rules import ScaleRule  # not fp8.scales: loading a platform table needs no torch
+
+#: ``cache_fp8_format``'s value for "the platform's own fp8 format"
+PLATFORM_FORMAT = "platform"
 
 
 class FlagSource(Protocol):
-    """Where layout flags come from: a platform table (rtp_ref.platform.Platform is one), named for errors."""
+    """Where layout flags come from: a platform table (rtp_ref.platform.Platform is one), named for errors,
+    with its own fp8 format (what ``cache_fp8_format = "platform"`` means)."""
 
     @property
     def source(self) -> str: ...
 
     @property
     def layout_flags(self) -> Mapping[str, Any]: ...
+
+    @property
+    def element_format(self) -> Fp8Format: ...
 
 
 class LoraAlignment(str, Enum):
@@ -154,6 +162,20 @@ class LayoutFlags:
             FlagSpec(FlagKind.NUMBER, "the fp8 maximum a tile's amax is divided by (448; 224 in vLLM on gfx942)")
         )
     )
+    cache_fp8_format: str = field(
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "the fp8 format the cache's fp8 values are stored in: platform (the table's [fp8] element_format) "
+                "or a format of its own (DeepSeek V4 on MI300 keeps one cache in e4m3fnuz, another in e4m3fn)",
+                (PLATFORM_FORMAT, *FP8_FORMATS),
+            )
+        )
+    )
+
+    def cache_format(self, platform_format: Fp8Format) -> Fp8Format:
+        """The format the cache's fp8 values are stored in, on a platform whose own is ``platform_format``."""
+        return platform_format if self.cache_fp8_format == PLATFORM_FORMAT else FP8_FORMATS[self.cache_fp8_format]
 
     def as_dict(self) -> dict[str, bool | float | str]:
         """Flag name -> plain value (enums as their strings), in declaration order."""
@@ -215,9 +237,19 @@ def parse_overrides(assignments: Sequence[str]) -> dict[str, str]:
 
 
 def resolve_flags(platform: FlagSource, overrides: Mapping[str, str] | None = None) -> LayoutFlags:
-    """The platform's layout flags with ``overrides`` (raw ``KEY=VALUE`` strings) applied on top."""
-    flags = check_flag_table(f"{platform.source} [layout_flags]", platform.layout_flags)
-    return apply_overrides(flags, overrides or {})
+    """The platform's layout flags with ``overrides`` (raw ``KEY=VALUE`` strings) applied on top.
+
+    The clamp follows the cache's format: overriding ``cache_fp8_format`` with a format other than the
+    platform's, and not ``fp8_max_divisor`` too, divides by that format's largest value (a cache kept in
+    e4m3fn on gfx942 clamps at 448, not at the platform's 224).
+    """
+    overrides = overrides or {}
+    flags = apply_overrides(check_flag_table(f"{platform.source} [layout_flags]", platform.layout_flags), overrides)
+    cache_format = flags.cache_format(platform.element_format)
+    if "cache_fp8_format" in overrides and "fp8_max_divisor" not in overrides and (
+            cache_format != platform.element_format):
+        return replace(flags, fp8_max_divisor=float(cache_format.max_value))
+    return flags
 
 
 def apply_overrides(flags: LayoutFlags, overrides: Mapping[str, str]) -> LayoutFlags:

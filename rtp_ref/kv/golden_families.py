@@ -105,7 +105,7 @@ def make_mha_golden(platform: Platform, kv_cache_dtype: str, num_kv_heads: int, 
     meta.update({"num_kv_heads": str(num_kv_heads), "head_size": str(head_size), "cache_order": order,
                  "fp8_format": layout.element_format.name if layout.element_format else "none",
                  "conversion_mode": layout.conversion_mode.value, "scales": "per_head" if per_head_scales
-                 else "per_tensor", "k_bytes_per_token": str(layout.k_bytes_per_token(dtype.itemsize))})
+                 else "per_tensor", "k_bytes_per_token": str(layout.k_bytes_per_token())})
     return GoldenCase(tensors, meta)
 
 

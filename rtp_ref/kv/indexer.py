@@ -29,8 +29,10 @@ from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
 from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
-from rtp_ref.kv.family_records import INDEXER_VARIANTS, variant_record
+from rtp_ref.kv.family_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
+from rtp_ref.kv.fields import Field, Placement, Source
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
+from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
 if TYPE_CHECKING:
@@ -47,30 +49,49 @@ DEFAULT_QUANT_BLOCK = 128
 
 @dataclass(frozen=True)
 class IndexerLayout:
-    """The indexer cache of ``head_dim`` fp8 values a token, one fp32 scale per ``quant_block_size``."""
+    """The indexer cache of ``head_dim`` fp8 values a token, one fp32 scale per ``quant_block_size``; ``fields``
+    is the record's field table placed for them (rtp_ref.kv.family_records.INDEXER_FIELDS)."""
 
     head_dim: int
     quant_block_size: int
     element_format: Fp8Format
     conversion_mode: ConversionMode
     scale_divisor: float
+    fields: tuple[Field, ...]
 
     @property
     def scales_per_token(self) -> int:
         return self.head_dim // self.quant_block_size
 
+    def _bytes(self, placement: Placement) -> int:
+        return sum(f.size for f in self.fields if f.placement is placement)
+
+    @property
+    def data_bytes_per_token(self) -> int:
+        """A token's bytes in the block's first part (its values)."""
+        return self._bytes(Placement.PER_TOKEN)
+
+    @property
+    def trailing_bytes_per_token(self) -> int:
+        """A token's bytes after the block's data (its scales)."""
+        return self._bytes(Placement.BLOCK_TRAILING)
+
     @property
     def bytes_per_token(self) -> int:
         """fp8 values plus fp32 scales: 132 at head_dim 128, quant block 128."""
-        return self.head_dim + 4 * self.scales_per_token
+        return self.data_bytes_per_token + self.trailing_bytes_per_token
+
+    def field(self, source: Source) -> Field:
+        """The field holding ``source`` (KEY: the values, SCALE: their scales)."""
+        return next(f for f in self.fields if f.source is source)
 
 
 
 def indexer_layout(platform: Platform, head_dim: int = DEFAULT_HEAD_DIM,
                    quant_block_size: int = DEFAULT_QUANT_BLOCK,
                    element_format: Fp8Format | None = None, flags: LayoutFlags | None = None) -> IndexerLayout:
-    """The indexer layout on ``platform`` (its e4m3 format unless ``element_format`` says otherwise; ``flags``:
-    the resolved layout flags, the platform's defaults when None)."""
+    """The indexer layout on ``platform`` (the cache's fp8 format, flag ``cache_fp8_format``, unless
+    ``element_format`` says otherwise; ``flags``: the resolved layout flags, the platform's defaults when None)."""
     return indexer_layout_for(platform, flags or resolve_flags(platform), head_dim, quant_block_size, element_format)
 
 
@@ -83,9 +104,11 @@ def indexer_layout_for(source: FormatSource, flags: LayoutFlags, head_dim: int, 
     if head_dim % quant_block_size:
         raise RtpRefError(f"head_dim {head_dim} is not a multiple of quant_block_size {quant_block_size}; "
                           f"valid: a quant block that divides head_dim")
-    fmt = element_format or source.element_format
-    divisor = flags.fp8_max_divisor if fmt == source.element_format else fmt.max_value
-    return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor)
+    cache_format = flags.cache_format(source.element_format)
+    fmt = element_format or cache_format
+    divisor = flags.fp8_max_divisor if fmt == cache_format else fmt.max_value
+    fields = place_fields(INDEXER_FIELDS, {"D": head_dim, "D/Q": head_dim // quant_block_size}, fmt)
+    return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor, fields)
 
 
 def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,
@@ -134,10 +157,16 @@ def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, 
     per_value = scales.repeat_interleave(layout.quant_block_size, dim=1)
     codes = encode(x.to(torch.float32) / per_value, layout.element_format, layout.conversion_mode)
     blocks = torch.as_strided(kv_cache, (num_blocks, block_size * row), (kv_cache.stride(0), 1))
-    block, offset = slots[valid] // block_size, slots[valid] % block_size
-    d, n = layout.head_dim, layout.scales_per_token
-    value_cols = offset[:, None] * d + torch.arange(d)
-    blocks[block[:, None], value_cols] = codes
-    scale_bytes = scales.contiguous().view(torch.uint8).reshape(-1, 4 * n)
-    scale_cols = block_size * d + offset[:, None] * 4 * n + torch.arange(4 * n)
-    blocks[block[:, None], scale_cols] = scale_bytes
+    block, token = slots[valid] // block_size, slots[valid] % block_size
+    values, scale = layout.field(Source.KEY), layout.field(Source.SCALE)
+    blocks[block[:, None], _block_columns(layout, values, token, block_size)] = codes
+    scale_bytes = scales.contiguous().view(torch.uint8).reshape(-1, scale.size)
+    blocks[block[:, None], _block_columns(layout, scale, token, block_size)] = scale_bytes
+
+
+def _block_columns(layout: IndexerLayout, f: Field, token: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Byte positions within their blocks of field ``f`` of each token ``[len(token), f.size]``: a per-token field
+    in the token's data row, a block-trailing one after every token's data (rtp_ref.kv.fields.Placement)."""
+    data, trailing = layout.data_bytes_per_token, layout.trailing_bytes_per_token
+    start = token * data if f.placement is Placement.PER_TOKEN else block_size * data + token * trailing
+    return start[:, None] + f.offset + torch.arange(f.size)

@@ -23,13 +23,13 @@ is checked when the layout is built (rtp_ref.kv.layouts), so a table that cannot
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule
-from rtp_ref.kv.fields import ELEMENTS, Placement, Source
+from rtp_ref.kv.fields import ELEMENTS, MLA_SOURCES, Placement, Source
 from rtp_ref.kv.flags import FLAG_SPECS, FlagKind
 from rtp_ref.kv.records import ELEMENT_FP8, FieldRecord, LayoutRecord, TileRule
 
@@ -126,7 +126,7 @@ def _field(where: str, entry: object) -> FieldRecord:
     scale = table.get("scale")
     if scale is not None and not isinstance(scale, str):
         raise RtpRefError(f"{where}: scale = {scale!r}; valid: the name of a scale field")
-    return FieldRecord(_string(where, table, "name"), _choice(where, table, "source", Source),
+    return FieldRecord(_string(where, table, "name"), _choice(where, table, "source", MLA_SOURCES),
                        _choice(where, {"placement": "per_token", **table}, "placement", Placement), element, count,
                        scale, str(table.get("note", "")))
 
@@ -175,12 +175,12 @@ def _string(where: str, table: dict[str, Any], key: str) -> str:
     return value
 
 
-def _choice(where: str, table: dict[str, Any], key: str, enum: type[Source] | type[Placement]) -> Any:
+def _choice(where: str, table: dict[str, Any], key: str, members: Iterable[Source | Placement]) -> Any:
     value = table[key]
-    valid = [e.value for e in enum]
-    if value not in valid:
-        raise RtpRefError(f"{where}: {key} = {value!r}; valid: {', '.join(valid)}")
-    return enum(value)
+    by_value = {m.value: m for m in members}
+    if value not in by_value:
+        raise RtpRefError(f"{where}: {key} = {value!r}; valid: {', '.join(by_value)}")
+    return by_value[value]
 
 
 def _dims(where: str, key: str, value: object) -> tuple[int, int]:

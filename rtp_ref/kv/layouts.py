@@ -36,7 +36,8 @@ from rtp_ref.kv.fields import (
     is_fp8_element,
 )
 from rtp_ref.kv.flags import LayoutFlags, LoraAlignment, resolve_flags
-from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, LayoutRecord, TileRule, layout_record
+from rtp_ref.kv.layout_records import MLA_LAYOUTS, LayoutRecord, TileRule, layout_record
+from rtp_ref.kv.place_fields import place_fields
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -234,21 +235,12 @@ def _tile_scale(rule: TileRule, flags: LayoutFlags) -> TileScale:
 
 
 def _fields(record: LayoutRecord, r: int, p: int, tiles: int, flags: LayoutFlags, fmt: Fp8Format) -> tuple[Field, ...]:
-    """The record's field table at (R, P) with ``tiles`` tile scales: elements and counts resolved, each field
-    at the next free offset of its placement, in the record's order."""
-    counts: dict[str, int] = {"R": r, "P": p, "tiles": tiles}
-    next_offset = dict.fromkeys(Placement, 0)
-    placed = []
-    for f in record.fields:
-        element = fmt.name if f.element == ELEMENT_FP8 else f.element
-        size = (counts[f.count] if isinstance(f.count, str) else f.count) * element_size(element)
-        rule = record.tile_rule if f.source is Source.SCALE and f.count == "tiles" else None
-        offset = 0 if f.placement is Placement.EXTERNAL else next_offset[f.placement]
-        placed.append(Field(f.name, f.source, f.placement, offset, size, element, scale_field=f.scale,
-                            tile_scale=None if rule is None else _tile_scale(rule, flags),
-                            note=f.note))
-        next_offset[f.placement] += size
-    return tuple(placed)
+    """The record's field table at (R, P) with ``tiles`` tile scales; its tile-counted scale field computed by
+    the record's tile rule."""
+    rule = record.tile_rule
+    tile_scales = {} if rule is None else {f.name: _tile_scale(rule, flags) for f in record.fields
+                                           if f.source is Source.SCALE and f.count == "tiles"}
+    return place_fields(record.fields, {"R": r, "P": p, "tiles": tiles}, fmt, tile_scales)
 
 
 def _tiles(record: LayoutRecord, r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> int:
@@ -328,12 +320,13 @@ def layout_for_platform(
     platform's kernels *support* the layout is ``platform.supported_layouts``, a separate question.
     """
     default_r, default_p = default_dims(name)
+    flags = resolve_flags(platform, overrides)
     return build_layout(
         name,
         kv_lora_rank=default_r if kv_lora_rank is None else kv_lora_rank,
         rope_dim=default_p if rope_dim is None else rope_dim,
-        flags=resolve_flags(platform, overrides),
-        element_format=platform.element_format,
+        flags=flags,
+        element_format=flags.cache_format(platform.element_format),
         conversion_mode=platform.conversion_mode,
     )
 

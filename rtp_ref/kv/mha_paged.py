@@ -16,7 +16,7 @@ fp32 (vLLM's CUDA path divides: ``__nv_cvt_float_to_fp8(x / scale, __NV_SATFINIT
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,7 +24,8 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, FormatSource, Fp8Format
 from rtp_ref.kv.family_records import MHA_VARIANTS, variant_record
-from rtp_ref.kv.fields import ELEMENT_INPUT16
+from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, is_fp8_element
+from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.records import ELEMENT_FP8
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
@@ -38,7 +39,8 @@ CACHE_ORDERS = ("NHD", "HND")
 class MhaPagedLayout:
     """One MHA paged layout: K and V caches of ``num_kv_heads`` heads of ``head_size`` values per token.
 
-    ``element_format`` is None for ``auto`` (the inputs' own 16-bit type, bits copied).
+    ``element_format`` is None for ``auto`` (the inputs' own 16-bit type, bits copied); ``fields`` is the
+    variant record's field table placed for these heads (rtp_ref.kv.family_records).
     """
 
     kv_cache_dtype: str
@@ -46,14 +48,18 @@ class MhaPagedLayout:
     head_size: int
     element_format: Fp8Format | None
     conversion_mode: ConversionMode
+    fields: tuple[Field, ...]
 
-    def k_bytes_per_token(self, input_itemsize: int = 2) -> int:
-        """Bytes of one token's keys: H * D values of 1 byte (fp8) or of the inputs' size (auto)."""
-        return self.num_kv_heads * self.head_size * (input_itemsize if self.element_format is None else 1)
+    def _bytes_per_token(self, area: str) -> int:
+        return sum(f.size for f in self.fields if f.area == area and f.placement is Placement.PER_TOKEN)
 
-    def v_bytes_per_token(self, input_itemsize: int = 2) -> int:
-        """Bytes of one token's values: the same as the keys'."""
-        return self.k_bytes_per_token(input_itemsize)
+    def k_bytes_per_token(self) -> int:
+        """Bytes of one token's keys in ``key_cache``: H * D values of 1 byte (fp8) or 2 (auto)."""
+        return self._bytes_per_token("key_cache")
+
+    def v_bytes_per_token(self) -> int:
+        """Bytes of one token's values in ``value_cache``."""
+        return self._bytes_per_token("value_cache")
 
     def cache_dtype(self, input_dtype: torch.dtype) -> torch.dtype:
         """The cache tensors' dtype: the inputs' for ``auto``, uint8 codes for fp8."""
@@ -89,7 +95,10 @@ def mha_layout(platform: FormatSource, kv_cache_dtype: str, num_kv_heads: int, h
     else:
         fmt = element_format or (platform.element_format if record.element == ELEMENT_FP8 else
                                  FP8_FORMATS[record.element])
-    return MhaPagedLayout(kv_cache_dtype, num_kv_heads, head_size, fmt, platform.conversion_mode)
+    # the cache's format, given or the variant's, is the one every fp8 field is stored in
+    records = [replace(f, element=ELEMENT_FP8) if is_fp8_element(f.element) else f for f in record.fields]
+    fields = place_fields(records, {"HD": num_kv_heads * head_size}, fmt or platform.element_format)
+    return MhaPagedLayout(kv_cache_dtype, num_kv_heads, head_size, fmt, platform.conversion_mode, fields)
 
 
 def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_cache: object, value_cache: object,

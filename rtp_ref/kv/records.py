@@ -25,8 +25,11 @@ ELEMENT_FP8 = "fp8"
 class FieldRecord:
     """One field of a record: what it holds, where, its element, and how many values.
 
-    ``count``: ``R`` (kv_lora_rank), ``P`` (rope_dim), ``tiles`` (the number of tile scales of R) or a number.
+    ``count``: a number, or the name of a dimension the record's family resolves: ``R`` (kv_lora_rank),
+    ``P`` (rope_dim), ``tiles`` (the number of tile scales of R) for MLA; ``HD`` (heads x head size) for MHA;
+    ``D`` (head_dim) and ``D/Q`` (its quant blocks) for the indexer.
     ``scale``: the scale field a value field is divided by (fp8 values need one; 16-bit values name none).
+    ``area``: the cache tensor holding the field, where a family has two (rtp_ref.kv.fields.Field).
     """
 
     name: str
@@ -36,6 +39,7 @@ class FieldRecord:
     count: str | int
     scale: str | None = None
     note: str = ""
+    area: str = ""
 
 
 @dataclass(frozen=True)

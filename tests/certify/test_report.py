@@ -239,3 +239,15 @@ def test_the_scoreboard_names_each_rows_op_op_by_op() -> None:
     assert [line.split(" | ")[:2] for line in lines] == [
         ["| concat_and_cache_mla", "m"], ["| reshape_and_cache_flash", "z-mha"], ["| indexer_k_quant_and_cache",
                                                                                   "a-indexer"]]
+
+
+def test_a_selection_of_one_op_has_no_row_for_the_others(tmp_path: Path) -> None:
+    """Certifying one op's kernel leaves the MLA write's and the support matrix's parameter sets empty: they
+    are dropped, not reported as a skipped case in a row of their own ("- - not run")."""
+    from tests.mutants.test_mutation_score import certify
+
+    report = certify("rocm-gfx942", ["reference-indexer"], tmp_path / "report", ["-n", "1"], kernels_env="")
+    assert report["_exit_code"] == 0
+    rows = {(r["kernel"], r["layout"], r["verdict"]) for r in report["summary"]["by_kernel_layout"]}  # type: ignore[index]
+    assert rows == {("(suite)", "(all)", "certified"), ("reference-indexer", "none", "certified"),
+                    ("reference-indexer", "ue8m0", "certified")}

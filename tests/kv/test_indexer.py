@@ -5,6 +5,7 @@ ml_dtypes rounding) that places every byte by the vLLM kernel's own offset formu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -13,7 +14,10 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN
+from rtp_ref.kv.fields import Placement, Source
 from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.place_fields import place_fields
+from rtp_ref.kv.records import FieldRecord
 from rtp_ref.platform import load_platform
 
 ML_DTYPES = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
@@ -72,6 +76,24 @@ def test_the_reference_writes_what_the_oracle_places(platform_name: str, dim: in
     reference_indexer_k_quant_and_cache(layout, k, cache, torch.tensor(slots), scale_fmt)
     want = _oracle(k.float().numpy(), slots, num_blocks, block_size, quant, divisor, fmt, scale_fmt == "ue8m0")
     assert np.array_equal(cache.reshape(num_blocks, -1).numpy(), want)
+
+
+def test_the_writer_places_bytes_by_the_layouts_field_table() -> None:
+    """The field table is what the writer follows: a record with the scales inline (after each token's values,
+    no block-trailing area) moves exactly the scale bytes, which the standard table's bytes predict."""
+    standard = indexer_layout(load_platform("cuda-sm90"), head_dim=128, quant_block_size=64)
+    inline = replace(standard, fields=place_fields(
+        [FieldRecord("k", Source.KEY, Placement.PER_TOKEN, "fp8", "D", "k_scale"),
+         FieldRecord("k_scale", Source.SCALE, Placement.PER_TOKEN, "fp32", "D/Q")], {"D": 128, "D/Q": 2}, E4M3FN))
+    k = torch.randn(5, 128, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    slots = torch.tensor([0, 7, 3, -1, 12])
+    caches = [torch.zeros(2, 8, 136, dtype=torch.uint8) for _ in range(2)]
+    for layout, cache in zip((standard, inline), caches, strict=True):
+        reference_indexer_k_quant_and_cache(layout, k, cache, slots, "none")
+    flat = caches[0].reshape(2, -1)
+    values = flat[:, :8 * 128].reshape(2, 8, 128)
+    scales = flat[:, 8 * 128:].reshape(2, 8, 8)
+    assert torch.equal(caches[1], torch.cat([values, scales], dim=2))
 
 
 def test_the_divisor_follows_the_caches_format() -> None:

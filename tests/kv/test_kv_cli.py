@@ -246,6 +246,10 @@ def test_the_indexer_family_states_132_bytes_a_token(capsys: pytest.CaptureFixtu
     assert (indexer["bytes_per_token"], indexer["head_dim"], indexer["quant_block_size"]) == (132, 128, 128)
     # per block: values first, then the scales (block_size * 128 bytes, then block_size * 4)
     assert (indexer["value_bytes_per_block"], indexer["scale_bytes_per_block"]) == (64 * 128, 64 * 4)
+    fields = [(f["name"], f["placement"], f["offset"], f["size"], f["element"], f["scale_field"])
+              for f in indexer["fields"]]
+    assert fields == [("k", "per_token", 0, 128, "e4m3fn", "k_scale"),
+                      ("k_scale", "block_trailing", 0, 4, "fp32", None)]
 
 
 @pytest.mark.parametrize(("heads", "tp", "head_size", "local"), [(8, 1, 128, 8), (8, 2, 64, 4), (1, 1, 256, 1)])
@@ -258,3 +262,14 @@ def test_the_mha_family_states_k_and_v_bytes_for_the_heads(capsys: pytest.Captur
     assert rows["auto"]["k_bytes_per_token"] == rows["auto"]["v_bytes_per_token"] == local * head_size * 2
     assert rows["fp8"]["k_bytes_per_token"] == local * head_size and rows["fp8"]["element"] == "e4m3fnuz"
     assert rows["fp8_e5m2"]["element"] == "e5m2"
+    # each variant's field table: K in key_cache, V in value_cache, each at byte 0 of its token's row; the fp8
+    # variants name their external scale argument
+    for name, element, size in (("auto", "bf16/fp16", 2), ("fp8", "e4m3fnuz", 1), ("fp8_e5m2", "e5m2", 1)):
+        fields = {f["name"]: f for f in rows[name]["fields"]}
+        scales = {"key": "k_scale", "value": "v_scale"} if size == 1 else {"key": None, "value": None}
+        for field, cache in (("key", "key_cache"), ("value", "value_cache")):
+            assert (fields[field]["area"], fields[field]["placement"], fields[field]["offset"],
+                    fields[field]["size"], fields[field]["element"], fields[field]["scale_field"]) == (
+                cache, "per_token", 0, local * head_size * size, element, scales[field])
+        assert {n for n, f in fields.items() if f["placement"] == "external"} == (
+            {"k_scale", "v_scale"} if size == 1 else set())

@@ -20,6 +20,7 @@ FLAG_NAMES = [
     "ds_mla_scale_floor",
     "model1_scale_floor",
     "fp8_max_divisor",
+    "cache_fp8_format",
 ]
 
 pytest_plugins = ["pytester"]
@@ -34,14 +35,15 @@ def test_the_registry_is_the_flags_dataclass() -> None:
         "number",
         "number",
         "number",
+        "choice",
     ]
 
 
 def test_defaults_come_typed_from_the_platform_file() -> None:
     gfx942 = resolve_flags(load_platform("rocm-gfx942"))
-    assert gfx942 == LayoutFlags(True, LoraAlignment.STRICT, ScaleRule.AMAX_DIV, FLT_MIN, 1e-4, 224.0)
+    assert gfx942 == LayoutFlags(True, LoraAlignment.STRICT, ScaleRule.AMAX_DIV, FLT_MIN, 1e-4, 224.0, "platform")
     sm90 = resolve_flags(load_platform("cuda-sm90"))
-    assert sm90 == LayoutFlags(False, LoraAlignment.STRICT, ScaleRule.POW2_CEIL, 1e-4, 1e-4, 448.0)
+    assert sm90 == LayoutFlags(False, LoraAlignment.STRICT, ScaleRule.POW2_CEIL, 1e-4, 1e-4, 448.0, "platform")
     assert gfx942.as_dict()["ds_mla_scale_rule"] == "amax_div"
     assert sm90.as_text().startswith("compact_fp8_for_sparse=false, lora_alignment=strict, ")
 
@@ -61,6 +63,20 @@ def test_overrides_are_typed_and_later_ones_win() -> None:
     assert flags.fp8_max_divisor == 240.0 and flags.compact_fp8_for_sparse is True
     assert flags.ds_mla_scale_floor == 1.17549435e-38
     assert flags.ds_mla_scale_rule is ScaleRule.POW2_CEIL  # untouched: the platform's value
+
+
+@pytest.mark.parametrize(("overrides", "fmt", "divisor"), [
+    ({}, "e4m3fnuz", 224.0),
+    ({"cache_fp8_format": "e4m3fn"}, "e4m3fn", 448.0),  # the clamp follows the cache's format
+    ({"cache_fp8_format": "e4m3fnuz"}, "e4m3fnuz", 224.0),  # the platform's own: its flag stands
+    ({"cache_fp8_format": "e4m3fn", "fp8_max_divisor": "300"}, "e4m3fn", 300.0),  # an explicit divisor wins
+])
+def test_a_cache_keeps_its_own_fp8_format(overrides: dict[str, str], fmt: str, divisor: float) -> None:
+    """DeepSeek V4 on MI300 keeps one cache in e4m3fnuz and another in e4m3fn: each cache's flags name its
+    format, and its divisor is that format's largest value unless a divisor is given too."""
+    gfx942 = load_platform("rocm-gfx942")
+    flags = resolve_flags(gfx942, overrides)
+    assert (flags.cache_format(gfx942.element_format).name, flags.fp8_max_divisor) == (fmt, divisor)
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,8 @@ def test_k_and_v_bytes_per_token_are_the_specs(heads: int, tp: int, head_size: i
     for dtype, cache_dtype, itemsize in ((KvDtype.BF16, "auto", 2), (KvDtype.FP8_E4M3, "fp8", 1)):
         spec = MhaSpec(dtype, heads, head_size, tp_size=tp, seq_size_per_block=16)
         layout = mha_layout(platform, cache_dtype, spec.local_head_num_kv, head_size)
-        assert layout.k_bytes_per_token(2) == spec.k_block_size // 16 * itemsize
-        assert layout.v_bytes_per_token(2) == spec.v_block_size // 16 * itemsize
+        assert layout.k_bytes_per_token() == spec.k_block_size // 16 * itemsize
+        assert layout.v_bytes_per_token() == spec.v_block_size // 16 * itemsize
 
 
 def _oracle_values(x: np.ndarray, scale: np.ndarray, fmt: str) -> np.ndarray:

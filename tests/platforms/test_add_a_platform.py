@@ -40,6 +40,7 @@ ds_mla_scale_rule = "amax_div"
 ds_mla_scale_floor = 1e-4
 model1_scale_floor = 1e-4
 fp8_max_divisor = 448.0
+cache_fp8_format = "platform"
 
 [tolerances]
 numerics_max_ulp = 1.0

@@ -1,0 +1,25 @@
+"""A cache keeps its own fp8 format (layout flag ``cache_fp8_format``): on rocm-gfx942, whose format is
+e4m3fnuz, a cache kept in OCP e4m3fn is certified for every op with the built-in kernels following it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.mutants.test_mutation_score import certify
+
+KERNELS = ["reference", "triton", "reference-mha", "triton-mha", "reference-indexer", "triton-indexer"]
+
+
+def test_every_op_certifies_a_cache_kept_in_another_format(tmp_path: Path) -> None:
+    report = certify("rocm-gfx942", KERNELS, tmp_path / "report",
+                     ["--layout-flag", "cache_fp8_format=e4m3fn", "--layout", "fp8_ds_mla", "--layout", "fp8",
+                      "--layout", "none", "-n", "1"], kernels_env="")
+    assert report["_exit_code"] == 0
+    assert report["layout_flags"]["cache_fp8_format"] == "e4m3fn"  # type: ignore[index]
+    rows = {(r["kernel"], r["layout"]): (r["verdict"], r["min_grade"])
+            for r in report["summary"]["by_kernel_layout"]  # type: ignore[index]
+            if r["kernel"] in KERNELS}
+    assert rows == {(k, layout): ("certified", "bit_exact") for k, layout in (
+        ("reference", "fp8_ds_mla"), ("reference", "fp8"), ("triton", "fp8_ds_mla"), ("triton", "fp8"),
+        ("reference-mha", "fp8"), ("triton-mha", "fp8"), ("reference-indexer", "none"),
+        ("triton-indexer", "none"))}
