@@ -14,8 +14,10 @@ import torch
 
 from rtp_ref.kernels.contract import WriteContract, default_contract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kv.family_records import INDEXER_FIELDS
 from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 
 
@@ -143,7 +145,8 @@ class WholeTokenQuantBlock(IndexerMutant):
     def write(self, layout, k, kv_cache, slots, scale_fmt):  # type: ignore[no-untyped-def]
         # the reference with one quant block per token, into a cache of that layout; then its values and its
         # one scale (repeated for every quant block) copied to the real layout's places
-        whole = dataclasses.replace(layout, quant_block_size=layout.head_dim)
+        whole = dataclasses.replace(layout, quant_block_size=layout.head_dim, fields=place_fields(
+            INDEXER_FIELDS, {"D": layout.head_dim, "D/Q": 1}, layout.element_format))
         num_blocks, block_size, _ = kv_cache.shape
         d, n = layout.head_dim, layout.scales_per_token
         tmp = torch.zeros(num_blocks, block_size, whole.bytes_per_token, dtype=torch.uint8)
