@@ -17,6 +17,7 @@ from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
+from rtp_ref.certify.large_cases import LargeSpec, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS, op_cases
@@ -55,10 +56,17 @@ def _case_marks(platform: Platform, k: KernelUnderTest,
     return marks, match[0]
 
 
+def _tier(config: pytest.Config) -> str:
+    """The tier this session runs (``--rtp-tier``): the regular cases, or the large-address ones."""
+    return str(config.getoption("rtp_tier"))
+
+
 def write_case_params(config: pytest.Config) -> list[Any]:
     """Every (kernel, layout, case) this session certifies, with deviations as strict xfails."""
     s = suite(config)
-    params = []
+    params: list[Any] = []
+    if _tier(config) != "regular":
+        return params
     for k in s.kernels_of(MLA_OP):
         for layout in s.layouts:
             if layout not in k.claims:
@@ -71,10 +79,31 @@ def write_case_params(config: pytest.Config) -> list[Any]:
     return params
 
 
+@dataclass(frozen=True)
+class LargeCaseParam:
+    """One large-address case: the bound kernel and the case spec (its op and layout)."""
+
+    kut: KernelUnderTest
+    spec: LargeSpec
+
+
+def large_case_params(config: pytest.Config) -> list[Any]:
+    """With ``--rtp-tier large``: one case per (kernel, claimed layout) of every op, marked ``large``."""
+    s = suite(config)
+    if _tier(config) != "large":
+        return []
+    return [pytest.param(LargeCaseParam(k, spec), marks=[*_skip_marks(k), pytest.mark.large],
+                         id=f"{k.name}-{layout}-large")
+            for op in OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for spec in large_specs(op, layout)]
+
+
 def _pairs(config: pytest.Config, claimed: bool) -> list[Any]:
     """(kernel, layout) pairs: the claimed ones under test, or every layout a kernel does not claim."""
     s = suite(config)
-    out = []
+    out: list[Any] = []
+    if _tier(config) != "regular":
+        return out
     for k in s.kernels_of(MLA_OP):
         for layout in s.layouts if claimed else MLA_LAYOUT_NAMES:
             if (layout in k.claims) == claimed:
@@ -94,7 +123,9 @@ class FamilyCaseParam:
 def family_case_params(config: pytest.Config) -> list[Any]:
     """Every (kernel, variant, case) of the other ops this session certifies, deviations as strict xfails."""
     s = suite(config)
-    params = []
+    params: list[Any] = []
+    if _tier(config) != "regular":
+        return params
     for op in (MHA_OP, INDEXER_OP):
         for k in s.kernels_of(op):
             for variant in s.layouts_by_op[op]:
@@ -112,10 +143,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("write_case", write_case_params(metafunc.config))
     if "family_case" in metafunc.fixturenames:
         metafunc.parametrize("family_case", family_case_params(metafunc.config))
+    if "large_case" in metafunc.fixturenames:
+        metafunc.parametrize("large_case", large_case_params(metafunc.config))
     if "unclaimed_family_pair" in metafunc.fixturenames:
         s = suite(metafunc.config)
         pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in (MHA_OP, INDEXER_OP)
-                 for k in s.kernels_of(op) for v in OPS[op].variants if v not in k.claims]
+                 for k in s.kernels_of(op) for v in OPS[op].variants if v not in k.claims
+                 if _tier(metafunc.config) == "regular"]
         metafunc.parametrize("unclaimed_family_pair", pairs)
     if "claimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("claimed_pair", _pairs(metafunc.config, claimed=True))
@@ -135,6 +169,10 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     if isinstance(case, WriteCase):
         return {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
                 "case": case.spec.case_id, "execution": case.kut.execution, "op": MLA_OP}
+    large = params.params.get("large_case") if params else None
+    if isinstance(large, LargeCaseParam):
+        return {"kernel": large.kut.name, "layout": large.spec.layout, "kind": large.spec.kind,
+                "case": large.spec.case_id, "execution": large.kut.execution, "op": large.spec.op}
     family = params.params.get("family_case") if params else None
     if isinstance(family, FamilyCaseParam):
         return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,

@@ -51,6 +51,7 @@ MARKERS = {
     "triton": "needs the triton package (skipped without it)",
     "slow": "takes more than a few seconds; deselect with -m 'not slow'",
     "bench": "a benchmark: run by `tox -e bench` / `rtp-ref bench`, not by the unit tests",
+    "large": "the large-address tier: caches past 4 GiB (`rtp-ref certify --tier large`, `--rtp-tier large`)",
 }
 
 #: short spelling -> the ``--rtp-`` option it is an alias of (added only where no one else defined it)
@@ -59,7 +60,11 @@ SHORT_SPELLINGS = {
     "--kernel": "--rtp-kernel",
     "--layout": "--rtp-layout",
     "--layout-flag": "--rtp-layout-flag",
+    "--tier": "--rtp-tier",
 }
+
+#: the conformance tiers ``--rtp-tier`` selects
+TIERS = ("regular", "large")
 
 #: set by ``activate``: the plugin is active in this run
 _ACTIVE = pytest.StashKey[bool]()
@@ -97,6 +102,13 @@ def _option_specs() -> dict[str, dict[str, Any]]:
             "default": [],
             "metavar": "KEY=VALUE",
             "help": "override a layout flag of the platform table (repeatable)",
+        },
+        "--rtp-tier": {
+            "dest": "rtp_tier",
+            "choices": TIERS,
+            "default": TIERS[0],
+            "help": "which cases to run: regular (every case of every claimed layout) or large (one case per op "
+            "and layout whose cache passes 4 GiB: 32-bit offsets; it needs about 6.5 GiB free)",
         },
         "--rtp-report": {
             "dest": "rtp_report",

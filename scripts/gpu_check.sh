@@ -18,13 +18,14 @@
 #                                      op's built-in kernels on cuda-sm90 (native) and rocm-gfx942 (emulated)
 #   scripts/gpu_check.sh records       a layout added as a record in a TOML table ($RTP_REF_LAYOUTS, the one of
 #                                      tests/kv/test_add_a_layout.py): triton and cuda certified on it natively
+#   scripts/gpu_check.sh large         the large-address tier (caches past 4 GiB) of every op's GPU kernels, native
 #   scripts/gpu_check.sh formats       every op's GPU kernels certified with the cache in another fp8 format than
 #                                      the platform's (cache_fp8_format=e4m3fnuz on cuda-sm90, e4m3fn on gfx942)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records or formats" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats or large" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -148,8 +149,29 @@ PY
     certify cuda-sm90 "${gpu[@]}" --layout-flag cache_fp8_format=e4m3fnuz
     certify rocm-gfx942 "${gpu[@]}" --layout-flag cache_fp8_format=e4m3fn
     ;;
+  large)
+    # the large-address tier: every op's GPU kernels on caches past 4 GiB (native)
+    gpu=(--kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer
+         --kernel cuda-indexer --kernel reference)
+    start=$SECONDS
+    rtp certify --platform cuda-sm90 --tier large --report "$reports/large" --case-timeout 300 "${gpu[@]}" \
+      > "$reports/large.log" 2>&1
+    echo "large tier: exit $?, $((SECONDS - start)) s" | tee -a "$out/certify.log"
+    grep -E "passed|failed" "$reports/large.log" | tail -1 | tee -a "$out/certify.log"
+    tail -25 "$reports/large.log" | tee -a "$out/certify.log"
+    python3 -c "import json; d = json.load(open('$reports/large/report.json'))
+for c in d['cases']:
+    print(c['kernel'], c['layout'], c.get('grade'), c.get('duration_s'), c.get('failed_checks'))" | tee -a "$out/certify.log"
+    # the Triton mutant whose row offset is an int32 (tests/mutants/large_mutants.py) must fail it
+    RTP_REF_KERNELS=tests.mutants.large_mutants:large_mutants PYTHONPATH="$site:$PWD" rtp certify --platform cuda-sm90 \
+      --tier large --report "$reports/large-mutant" --kernel mutant-large-triton-int32-offsets > "$reports/large-mutant.log" 2>&1
+    echo "large tier, triton int32 mutant: exit $? (1: caught)" | tee -a "$out/certify.log"
+    python3 -c "import json; d = json.load(open('$reports/large-mutant/report.json'))
+for c in d['cases']:
+    print(c['kernel'], c['layout'], c.get('grade'), c.get('checks'))" | tee -a "$out/certify.log"
+    ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records or formats" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats or large" >&2; exit 2
     ;;
   esac
 done

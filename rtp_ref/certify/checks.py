@@ -75,6 +75,10 @@ CHECKS: tuple[CheckSpec, ...] = (
        "written as if it were NHD"),
     _c("layout.scale_placement", "layout", "indexer_k_quant_and_cache: the scales are not at the end of the block "
        "(written inside the token data, right after the token's values)"),
+    _c("layout.offset_width", "layout", "large-address tier: the entries whose byte offset from the cache's base "
+       "passes 2^31 or 2^32 are wrong and those below are right (an offset computed in 32 bits wrapped)"),
+    _c("layout.large_entries", "layout", "large-address tier: a target block below 2^31 bytes differs from the "
+       "reference's write of it (the regular tier names the fault)"),
     _c("numerics.scale_positive", "numerics", "a stored scale is zero, negative, inf or NaN (e.g. a missing "
        "floor on an all-zero tile)"),
     _c("numerics.scale_form", "numerics", "the platform's rule is `pow2_ceil` (the indexer's: `scale_fmt` "

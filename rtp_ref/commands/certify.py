@@ -35,6 +35,7 @@ from rtp_ref.kv.flags import parse_overrides, resolve_flags
 from rtp_ref.kv.layouts import check_layout_bytes
 from rtp_ref.ops import OPS, every_variant
 from rtp_ref.platform import platform_names, resolve_platform
+from rtp_ref.pytest_plugin import TIERS
 
 #: ``--platform all``: every bundled platform table
 ALL = "all"
@@ -98,6 +99,7 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
         argv += ["--layout", name]
     for flag in args.layout_flag:
         argv += ["--layout-flag", flag]
+    argv += ["--rtp-tier", args.tier]
     # Every case runs in an xdist worker: a kernel that kills its process (segfault, lost CUDA
     # context) or hangs past the timeout fails that case; xdist starts a fresh worker and goes on.
     argv += [
@@ -217,6 +219,8 @@ def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
         str(args.crash_limit),
         "--max-restarts",
         str(args.max_restarts),
+        "--tier",
+        args.tier,
         *(["--require-input-checks"] if args.require_input_checks else []),
     ]
     supported = every_variant(resolve_platform(name))
@@ -317,6 +321,13 @@ def register(sub: Any) -> None:
         help="certify only this layout (repeatable; default: every claimed layout)",
     )
     add_layout_flag(parser)
+    parser.add_argument(
+        "--tier",
+        choices=TIERS,
+        default=TIERS[0],
+        help="regular: every case of every claimed layout (default); large: one case per op and layout whose "
+        "cache passes 4 GiB, a strided layer of a pool (32-bit offsets; about 6.5 GiB free on the device)",
+    )
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
     parser.add_argument(
         "-n",

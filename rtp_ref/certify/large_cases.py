@@ -1,0 +1,337 @@
+"""The large-address tier's cases: caches whose byte offsets pass 2^31 and 2^32, laid out as serving does.
+
+The commonest silent KV-cache corruption of 2026 was a byte or element offset computed in 32 bits
+(docs/sources.md#large-caches-and-32-bit-offsets): it wraps only past 2 GiB, which small caches never
+reach. One case per op and layout, built like a serving engine's pool:
+
+- one canary-filled byte buffer holds a front margin (``MARGIN``: 2 GiB and more, where an offset
+  wrapped to a negative int32 lands, inside the buffer), the pool, and a tail;
+- the pool interleaves ``LAYERS`` caches block by block (``[num_blocks, LAYERS, block...]``): the cache
+  under test is a strided view of one of them, as a layer of a multi-layer pool is (the MHA op's key and
+  value caches are the two layers, FlashInfer's ``[num_blocks, 2, block_size, H, D]``); its block stride
+  is ``LAYERS`` blocks, so its last blocks lie past 2^32 bytes from its base;
+- the tokens' slots are the first and last slots, the slots on both sides of byte offsets 2^31 and 2^32,
+  the slot whose ``slot * entry`` first passes 2^31 elements, a few between, and a padding slot.
+
+The checks stay exact without a second copy of the buffer: the expected bytes of each block holding a
+target slot come from the op's reference writing the same tokens into a small canary-filled cache of just
+those blocks; after the call the target blocks are gathered and compared, and one pass over the whole
+buffer counts its non-canary bytes, which must equal the target blocks' own count (nothing was written
+anywhere else). Two guard allocations, before and after the buffer, keep a canary of their own.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rtp_ref.certify.cases import CaseSpec
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kv.cache import reference_write
+from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK, IndexerLayout, indexer_layout_for
+from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache as indexer_reference
+from rtp_ref.kv.layouts import MlaLayout, default_dims
+from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
+
+#: every byte of the buffer before the call
+CANARY = 0x5A
+#: every byte of the guard allocations
+GUARD_CANARY = 0xA5
+#: bytes of each guard allocation
+GUARD_BYTES = 1 << 20
+#: bytes before the pool: an offset that wrapped to a negative int32 lands here, inside the buffer
+MARGIN = (1 << 31) + (1 << 20)
+#: bytes after the pool
+TAIL = 1 << 20
+#: caches interleaved block by block in the pool: the block stride of each is this many blocks
+LAYERS = 2
+BLOCK_SIZE = 64
+#: MHA heads and head size of the tier (a Llama-style 8 KV heads of 128)
+MHA_HEADS, MHA_HEAD_SIZE = 8, 128
+#: the byte offsets the tier's slots straddle
+BOUNDARIES = (1 << 31, 1 << 32)
+#: bytes counted per pass of the buffer scan (a GPU or CPU temporary of this many bools)
+SCAN_CHUNK = 1 << 28
+
+
+@dataclass(frozen=True)
+class LargeSpec(CaseSpec):
+    """One large-address case: an op and one of its layouts (variants); the rest is fixed by the tier."""
+
+    op: str = MLA_OP
+
+    @property
+    def case_id(self) -> str:
+        return "large"
+
+
+def large_specs(op: str, layout: str) -> Iterator[LargeSpec]:
+    """The tier's one case of ``layout`` of ``op``."""
+    yield LargeSpec(layout=layout, kind="large", tokens=0, block_size=BLOCK_SIZE, num_blocks=0,
+                    input_dtype=torch.bfloat16, seed=zlib.crc32(f"{op}/{layout}".encode()), op=op)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The caches of one op: the dtype of their elements, one block's shape, and which pool layer each is."""
+
+    names: tuple[str, ...]
+    dtype: torch.dtype
+    block: tuple[int, ...]
+
+    @property
+    def block_bytes(self) -> int:
+        return math.prod(self.block) * torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def row_bytes(self) -> int:
+        return self.block_bytes // self.block[0]
+
+
+#: the reference layout of a large case's op
+AnyLayout = MlaLayout | MhaPagedLayout | IndexerLayout
+
+
+def _shape(spec: LargeSpec, contract: WriteContract) -> tuple[_Shape, AnyLayout]:
+    """The op's cache shape and its reference layout."""
+    if spec.op == MLA_OP:
+        mla = contract.layout(spec.layout, *default_dims(spec.layout))
+        return _Shape(("kv_cache",), mla.cache_dtype(spec.input_dtype), (BLOCK_SIZE, mla.cache_entry)), mla
+    if spec.op == MHA_OP:
+        mha = mha_layout(contract, spec.layout, MHA_HEADS, MHA_HEAD_SIZE)
+        dtype = mha.cache_dtype(spec.input_dtype)
+        return _Shape(("key_cache", "value_cache"), dtype, (BLOCK_SIZE, MHA_HEADS, MHA_HEAD_SIZE)), mha
+    if spec.op == INDEXER_OP:
+        idx = indexer_layout_for(contract, contract.flags, DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK)
+        return _Shape(("kv_cache",), torch.uint8, (BLOCK_SIZE, idx.bytes_per_token)), idx
+    raise ValueError(f"op {spec.op!r} has no large-address case")
+
+
+def num_blocks_for(block_bytes: int) -> int:
+    """Blocks of one cache for its last block to start past 2^32 bytes from the cache's base."""
+    return (1 << 32) // (LAYERS * block_bytes) + 2
+
+
+def buffer_bytes(spec: LargeSpec, contract: WriteContract) -> int:
+    """Bytes the case allocates on its device (the buffer and both guards)."""
+    shape, _ = _shape(spec, contract)
+    return MARGIN + num_blocks_for(shape.block_bytes) * LAYERS * shape.block_bytes + TAIL + 2 * GUARD_BYTES
+
+
+def memory_shortfall(device: str, need: int) -> str | None:
+    """Why ``device`` cannot hold ``need`` bytes now (None: it can, or it cannot be told): the tier skips
+    such a case with this reason rather than failing for the machine."""
+    if device.startswith("cuda"):
+        free = torch.cuda.mem_get_info(torch.device(device))[0]
+    else:
+        meminfo = Path("/proc/meminfo")
+        if not meminfo.exists():
+            return None
+        line = next((x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:")), None)
+        if line is None:
+            return None
+        free = int(line.split()[1]) * 1024
+    if free >= need * 1.1:
+        return None
+    return f"the large-address case needs {need / 2**30:.1f} GiB on {device}, {free / 2**30:.1f} GiB is free"
+
+
+def _target_slots(capacity: int, shape: _Shape, g: torch.Generator) -> list[int]:
+    """The first and last slots, both sides of each boundary, the first slot whose flat element index
+    ``slot * entry`` passes 2^31, and a few random ones; in increasing order, each once."""
+    stride = LAYERS * shape.block_bytes
+
+    def offset(slot: int) -> int:
+        block, row = divmod(slot, BLOCK_SIZE)
+        return block * stride + row * shape.row_bytes
+
+    slots = {0, capacity - 1}
+    for boundary in BOUNDARIES:
+        first = _first_slot_past(capacity, offset, boundary)
+        slots |= {first - 1, first}
+    row_elems = math.prod(shape.block[1:])
+    flat = math.ceil((1 << 31) / row_elems)
+    slots |= {s for s in (flat - 1, flat) if s < capacity}
+    slots |= {int(s) for s in torch.randint(1, capacity - 1, (4,), generator=g)}
+    return sorted(slots)
+
+
+def _first_slot_past(capacity: int, offset: Callable[[int], int], boundary: int) -> int:
+    """The smallest slot below ``capacity`` whose byte offset reaches ``boundary`` (offsets grow with the slot)."""
+    lo, hi = 0, capacity - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if offset(mid) >= boundary else (mid + 1, hi)
+    return lo
+
+
+#: eight canary bytes as one int64 word: scans compare words, eight bytes at a time
+CANARY_WORD = int.from_bytes(bytes([CANARY]) * 8, "little", signed=True)
+
+
+def changed_words(buffer: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+    """(the chunk's first byte, int64 word indices within it) of every ``SCAN_CHUNK`` of ``buffer`` (its size a
+    multiple of 8) holding a byte that is not the canary. Comparing int64 words reads the buffer at memory
+    speed; a bytewise compare and sum is some 30 times slower on a CPU."""
+    words = buffer.reshape(-1).view(torch.int64)
+    step = SCAN_CHUNK // 8
+    for start in range(0, words.numel(), step):
+        changed = words[start:start + step] != CANARY_WORD
+        if bool(changed.any()):
+            yield start * 8, torch.nonzero(changed).flatten()
+
+
+#: per device: a canary-filled buffer kept between cases (filling 6 GiB takes a CPU seconds), and whether
+#: it is all canary now (a case returns it with ``LargeCase.release``)
+_BUFFERS: dict[str, tuple[torch.Tensor, bool]] = {}
+
+
+def _canary_buffer(size: int, device: str) -> torch.Tensor:
+    """``size`` canary bytes on ``device``: the kept buffer when it is clean and large enough, else a new one."""
+    kept = _BUFFERS.pop(device, None)
+    if kept is not None and kept[1] and kept[0].numel() >= size:
+        buffer = kept[0]
+    else:
+        del kept  # its memory goes before the new buffer takes its own
+        buffer = torch.full((size,), CANARY, dtype=torch.uint8, device=device)
+    _BUFFERS[device] = (buffer, False)
+    return buffer[:size]
+
+
+class LargeCase:
+    """One large-address case on a device: the buffer, the cache views, the inputs, and the expected bytes of
+    the target blocks (from the reference on a small cache of those blocks)."""
+
+    def __init__(self, spec: LargeSpec, contract: WriteContract, device: torch.device | str) -> None:
+        self.spec = spec
+        self.shape, self.layout = _shape(spec, contract)
+        self.num_blocks = num_blocks_for(self.shape.block_bytes)
+        self.stride_bytes = LAYERS * self.shape.block_bytes
+        g = torch.Generator().manual_seed(spec.seed)
+        capacity = self.num_blocks * BLOCK_SIZE
+        target = _target_slots(capacity, self.shape, g)
+        # one padding slot among them: a kernel must write nothing for it
+        self.slots_cpu = torch.tensor([*target[:2], -1, *target[2:]], dtype=torch.int64)
+        self.blocks = torch.unique(self.slots_cpu[self.slots_cpu >= 0] // BLOCK_SIZE)
+        self.inputs_cpu = self._inputs(g, self.slots_cpu.numel())
+        self.expected = self._expected()
+        self.guards = tuple(torch.full((GUARD_BYTES,), GUARD_CANARY, dtype=torch.uint8, device=device)
+                            for _ in range(2))
+        size = MARGIN + self.num_blocks * self.stride_bytes + TAIL
+        self.buffer = _canary_buffer(size, str(device))
+        self.caches = self._views(self.buffer, MARGIN, self.num_blocks)
+        self.slots = self.slots_cpu.to(device)
+        self.inputs = tuple(t.to(device) for t in self.inputs_cpu)
+
+    def _inputs(self, g: torch.Generator, tokens: int) -> tuple[torch.Tensor, ...]:
+        """The op's value inputs (bf16, a power-of-two magnitude per token) and scales, on the CPU."""
+        def values(*shape: int) -> torch.Tensor:
+            spread = torch.exp2(torch.randint(-4, 5, (shape[0],) + (1,) * (len(shape) - 1), generator=g).float())
+            return (torch.randn(*shape, generator=g) * spread).to(self.spec.input_dtype)
+
+        def per_tensor(*xs: torch.Tensor, fmt_max: float) -> torch.Tensor:
+            amax = max(float(x.float().abs().max()) for x in xs)
+            return torch.tensor([amax / fmt_max], dtype=torch.float32)
+
+        layout = self.layout
+        if isinstance(layout, MlaLayout):
+            kv_c, k_pe = values(tokens, layout.kv_lora_rank), values(tokens, layout.rope_dim)
+            return kv_c, k_pe, per_tensor(kv_c, k_pe, fmt_max=layout.element_format.max_value)
+        if isinstance(layout, MhaPagedLayout):
+            key, value = values(tokens, MHA_HEADS, MHA_HEAD_SIZE), values(tokens, MHA_HEADS, MHA_HEAD_SIZE)
+            fmt_max = 1.0 if layout.element_format is None else layout.element_format.max_value
+            return key, value, per_tensor(key, fmt_max=fmt_max), per_tensor(value, fmt_max=fmt_max)
+        return (values(tokens, DEFAULT_HEAD_DIM),)
+
+    def _views(self, buffer: torch.Tensor, base: int, num_blocks: int, layers: int = LAYERS) -> list[torch.Tensor]:
+        """Each cache over ``buffer`` from byte ``base``: block ``b`` of cache ``i`` at ``base + (b * layers + i)
+        * block_bytes``, the block itself contiguous."""
+        shape = self.shape
+        itemsize = torch.empty((), dtype=shape.dtype).element_size()
+        elems = buffer.view(shape.dtype)
+        inner = [math.prod(shape.block[i + 1:]) for i in range(len(shape.block))]
+        block_elems = shape.block_bytes // itemsize
+        return [elems.as_strided((num_blocks, *shape.block), (layers * block_elems, *inner),
+                                 (base + i * shape.block_bytes) // itemsize)
+                for i in range(len(shape.names))]
+
+    def invoke(self, fn: Callable[..., None], caches: list[torch.Tensor], slots: torch.Tensor,
+               inputs: tuple[torch.Tensor, ...]) -> None:
+        """Call ``fn`` (a kernel, or the op's reference bound to its layout) with the op's arguments."""
+        variant = self.spec.layout
+        if self.spec.op == MLA_OP:
+            kv_c, k_pe, scale = inputs
+            fn(kv_c, k_pe, caches[0], slots, variant, scale)
+        elif self.spec.op == MHA_OP:
+            key, value, k_scale, v_scale = inputs
+            fn(key, value, caches[0], caches[1], slots, variant, k_scale, v_scale)
+        else:
+            fn(inputs[0], caches[0], slots, DEFAULT_QUANT_BLOCK, variant)
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        """The kernel's call on the large caches."""
+        self.invoke(kernel, self.caches, self.slots, self.inputs)
+
+    def _reference(self) -> Callable[..., None]:
+        """The op's reference with the kernel's signature."""
+        layout = self.layout
+        if isinstance(layout, MlaLayout):
+            return lambda kv_c, k_pe, cache, slots, _, scale: reference_write(layout, kv_c, k_pe, cache, slots, scale)
+        if isinstance(layout, MhaPagedLayout):
+            return lambda key, value, kc, vc, slots, _, ks, vs: reference_reshape_and_cache_flash(
+                layout, key, value, kc, vc, slots, ks, vs)
+        return lambda k, cache, slots, _, fmt: indexer_reference(layout, k, cache, slots, fmt)
+
+    def _expected(self) -> list[torch.Tensor]:
+        """Each cache's target blocks as the reference writes them, uint8 ``[blocks, block_bytes]``: the same
+        tokens into canary-filled caches of just those blocks, the slots renumbered."""
+        count = self.blocks.numel()
+        small = torch.full((count * LAYERS * self.shape.block_bytes,), CANARY, dtype=torch.uint8)
+        caches = self._views(small, 0, count)
+        block_of = {int(b): i for i, b in enumerate(self.blocks)}
+        renumbered = torch.tensor([-1 if s < 0 else block_of[int(s) // BLOCK_SIZE] * BLOCK_SIZE + int(s) % BLOCK_SIZE
+                                   for s in self.slots_cpu], dtype=torch.int64)
+        self.invoke(self._reference(), caches, renumbered, self.inputs_cpu)
+        return [self._bytes(c) for c in caches]
+
+    def _bytes(self, cache: torch.Tensor) -> torch.Tensor:
+        """A cache's blocks (all of a small one's) as uint8 ``[blocks, block_bytes]`` on the CPU."""
+        return cache.contiguous().cpu().view(torch.uint8).reshape(cache.shape[0], -1)
+
+    def gathered(self) -> list[torch.Tensor]:
+        """Each cache's target blocks as the call left them, uint8 ``[blocks, block_bytes]`` on the CPU."""
+        return [self._bytes(c[self.blocks.to(c.device)]) for c in self.caches]
+
+    def block_offsets(self) -> list[int]:
+        """The byte offset from its cache's base of each target block's last target byte."""
+        offsets = []
+        for block in self.blocks.tolist():
+            rows = [int(s) % BLOCK_SIZE for s in self.slots_cpu if s >= 0 and int(s) // BLOCK_SIZE == block]
+            offsets.append(block * self.stride_bytes + (max(rows) + 1) * self.shape.row_bytes - 1)
+        return offsets
+
+    def target_ranges(self) -> list[tuple[int, int]]:
+        """Byte ranges ``[start, end)`` of the buffer holding target blocks."""
+        return sorted((MARGIN + b * self.stride_bytes + i * self.shape.block_bytes,
+                       MARGIN + b * self.stride_bytes + (i + 1) * self.shape.block_bytes)
+                      for b in self.blocks.tolist() for i in range(len(self.shape.names)))
+
+    def release(self) -> None:
+        """Return the buffer to the canary, so the next case keeps it instead of filling a new one."""
+        words = self.buffer.view(torch.int64)
+        for start, index in changed_words(self.buffer):
+            words[start // 8 + index] = CANARY_WORD
+        device = str(self.buffer.device)
+        kept = _BUFFERS.get(device)
+        if kept is not None and kept[0].data_ptr() == self.buffer.data_ptr():
+            _BUFFERS[device] = (kept[0], True)
+
+    def cache_base(self) -> int:
+        """The buffer byte where the first cache begins."""
+        return MARGIN

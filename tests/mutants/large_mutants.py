@@ -1,0 +1,159 @@
+"""Known-bad kernels of the large-address tier: the reference with one offset computed in 32 bits, as the
+production bugs had it (sglang #40351: ``page * BYTES_PER_PAGE`` in int32; FlagGems #6241: only the scale
+offset). On a small cache no offset passes 2^31, so they write what the reference writes: the regular tier
+certifies them, and only the large tier can catch them.
+
+A wrapped offset is ``((offset + 2^31) mod 2^32) - 2^31`` from the cache's base, as an int32 holds it; the
+bytes go there through the cache's storage (the large case keeps 2 GiB of its buffer before the cache, so
+the wrapped place lies inside it, as in the pool of vLLM #50427).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import triton
+import triton.language as tl
+
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kv.entries import encode_entries
+from rtp_ref.kv.fields import Placement, Source
+from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.ops import INDEXER_OP
+
+
+def _wrap32(offset: int) -> int:
+    """``offset`` as a signed 32-bit integer holds it."""
+    return ((offset + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def _storage_bytes(cache: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The cache's whole storage as uint8, and the cache's first byte in it."""
+    flat = torch.empty(0, dtype=torch.uint8, device=cache.device).set_(cache.untyped_storage())
+    return flat, cache.storage_offset() * cache.element_size()
+
+
+class Int32ByteOffsets:
+    """concat_and_cache_mla whose entry offset ``block * stride(0) + row * entry`` is an int32: past 2^31
+    bytes from the cache's base the entry lands at the wrapped offset. Layouts whose entry is one run of
+    bytes (every one but fp8_model1_mla)."""
+
+    name = "mutant-large-int32-byte-offsets"
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", "fp8", "fp8_ds_mla", "fp8_rocm_compact")
+    devices = ("cpu",)
+    conversion_path = "software"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> Int32ByteOffsets:
+        return type(self)(contract)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes or self.contract is None:
+            raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
+        layout = self.contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        flat, base = _storage_bytes(kv_cache)
+        itemsize = kv_cache.element_size()
+        keep = slot_mapping >= 0
+        entries = encode_entries(layout, kv_c[: slot_mapping.numel()][keep], k_pe[: slot_mapping.numel()][keep], scale)
+        for entry, slot in zip(entries, slot_mapping[keep].tolist(), strict=True):
+            block, row = divmod(slot, kv_cache.shape[1])
+            at = base + _wrap32(block * kv_cache.stride(0) * itemsize + row * kv_cache.stride(1) * itemsize)
+            flat[at:at + entry.numel()] = entry
+
+
+class Int32ScaleOffset:
+    """indexer_k_quant_and_cache with int64 value offsets and an int32 scale offset (FlagGems #6241): a token's
+    scales past 2^31 bytes from the cache's base land at the wrapped offset; its values are right."""
+
+    name = "mutant-large-int32-scale-offset"
+    op = INDEXER_OP
+    scale_fmts: ClassVar[tuple[str, ...]] = ("none", "ue8m0")
+    devices = ("cpu",)
+    conversion_path = "software"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> Int32ScaleOffset:
+        return type(self)(contract)
+
+    def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
+                 scale_fmt: str) -> None:
+        if scale_fmt not in self.scale_fmts or self.contract is None:
+            raise UnsupportedLayoutError(f"{self.name} does not support {scale_fmt}")
+        layout = indexer_layout_for(self.contract, self.contract.flags, k.shape[1], quant_block_size)
+        scale = layout.field(Source.SCALE)
+        assert scale.placement is Placement.BLOCK_TRAILING
+        flat, base = _storage_bytes(kv_cache)
+        block_size = kv_cache.shape[1]
+        places = []
+        for slot in slot_mapping[slot_mapping >= 0].tolist():
+            block, row = divmod(slot, block_size)
+            true = (block * kv_cache.stride(0) + block_size * layout.data_bytes_per_token
+                    + row * layout.trailing_bytes_per_token + scale.offset)
+            places.append((base + true, base + _wrap32(true), flat[base + true: base + true + scale.size].clone()))
+        reference_indexer_k_quant_and_cache(layout, k, kv_cache, slot_mapping, scale_fmt)
+        for true, wrapped, before in places:
+            if wrapped != true:
+                written = flat[true: true + scale.size].clone()
+                flat[true: true + scale.size] = before
+                flat[wrapped: wrapped + scale.size] = written
+
+
+@triton.jit
+def _copy_rows_int32(src, dst, slots, row_bytes, stride0, stride1, block_size, BLOCK: tl.constexpr):
+    """Token t's ``row_bytes`` bytes to its slot's row, the row's offset in int32 (the fault)."""
+    t = tl.program_id(0)
+    slot = tl.load(slots + t).to(tl.int32)
+    if slot >= 0:
+        at = (slot // block_size) * stride0 + (slot % block_size) * stride1  # int32: wraps past 2^31
+        offs = tl.arange(0, BLOCK)
+        mask = offs < row_bytes
+        tl.store(dst + at + offs, tl.load(src + t * row_bytes + offs, mask=mask), mask=mask)
+
+
+class TritonInt32ByteOffsets:
+    """A Triton concat_and_cache_mla of the ``auto`` layout whose row offset is an int32, as sglang #40351's
+    store kernel had it: it copies each token's kv_c and k_pe bytes, right below 2^31 bytes and at the wrapped
+    offset above. Runs on a GPU, or in Triton's interpreter."""
+
+    name = "mutant-large-triton-int32-offsets"
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)
+    devices = ("cuda", "cpu")
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> TritonInt32ByteOffsets:
+        return type(self)(contract)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes:
+            raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
+        tokens = slot_mapping.numel()
+        if tokens == 0:
+            return
+        rows = torch.cat([kv_c[:tokens], k_pe[:tokens]], dim=1).contiguous().view(torch.uint8)
+        dst = kv_cache.view(torch.uint8)
+        row_bytes = rows.shape[1]
+        _copy_rows_int32[(tokens,)](rows, dst, slot_mapping, row_bytes, dst.stride(0), dst.stride(1),
+                                    kv_cache.shape[1], BLOCK=triton.next_power_of_2(row_bytes))
+
+
+#: each large-tier mutant and the check that must catch it
+LARGE_EXPECTED: dict[type[Int32ByteOffsets] | type[Int32ScaleOffset] | type[TritonInt32ByteOffsets], str] = {
+    Int32ByteOffsets: "layout.offset_width",
+    Int32ScaleOffset: "layout.offset_width",
+    TritonInt32ByteOffsets: "layout.offset_width",
+}
+
+
+def large_mutants() -> list[object]:
+    """The entry point for ``RTP_REF_KERNELS``: one instance of each large-tier mutant."""
+    return [cls() for cls in LARGE_EXPECTED]
