@@ -19,6 +19,7 @@ from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
+from rtp_ref.certify.tiers import runs_tier
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS, op_cases
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
@@ -56,16 +57,16 @@ def _case_marks(platform: Platform, k: KernelUnderTest,
     return marks, match[0]
 
 
-def _tier(config: pytest.Config) -> str:
-    """The tier this session runs (``--rtp-tier``): the regular cases, or the large-address ones."""
-    return str(config.getoption("rtp_tier"))
+def _runs(config: pytest.Config, tier: str) -> bool:
+    """Whether this session runs ``tier``'s cases (``--rtp-tier``: regular, large or all)."""
+    return runs_tier(str(config.getoption("rtp_tier")), tier)
 
 
 def write_case_params(config: pytest.Config) -> list[Any]:
     """Every (kernel, layout, case) this session certifies, with deviations as strict xfails."""
     s = suite(config)
     params: list[Any] = []
-    if _tier(config) != "regular":
+    if not _runs(config, "regular"):
         return params
     for k in s.kernels_of(MLA_OP):
         for layout in s.layouts:
@@ -88,9 +89,9 @@ class LargeCaseParam:
 
 
 def large_case_params(config: pytest.Config) -> list[Any]:
-    """With ``--rtp-tier large``: one case per (kernel, claimed layout) of every op, marked ``large``."""
+    """With ``--rtp-tier large`` or ``all``: one case per (kernel, claimed layout) of every op, marked ``large``."""
     s = suite(config)
-    if _tier(config) != "large":
+    if not _runs(config, "large"):
         return []
     return [pytest.param(LargeCaseParam(k, spec), marks=[*_skip_marks(k), pytest.mark.large],
                          id=f"{k.name}-{layout}-large")
@@ -102,7 +103,7 @@ def _pairs(config: pytest.Config, claimed: bool) -> list[Any]:
     """(kernel, layout) pairs: the claimed ones under test, or every layout a kernel does not claim."""
     s = suite(config)
     out: list[Any] = []
-    if _tier(config) != "regular":
+    if not _runs(config, "regular"):
         return out
     for k in s.kernels_of(MLA_OP):
         for layout in s.layouts if claimed else MLA_LAYOUT_NAMES:
@@ -124,7 +125,7 @@ def family_case_params(config: pytest.Config) -> list[Any]:
     """Every (kernel, variant, case) of the other ops this session certifies, deviations as strict xfails."""
     s = suite(config)
     params: list[Any] = []
-    if _tier(config) != "regular":
+    if not _runs(config, "regular"):
         return params
     for op in (MHA_OP, INDEXER_OP):
         for k in s.kernels_of(op):
@@ -149,7 +150,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         s = suite(metafunc.config)
         pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in (MHA_OP, INDEXER_OP)
                  for k in s.kernels_of(op) for v in OPS[op].variants if v not in k.claims
-                 if _tier(metafunc.config) == "regular"]
+                 if _runs(metafunc.config, "regular")]
         metafunc.parametrize("unclaimed_family_pair", pairs)
     if "claimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("claimed_pair", _pairs(metafunc.config, claimed=True))

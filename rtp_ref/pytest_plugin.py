@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from rtp_ref.certify.tiers import TIER_CHOICES, TIERS
+
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
 
@@ -62,9 +64,6 @@ SHORT_SPELLINGS = {
     "--layout-flag": "--rtp-layout-flag",
     "--tier": "--rtp-tier",
 }
-
-#: the conformance tiers ``--rtp-tier`` selects
-TIERS = ("regular", "large")
 
 #: set by ``activate``: the plugin is active in this run
 _ACTIVE = pytest.StashKey[bool]()
@@ -105,10 +104,10 @@ def _option_specs() -> dict[str, dict[str, Any]]:
         },
         "--rtp-tier": {
             "dest": "rtp_tier",
-            "choices": TIERS,
+            "choices": TIER_CHOICES,
             "default": TIERS[0],
-            "help": "which cases to run: regular (every case of every claimed layout) or large (one case per op "
-            "and layout whose cache passes 4 GiB: 32-bit offsets; it needs about 6.5 GiB free)",
+            "help": "which cases to run: regular (every case of every claimed layout), large (one case per op "
+            "and layout whose cache passes 4 GiB: 32-bit offsets; it needs about 6.5 GiB free) or all",
         },
         "--rtp-report": {
             "dest": "rtp_report",

@@ -17,6 +17,7 @@ from typing import Any
 
 from rtp_ref.certify.checks import GRADES, grade_above, grade_below, grade_reached, rank, reaches
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
+from rtp_ref.certify.tiers import TIERS
 from rtp_ref.errors import RtpRefError
 from rtp_ref.ops import MLA_OP, OPS
 
@@ -135,13 +136,19 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
         if len(run_cases) < len(judged):
             incomplete = f"incomplete: {len(run_cases)} of {len(judged)} cases ran"
             result = f"{result}; {incomplete}" if result == "failed" else incomplete
+        tiers = {tier: verdict(c["outcome"] for c in run_cases if c.get("tier", TIERS[0]) == tier)
+                 for tier in TIERS if any(c.get("tier", TIERS[0]) == tier for c in run_cases)}
         table.append({
             "kernel": kernel,
             "layout": layout,
+            # each tier's own verdict (rtp_ref.pytest_plugin.TIERS): "verdict" is the pair's over all of them
+            "tiers": tiers,
             # the op of the kernel's cases (records written before ops existed are the MLA write's)
             "op": next((c["op"] for c in group if c.get("op")), MLA_OP),
             "verdict": result,
-            "min_grade": _weakest(c["grade"] for c in ran),
+            # the regular tier's grades, when it ran: the large tier's verdict is in "tiers"
+            "min_grade": _weakest(c["grade"] for c in
+                                  ([c for c in ran if c.get("tier", TIERS[0]) == TIERS[0]] or ran)),
             "failed_at": failed_at(run_cases),
             "execution": sorted({c.get("execution", "native") for c in group}),
             "counts": dict(Counter(c["outcome"] for c in group)),
@@ -211,6 +218,7 @@ def _fmt_counts(counts: Mapping[str, int]) -> str:
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """A publishable markdown summary of one report."""
+    large_ran = any("large" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
     p = report["platform"]
     env = report["environment"]
     run = report.get("run") or {}
@@ -232,13 +240,16 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         + ("" if report["complete"] else " — **INCOMPLETE RUN**"
            + (f" ({report['stop_reason']})" if report.get("stop_reason") else "")),
         "",
-        "| kernel | layout | verdict | weakest grade | input checks | execution | cases | failed checks |",
-        "|---|---|---|---|---|---|---|---|",
+        # the large-address tier gets its own column when it ran
+        "| kernel | layout | verdict | weakest grade | " + ("large tier | " if large_ran else "")
+        + "input checks | execution | cases | failed checks |",
+        "|---|---|---|---|" + ("---|" if large_ran else "") + "---|---|---|---|",
     ]
     for r in report["summary"]["by_kernel_layout"]:
         refused = f" (refuses {'; '.join(r['refused'])}, as declared)" if r.get("refused") else ""
+        large = f"{r.get('tiers', {}).get('large', 'not run')} | " if large_ran else ""
         lines.append(
-            f"| {r['kernel']} | {r['layout']} | {r['verdict']}{refused} | {r['min_grade'] or '-'} | "
+            f"| {r['kernel']} | {r['layout']} | {r['verdict']}{refused} | {r['min_grade'] or '-'} | {large}"
             f"{r.get('input_checks') or '-'} | {'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | "
             f"{', '.join(r['failed_checks']) or '-'} |"
         )
@@ -377,6 +388,7 @@ def merge_reports(
                 "verdict": r["verdict"] if report["complete"] else _partial_verdict(r["verdict"]),
                 "min_grade": r["min_grade"],
                 "failed_at": r.get("failed_at"),  # None in a report of an older rtp-ref
+                "tiers": {t: v if report["complete"] else _partial_verdict(v) for t, v in r.get("tiers", {}).items()},
                 "device": report["environment"].get("device"),
                 "source": source,
             })
@@ -410,13 +422,21 @@ def cell_text(verdict_text: str, min_grade: str | None, failed_at_grade: str | N
 
 def render_scoreboard(board: Mapping[str, Any]) -> str:
     """The scoreboard as a markdown table: ops, kernels and layouts down (the ops in rtp_ref.ops order),
-    platforms across; an incomplete scoreboard says so in its last line, with the platforms it lacks."""
-    platforms = sorted({f"{r['platform']} ({r['execution']})" for r in board["rows"]})
+    platforms across, the large-address tier in columns of its own; an incomplete scoreboard says so in its last
+    line, with the platforms it lacks."""
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in board["rows"]:
         key = (r.get("op", MLA_OP), r["kernel"], r["layout"])
-        cell = cell_text(r["verdict"], r["min_grade"], r.get("failed_at"))
-        cells.setdefault(key, {})[f"{r['platform']} ({r['execution']})"] = cell
+        column = f"{r['platform']} ({r['execution']})"
+        tiers = r.get("tiers") or {}
+        # a report of the large tier alone is its own column; one of both tiers gives each its own
+        if set(tiers) != {"large"}:
+            # with both tiers the row's verdict is over both: the regular column shows the regular tier's
+            regular = tiers["regular"] if "large" in tiers else r["verdict"]
+            cells.setdefault(key, {})[column] = cell_text(regular, r["min_grade"], r.get("failed_at"))
+        if "large" in tiers:
+            cells.setdefault(key, {})[f"{column}, large tier"] = tiers["large"]
+    platforms = sorted({p for by_platform in cells.values() for p in by_platform})
     lines = ["# rtp-ref scoreboard", "", "| op | kernel | layout | " + " | ".join(platforms) + " |",
              "|---|---|---|" + "---|" * len(platforms)]
     for (op, kernel, layout), by_platform in sorted(cells.items(), key=lambda item: (

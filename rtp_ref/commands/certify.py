@@ -20,6 +20,7 @@ from rtp_ref.certify.report import (
     render_scoreboard,
     write_scoreboard,
 )
+from rtp_ref.certify.tiers import TIER_CHOICES, TIERS
 from rtp_ref.commands._output import (
     INTERRUPTED,
     add_json_flag,
@@ -35,7 +36,6 @@ from rtp_ref.kv.flags import parse_overrides, resolve_flags
 from rtp_ref.kv.layouts import check_layout_bytes
 from rtp_ref.ops import OPS, every_variant
 from rtp_ref.platform import platform_names, resolve_platform
-from rtp_ref.pytest_plugin import TIERS
 
 #: ``--platform all``: every bundled platform table
 ALL = "all"
@@ -323,10 +323,11 @@ def register(sub: Any) -> None:
     add_layout_flag(parser)
     parser.add_argument(
         "--tier",
-        choices=TIERS,
+        choices=TIER_CHOICES,
         default=TIERS[0],
         help="regular: every case of every claimed layout (default); large: one case per op and layout whose "
-        "cache passes 4 GiB, a strided layer of a pool (32-bit offsets; about 6.5 GiB free on the device)",
+        "cache passes 4 GiB, a strided layer of a pool (32-bit offsets; about 6.5 GiB free on the device); all: "
+        "both, each with its own column in the report",
     )
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
     parser.add_argument(

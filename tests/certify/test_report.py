@@ -251,3 +251,20 @@ def test_a_selection_of_one_op_has_no_row_for_the_others(tmp_path: Path) -> None
     rows = {(r["kernel"], r["layout"], r["verdict"]) for r in report["summary"]["by_kernel_layout"]}  # type: ignore[index]
     assert rows == {("(suite)", "(all)", "certified"), ("reference-indexer", "none", "certified"),
                     ("reference-indexer", "ue8m0", "certified")}
+
+
+def test_each_tier_has_its_own_verdict_column() -> None:
+    """A run of both tiers (``--tier all``) keeps each one's verdict: the row's is over every case, report.md has
+    a large-tier column, and the scoreboard gives the large tier columns of its own; a large-only report fills
+    only its large column."""
+    both = minimal_report([case_row("k", "fp8", "passed"), case_row("k", "fp8", "failed", "none", tier="large")])
+    (row,) = [r for r in both["summary"]["by_kernel_layout"] if r["kernel"] == "k"]
+    assert (row["verdict"], row["tiers"]) == ("failed", {"regular": "certified", "large": "failed"})
+    assert "| k | fp8 | failed | bit_exact | failed |" in render_markdown(both)
+    large_only = minimal_report([case_row("k", "auto", "passed", tier="large")], name="cuda-sm90")
+    board = render_scoreboard(merge_reports([both, large_only], ["a.json", "b.json"]))
+    header = next(line for line in board.splitlines() if line.startswith("| op |"))
+    assert header == ("| op | kernel | layout | cpu (native) | cpu (native), large tier | "
+                      "cuda-sm90 (native), large tier |")
+    assert "| concat_and_cache_mla | k | fp8 | certified (bit_exact) | failed | - |" in board
+    assert "| concat_and_cache_mla | k | auto | - | - | certified |" in board

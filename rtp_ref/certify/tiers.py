@@ -1,0 +1,18 @@
+"""The conformance tiers a run selects (``rtp-ref certify --tier``, ``--rtp-tier``). Torch- and pytest-free:
+the pytest plugin and the report read it.
+
+``regular``: every case of every claimed layout; ``large``: one case per op and layout whose cache passes
+4 GiB (rtp_ref.certify.large_cases); ``all``: both, each with its own verdict column in the report.
+"""
+
+from __future__ import annotations
+
+#: the tiers a case belongs to, the regular one first (a case record without a ``tier`` is a regular case)
+TIERS = ("regular", "large")
+#: what ``--tier`` accepts: a tier, or ``all`` of them
+TIER_CHOICES = (*TIERS, "all")
+
+
+def runs_tier(selected: str, tier: str) -> bool:
+    """Whether a run given ``--tier selected`` runs the cases of ``tier``."""
+    return selected in (tier, "all")
