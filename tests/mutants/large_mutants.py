@@ -16,12 +16,12 @@ import torch
 import triton
 import triton.language as tl
 
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.entries import encode_entries
 from rtp_ref.kv.fields import Placement, Source
 from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.ops import INDEXER_OP
+from tests.mutants.family_mutants import _BoundMutant
 
 
 def _wrap32(offset: int) -> int:
@@ -35,21 +35,13 @@ def _storage_bytes(cache: torch.Tensor) -> tuple[torch.Tensor, int]:
     return flat, cache.storage_offset() * cache.element_size()
 
 
-class Int32ByteOffsets:
+class Int32ByteOffsets(_BoundMutant):
     """concat_and_cache_mla whose entry offset ``block * stride(0) + row * entry`` is an int32: past 2^31
     bytes from the cache's base the entry lands at the wrapped offset. Layouts whose entry is one run of
     bytes (every one but fp8_model1_mla)."""
 
     name = "mutant-large-int32-byte-offsets"
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", "fp8", "fp8_ds_mla", "fp8_rocm_compact")
-    devices = ("cpu",)
-    conversion_path = "software"
-
-    def __init__(self, contract: WriteContract | None = None) -> None:
-        self.contract = contract
-
-    def bind(self, contract: WriteContract) -> Int32ByteOffsets:
-        return type(self)(contract)
 
     def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                  kv_cache_dtype: str, scale: torch.Tensor) -> None:
@@ -66,21 +58,13 @@ class Int32ByteOffsets:
             flat[at:at + entry.numel()] = entry
 
 
-class Int32ScaleOffset:
+class Int32ScaleOffset(_BoundMutant):
     """indexer_k_quant_and_cache with int64 value offsets and an int32 scale offset (FlagGems #6241): a token's
     scales past 2^31 bytes from the cache's base land at the wrapped offset; its values are right."""
 
     name = "mutant-large-int32-scale-offset"
     op = INDEXER_OP
     scale_fmts: ClassVar[tuple[str, ...]] = ("none", "ue8m0")
-    devices = ("cpu",)
-    conversion_path = "software"
-
-    def __init__(self, contract: WriteContract | None = None) -> None:
-        self.contract = contract
-
-    def bind(self, contract: WriteContract) -> Int32ScaleOffset:
-        return type(self)(contract)
 
     def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
                  scale_fmt: str) -> None:
@@ -117,20 +101,15 @@ def _copy_rows_int32(src, dst, slots, row_bytes, stride0, stride1, block_size, B
         tl.store(dst + at + offs, tl.load(src + t * row_bytes + offs, mask=mask), mask=mask)
 
 
-class TritonInt32ByteOffsets:
+class TritonInt32ByteOffsets(_BoundMutant):
     """A Triton concat_and_cache_mla of the ``auto`` layout whose row offset is an int32, as sglang #40351's
     store kernel had it: it copies each token's kv_c and k_pe bytes, right below 2^31 bytes and at the wrapped
     offset above. Runs on a GPU, or in Triton's interpreter."""
 
     name = "mutant-large-triton-int32-offsets"
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)
-    devices = ("cuda", "cpu")
-
-    def __init__(self, contract: WriteContract | None = None) -> None:
-        self.contract = contract
-
-    def bind(self, contract: WriteContract) -> TritonInt32ByteOffsets:
-        return type(self)(contract)
+    devices = ("cuda", "cpu")  # type: ignore[assignment]
+    conversion_path = "hardware"  # it converts nothing: auto copies bits
 
     def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                  kv_cache_dtype: str, scale: torch.Tensor) -> None:
