@@ -118,10 +118,14 @@ def num_blocks_for(block_bytes: int) -> int:
     return (1 << 32) // (LAYERS * block_bytes) + 2
 
 
+def _buffer_size(shape: _Shape) -> int:
+    """Bytes of a case's buffer: the margin, the pool of ``LAYERS`` interleaved caches, the tail."""
+    return MARGIN + num_blocks_for(shape.block_bytes) * LAYERS * shape.block_bytes + TAIL
+
+
 def buffer_bytes(spec: LargeSpec, contract: WriteContract) -> int:
     """Bytes the case allocates on its device (the buffer and both guards)."""
-    shape, _ = _shape(spec, contract)
-    return MARGIN + num_blocks_for(shape.block_bytes) * LAYERS * shape.block_bytes + TAIL + 2 * GUARD_BYTES
+    return _buffer_size(_shape(spec, contract)[0]) + 2 * GUARD_BYTES
 
 
 def memory_shortfall(device: str, need: int) -> str | None:
@@ -223,8 +227,7 @@ class LargeCase:
         self.expected = self._expected()
         self.guards = tuple(torch.full((GUARD_BYTES,), GUARD_CANARY, dtype=torch.uint8, device=device)
                             for _ in range(2))
-        size = MARGIN + self.num_blocks * self.stride_bytes + TAIL
-        self.buffer = _canary_buffer(size, str(device))
+        self.buffer = _canary_buffer(_buffer_size(self.shape), str(device))
         self.caches = self._views(self.buffer, MARGIN, self.num_blocks)
         self.slots = self.slots_cpu.to(device)
         self.inputs = tuple(t.to(device) for t in self.inputs_cpu)
@@ -308,13 +311,15 @@ class LargeCase:
         """Each cache's target blocks as the call left them, uint8 ``[blocks, block_bytes]`` on the CPU."""
         return [self._bytes(c[self.blocks.to(c.device)]) for c in self.caches]
 
+    def block_slots(self) -> list[list[int]]:
+        """The target slots in each target block, in ``blocks`` order."""
+        slots = [int(s) for s in self.slots_cpu if s >= 0]
+        return [[s for s in slots if s // BLOCK_SIZE == block] for block in self.blocks.tolist()]
+
     def block_offsets(self) -> list[int]:
         """The byte offset from its cache's base of each target block's last target byte."""
-        offsets = []
-        for block in self.blocks.tolist():
-            rows = [int(s) % BLOCK_SIZE for s in self.slots_cpu if s >= 0 and int(s) // BLOCK_SIZE == block]
-            offsets.append(block * self.stride_bytes + (max(rows) + 1) * self.shape.row_bytes - 1)
-        return offsets
+        return [block * self.stride_bytes + (max(s % BLOCK_SIZE for s in slots) + 1) * self.shape.row_bytes - 1
+                for block, slots in zip(self.blocks.tolist(), self.block_slots(), strict=True)]
 
     def target_ranges(self) -> list[tuple[int, int]]:
         """Byte ranges ``[start, end)`` of the buffer holding target blocks."""

@@ -60,8 +60,7 @@ def grade_large(case: LargeCase) -> Grading:
                     for j in torch.nonzero((g != e).any(dim=1)).flatten().tolist()}
     offsets = case.block_offsets()
     high = {j for j, off in enumerate(offsets) if off >= BOUNDARIES[0]}
-    slots_of = {j: [int(s) for s in case.slots_cpu if s >= 0 and int(s) // case.spec.block_size == b]
-                for j, b in enumerate(case.blocks.tolist())}
+    slots_of = case.block_slots()
     low_wrong = sorted(wrong_blocks - high)
     high_wrong = sorted(wrong_blocks & high)
 
