@@ -16,6 +16,7 @@ from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.faults import FaultLog
+from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_specs
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
@@ -99,6 +100,35 @@ def large_case_params(config: pytest.Config) -> list[Any]:
             for spec in large_specs(op, layout)]
 
 
+@dataclass(frozen=True)
+class GraphCaseParam:
+    """One CUDA-graph case: the bound kernel and the case spec (its op, layout and scenario)."""
+
+    kut: KernelUnderTest
+    spec: GraphSpec
+
+
+def _graph_marks(k: KernelUnderTest) -> list[pytest.MarkDecorator]:
+    if k.skip_reason:
+        return _skip_marks(k)
+    if k.device != "cuda":
+        why = f"graph tier: CUDA graphs need a CUDA device; {k.name} runs on {k.device} here"
+        return [pytest.mark.skip(reason=why)]
+    if graph_claim(k.kernel) == DECLINED:
+        return [pytest.mark.skip(reason=f"graph tier: {k.name} declares graph_safe = False")]
+    return []
+
+
+def graph_case_params(config: pytest.Config) -> list[Any]:
+    """With ``--rtp-tier graph`` or ``all``: each scenario of each (kernel, claimed layout) of every op."""
+    s = suite(config)
+    if not _runs(config, "graph"):
+        return []
+    return [pytest.param(GraphCaseParam(k, spec), marks=_graph_marks(k), id=f"{k.name}-{layout}-{spec.case_id}")
+            for op in OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for spec in graph_specs(op, layout)]
+
+
 def _pairs(config: pytest.Config, claimed: bool) -> list[Any]:
     """(kernel, layout) pairs: the claimed ones under test, or every layout a kernel does not claim."""
     s = suite(config)
@@ -146,6 +176,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("family_case", family_case_params(metafunc.config))
     if "large_case" in metafunc.fixturenames:
         metafunc.parametrize("large_case", large_case_params(metafunc.config))
+    if "graph_case" in metafunc.fixturenames:
+        metafunc.parametrize("graph_case", graph_case_params(metafunc.config))
     if "unclaimed_family_pair" in metafunc.fixturenames:
         s = suite(metafunc.config)
         pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in (MHA_OP, INDEXER_OP)
@@ -173,7 +205,11 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     large = params.params.get("large_case") if params else None
     if isinstance(large, LargeCaseParam):
         return {"kernel": large.kut.name, "layout": large.spec.layout, "kind": large.spec.kind,
-                "case": large.spec.case_id, "execution": large.kut.execution, "op": large.spec.op}
+                "case": large.spec.case_id, "execution": large.kut.execution, "op": large.spec.op, "tier": "large"}
+    graph = params.params.get("graph_case") if params else None
+    if isinstance(graph, GraphCaseParam):
+        return {"kernel": graph.kut.name, "layout": graph.spec.layout, "kind": graph.spec.kind,
+                "case": graph.spec.case_id, "execution": graph.kut.execution, "op": graph.spec.op, "tier": "graph"}
     family = params.params.get("family_case") if params else None
     if isinstance(family, FamilyCaseParam):
         return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,

@@ -17,7 +17,7 @@ import torch
 from rtp_ref.certify.cases import GUARD_BYTES, CaseSpec, build_case, num_blocks_for
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.grading import reference_image
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, VALIDATED, classify_bad_slot
+from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, REFUSING, classify_bad_slot
 from rtp_ref.certify.session import execution_mode
 from rtp_ref.kv.layouts import default_dims
 
@@ -44,6 +44,9 @@ def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], py
     layout = suite(pytestconfig).contract.layout(layout_name, *default_dims(layout_name))
     inputs = build_case(_case(layout_name), layout, k.device)
     before = inputs.storage.cpu().clone()
+    take_flags = getattr(k.kernel, "take_input_errors", None)
+    if callable(take_flags):
+        take_flags()  # what earlier cases left is not this case's
     result = call_kernel(k.kernel, inputs, layout_name, k.device)
     _device_error_fails(k, layout_name, result, record_case, "unclaimed", "unclaimed-layout")
     untouched = torch.equal(before, inputs.storage.cpu())
@@ -57,8 +60,9 @@ def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], py
 def test_out_of_range_slot(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
                            record_case: Callable[..., None]) -> None:
     """Input hardening, reported apart from the write (rtp_ref.certify.input_checks): ``validated`` (raised
-    before writing), ``unchecked`` (the guard canaries say where the write went) or ``crashed``. It fails
-    the case only where the platform table or ``--require-input-checks`` asks for ``validated``."""
+    before writing), ``flagged`` (skipped on the device and reported by ``take_input_errors``), ``unchecked``
+    (the guard canaries say where the write went) or ``crashed``. It fails the case only where the platform
+    table or ``--require-input-checks`` asks for ``validated`` or ``flagged``."""
     k, layout_name = claimed_pair
     s = suite(pytestconfig)
     layout = s.contract.layout(layout_name, *default_dims(layout_name))
@@ -69,6 +73,9 @@ def test_out_of_range_slot(claimed_pair: tuple[KernelUnderTest, str], pytestconf
     capacity = inputs.kv_cache.shape[0] * inputs.kv_cache.shape[1]
     inputs.slot_mapping[-1] = capacity  # one past the end
     before = inputs.storage.cpu().clone()
+    take_flags = getattr(k.kernel, "take_input_errors", None)
+    if callable(take_flags):
+        take_flags()  # what earlier cases left is not this case's
     result = call_kernel(k.kernel, inputs, layout_name, k.device)
     required = s.platform.require_input_checks or bool(pytestconfig.getoption("rtp_require_input_checks"))
     base = dict(kernel=k.name, layout=layout_name, kind=BAD_INPUT_KIND, case="slot-out-of-range",
@@ -82,8 +89,9 @@ def test_out_of_range_slot(claimed_pair: tuple[KernelUnderTest, str], pytestconf
         valid.slot_mapping = inputs.slot_mapping.clone()
         valid.slot_mapping[-1] = -1  # the footprint the valid tokens may write
         footprint = reference_image(layout, valid).footprint
-        value, detail = classify_bad_slot(before, inputs.storage.cpu(), footprint, error, cache_end)
-    failed = required and value != VALIDATED
+        flagged = [str(f) for f in take_flags()] if callable(take_flags) else None
+        value, detail = classify_bad_slot(before, inputs.storage.cpu(), footprint, error, cache_end, flagged)
+    failed = required and value not in REFUSING
     record_case(**base, input_check=value, input_check_detail=detail,
                 failed_checks=["input.rejects_bad_slot"] if failed else [])
     if failed:

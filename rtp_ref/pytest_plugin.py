@@ -107,7 +107,8 @@ def _option_specs() -> dict[str, dict[str, Any]]:
             "choices": TIER_CHOICES,
             "default": TIERS[0],
             "help": "which cases to run: regular (every case of every claimed layout), large (one case per op "
-            "and layout whose cache passes 4 GiB: 32-bit offsets; it needs about 6.5 GiB free) or all",
+            "and layout whose cache passes 4 GiB: 32-bit offsets; it needs about 6.5 GiB free), graph (each op and "
+            "layout captured in a CUDA graph and replayed with new inputs; CUDA only) or all",
         },
         "--rtp-report": {
             "dest": "rtp_report",
@@ -127,8 +128,8 @@ def _option_specs() -> dict[str, dict[str, Any]]:
         "--rtp-require-input-checks": {
             "dest": "rtp_require_input_checks",
             "action": "store_true",
-            "help": "a kernel must refuse an out-of-range slot (input checks 'validated') to be certified, "
-            "whatever the platform table says",
+            "help": "a kernel must refuse an out-of-range slot (input checks 'validated' or 'flagged') to be "
+            "certified, whatever the platform table says",
         },
     }
 

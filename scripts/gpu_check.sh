@@ -21,11 +21,13 @@
 #   scripts/gpu_check.sh large         the large-address tier (caches past 4 GiB) of every op's GPU kernels, native
 #   scripts/gpu_check.sh formats       every op's GPU kernels certified with the cache in another fp8 format than
 #                                      the platform's (cache_fp8_format=e4m3fnuz on cuda-sm90, e4m3fn on gfx942)
+#   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
+#                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats or large" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large or graph" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -170,8 +172,20 @@ for c in d['cases']:
 for c in d['cases']:
     print(c['kernel'], c['layout'], c.get('grade'), c.get('checks'))" | tee -a "$out/certify.log"
     ;;
+  graph)
+    # the CUDA-graph tier: capture, new inputs in place, replay; the reference and torch-eager decline it
+    gpu=(--kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer
+         --kernel cuda-indexer --kernel reference --kernel torch-eager)
+    for platform in cuda-sm90 rocm-gfx942; do
+      start=$SECONDS
+      certify "$platform" --tier graph "${gpu[@]}"
+      echo "graph tier $platform: $((SECONDS - start)) s" | tee -a "$out/certify.log"
+    done
+    PYTHONPATH="$site:$PWD" python3 -m pytest -q -p no:cacheprovider --platform cpu tests/mutants/test_graph_mutants.py \
+      2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
+    ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats or large" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large or graph" >&2; exit 2
     ;;
   esac
 done

@@ -6,7 +6,8 @@ in it is an error at once (:func:`spec`).
 
 Grades, weakest first: a case reaches ``layout`` when every check of grade ``layout`` passes, ``numerics``
 when the ``numerics`` checks pass as well, ``bit_exact`` when the bytes are identical too. ``input`` checks
-are input hardening: they grade no case, and count only where a platform requires input checks.
+are input hardening: they grade no case, and count only where a platform requires input checks; ``graph``
+checks (the CUDA-graph tier) grade no case either.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 GRADES = ("layout", "numerics", "bit_exact")
 #: the grade of a check that grades no case (input hardening)
 INPUT = "input"
+#: the grade of the CUDA-graph tier's checks: they grade no write; they decide the graph-safe column, and fail
+#: the pair only for a kernel that claims ``graph_safe``
+GRAPH = "graph"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,18 @@ CHECKS: tuple[CheckSpec, ...] = (
        "passes 2^31 or 2^32 are wrong and those below are right (an offset computed in 32 bits wrapped)"),
     _c("layout.large_entries", "layout", "large-address tier: a target block below 2^31 bytes differs from the "
        "reference's write of it (the regular tier names the fault)"),
+    _c("graph.capture", GRAPH, "graph tier: the call could not be captured in a CUDA graph (a host sync or a "
+       "host-side read of an input inside the call), with the error"),
+    _c("graph.replay", GRAPH, "graph tier: replaying the captured call with its own inputs did not write the "
+       "reference's bytes"),
+    _c("graph.new_values", GRAPH, "graph tier: after new values were copied into the input tensors, the replay "
+       "did not write the reference's bytes of them (it says when it wrote the capture-time values)"),
+    _c("graph.new_slots_and_scales", GRAPH, "graph tier: after new slots and scales were copied in as well, the "
+       "replay did not write the reference's bytes (a slot map or scale read at capture)"),
+    _c("graph.padding_untouched", GRAPH, "graph tier: a call captured with an all-padding slot map (an engine's "
+       "warm-up) changed a byte when replayed (slot 0 written, say)"),
+    _c("graph.after_padding_warmup", GRAPH, "graph tier: after the real slots were copied into the warm-up "
+       "graph's slot map, the replay did not write the reference's bytes"),
     _c("numerics.scale_positive", "numerics", "a stored scale is zero, negative, inf or NaN (e.g. a missing "
        "floor on an all-zero tile)"),
     _c("numerics.scale_form", "numerics", "the platform's rule is `pow2_ceil` (the indexer's: `scale_fmt` "
@@ -138,11 +154,11 @@ def rank(name: str) -> int:
 
 def grade_reached(failed: list[str]) -> str:
     """The grade a case reaches with these checks failed: the strongest grade below the weakest failure's
-    (``none`` when a ``layout`` check failed); ``input`` checks do not count."""
+    (``none`` when a ``layout`` check failed); ``input`` and ``graph`` checks do not count."""
     reached = GRADES[-1]
     for name in failed:
         grade = spec(name).grade
-        if grade != INPUT:
+        if grade not in (INPUT, GRAPH):
             reached = min(reached, grade_below(grade), key=_order)
     return reached
 

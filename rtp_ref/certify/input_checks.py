@@ -3,7 +3,9 @@
 The grades (layout, numerics, bit_exact) are about the write. Whether a kernel validates its arguments
 is a separate column of the report: engines own slot validity, and a kernel that checks slots on the
 host forces a device sync and cannot be captured in a CUDA graph, so no bundled table requires it
-(``[tolerances] require_input_checks`` or ``certify --require-input-checks`` does).
+(``[tolerances] require_input_checks`` or ``certify --require-input-checks`` does). A kernel that checks slots on
+the device instead (rtp_ref.kernels.input_flags) writes nothing for the bad slot and says so when asked
+(``take_input_errors``): ``flagged``, which meets the requirement as ``validated`` does.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import torch
 #: the kind of the conformance case that passes an out-of-range slot
 BAD_INPUT_KIND = "bad_input"
 #: values of the input-checks column, best first
-VALIDATED, UNCHECKED, CRASHED = "validated", "unchecked", "crashed"
-INPUT_CHECK_VALUES = (VALIDATED, UNCHECKED, CRASHED)
+VALIDATED, FLAGGED, UNCHECKED, CRASHED = "validated", "flagged", "unchecked", "crashed"
+INPUT_CHECK_VALUES = (VALIDATED, FLAGGED, UNCHECKED, CRASHED)
+#: the values that meet ``require_input_checks``: the bad slot refused, before writing or on the device
+REFUSING = (VALIDATED, FLAGGED)
 
 
 def _span(positions: torch.Tensor, origin: int) -> str:
@@ -23,13 +27,14 @@ def _span(positions: torch.Tensor, origin: int) -> str:
 
 
 def classify_bad_slot(before: torch.Tensor, after: torch.Tensor, valid_footprint: torch.Tensor, error: str | None,
-                      cache_end: int) -> tuple[str, str]:
+                      cache_end: int, flagged: list[str] | None = None) -> tuple[str, str]:
     """(value, what happened) for a call given ``slot == capacity`` (one past the cache) among valid slots.
 
     ``before``/``after``: the case storage around the call (CPU bytes); ``valid_footprint``: the bytes the
     valid tokens' entries occupy (a kernel that writes those and drops the bad token is still unchecked);
     ``cache_end``: the storage offset where the cache ends and the trailing guard (at least a block) begins;
-    ``error``: what the kernel raised, or None. The guard canaries show where an unchecked write went.
+    ``error``: what the kernel raised, or None; ``flagged``: what its ``take_input_errors`` said after the call
+    (None: it has none). The guard canaries show where an unchecked write went.
     """
     changed = after != before
     strays = torch.nonzero(changed & ~valid_footprint).flatten()
@@ -37,6 +42,8 @@ def classify_bad_slot(before: torch.Tensor, after: torch.Tensor, valid_footprint
         return VALIDATED, f"raised before writing: {error}"
     told = f"raised ({error}) only after writing" if error is not None else "slot == capacity was accepted and wrote"
     if strays.numel() == 0:
+        if error is None and flagged:
+            return FLAGGED, f"wrote the valid tokens, skipped the bad one and flagged it on the device: {flagged[0]}"
         return UNCHECKED, f"{told} the valid tokens, dropping the bad one"
     guard = strays[strays >= cache_end]
     inside = strays.numel() - guard.numel()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rtp_ref.certify.checks import GRADES, grade_above, grade_below, grade_reached, rank, reaches
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, VALIDATED
+from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, REFUSING
 from rtp_ref.certify.tiers import TIERS
 from rtp_ref.errors import RtpRefError
 from rtp_ref.ops import MLA_OP, OPS
@@ -92,10 +92,30 @@ def _verdict_head(verdict_text: str) -> str:
 
 
 def input_checks(group: Sequence[Mapping[str, Any]]) -> str | None:
-    """The input-checks cell of one (kernel, layout): ``validated``, ``unchecked`` or ``crashed`` (a worker that
-    died on the bad-slot case says crashed), ``not run``, or None for a pair without the case (unclaimed)."""
+    """The input-checks cell of one (kernel, layout): ``validated``, ``flagged``, ``unchecked`` or ``crashed`` (a
+    worker that died on the bad-slot case says crashed), ``not run``, or None for a pair without the case
+    (unclaimed)."""
     values = [_input_check(c) for c in group if c.get("kind") == BAD_INPUT_KIND]
     return max(values, key=lambda v: INPUT_CHECK_VALUES.index(v) if v in INPUT_CHECK_VALUES else -1, default=None)
+
+
+def graph_safety(group: Sequence[Mapping[str, Any]]) -> str | None:
+    """The graph-safe cell of one (kernel, layout) from its graph-tier cases: ``yes`` (every scenario exact),
+    ``no (graph.new_values, ...)``, ``declined`` (the kernel declares ``graph_safe = False``), ``not run``; None
+    when the graph tier did not run."""
+    cases = [c for c in group if c.get("tier") == "graph"]
+    if not cases:
+        return None
+    failed = sorted({check for c in cases for check in c.get("graph_checks") or {}})
+    if failed:
+        return f"no ({', '.join(failed)})"
+    if any(c.get("outcome") in ("failed", "error") for c in cases):
+        return "no (crashed)"
+    if all(c.get("graph_safe") == "yes" for c in cases):
+        return "yes"
+    if any("declares graph_safe = False" in str(c.get("reason", "")) for c in cases):
+        return "declined"
+    return "not run"
 
 
 def _input_check(case: Mapping[str, Any]) -> str:
@@ -154,6 +174,7 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
             "counts": dict(Counter(c["outcome"] for c in group)),
             "failed_checks": failed_checks,
             "input_checks": input_checks(group),
+            "graph_safe": graph_safety(group),
             "refused": sorted({f"{c['kind']} ({c['refused']})" for c in group if c.get("refused")}),
         })
     return {"total": len(cases), "outcomes": {o: totals.get(o, 0) for o in OUTCOMES}, "by_kernel_layout": table}
@@ -219,6 +240,7 @@ def _fmt_counts(counts: Mapping[str, int]) -> str:
 def render_markdown(report: Mapping[str, Any]) -> str:
     """A publishable markdown summary of one report."""
     large_ran = any("large" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
+    graph_ran = any(r.get("graph_safe") for r in report["summary"]["by_kernel_layout"])
     p = report["platform"]
     env = report["environment"]
     run = report.get("run") or {}
@@ -240,20 +262,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         + ("" if report["complete"] else " — **INCOMPLETE RUN**"
            + (f" ({report['stop_reason']})" if report.get("stop_reason") else "")),
         "",
-        # the large-address tier gets its own column when it ran
+        # the large-address and graph tiers get their own columns when they ran
         "| kernel | layout | verdict | weakest grade | " + ("large tier | " if large_ran else "")
-        + "input checks | execution | cases | failed checks |",
-        "|---|---|---|---|" + ("---|" if large_ran else "") + "---|---|---|---|",
+        + ("graph-safe | " if graph_ran else "") + "input checks | execution | cases | failed checks |",
+        "|---|---|---|---|" + ("---|" if large_ran else "") + ("---|" if graph_ran else "") + "---|---|---|---|",
     ]
     for r in report["summary"]["by_kernel_layout"]:
         refused = f" (refuses {'; '.join(r['refused'])}, as declared)" if r.get("refused") else ""
         large = f"{r.get('tiers', {}).get('large', 'not run')} | " if large_ran else ""
+        large += f"{r.get('graph_safe') or 'not run'} | " if graph_ran else ""
         lines.append(
             f"| {r['kernel']} | {r['layout']} | {r['verdict']}{refused} | {r['min_grade'] or '-'} | {large}"
             f"{r.get('input_checks') or '-'} | {'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | "
             f"{', '.join(r['failed_checks']) or '-'} |"
         )
-    checked = [c for c in report["cases"] if c.get("kind") == BAD_INPUT_KIND and _input_check(c) != VALIDATED]
+    checked = [c for c in report["cases"] if c.get("kind") == BAD_INPUT_KIND and _input_check(c) not in REFUSING]
     if checked:
         lines += ["", "## Input checks not validated (an out-of-range slot: slot == capacity)", ""]
         lines += [f"- {c.get('kernel')}/{c.get('layout')}: "
@@ -389,6 +412,7 @@ def merge_reports(
                 "min_grade": r["min_grade"],
                 "failed_at": r.get("failed_at"),  # None in a report of an older rtp-ref
                 "tiers": {t: v if report["complete"] else _partial_verdict(v) for t, v in r.get("tiers", {}).items()},
+                "graph_safe": r.get("graph_safe"),  # None where the graph tier did not run
                 "device": report["environment"].get("device"),
                 "source": source,
             })
@@ -422,20 +446,22 @@ def cell_text(verdict_text: str, min_grade: str | None, failed_at_grade: str | N
 
 def render_scoreboard(board: Mapping[str, Any]) -> str:
     """The scoreboard as a markdown table: ops, kernels and layouts down (the ops in rtp_ref.ops order),
-    platforms across, the large-address tier in columns of its own; an incomplete scoreboard says so in its last
-    line, with the platforms it lacks."""
+    platforms across, the large-address tier and the graph-safe column of each platform in columns of their own;
+    an incomplete scoreboard says so in its last line, with the platforms it lacks."""
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in board["rows"]:
         key = (r.get("op", MLA_OP), r["kernel"], r["layout"])
         column = f"{r['platform']} ({r['execution']})"
         tiers = r.get("tiers") or {}
-        # a report of the large tier alone is its own column; one of both tiers gives each its own
-        if set(tiers) != {"large"}:
-            # with both tiers the row's verdict is over both: the regular column shows the regular tier's
-            regular = tiers["regular"] if "large" in tiers else r["verdict"]
+        # each tier that ran has its own column; a report without the regular tier has no regular column
+        if "regular" in tiers or not tiers:
+            # with several tiers the row's verdict is over all: the regular column shows the regular tier's
+            regular = tiers["regular"] if len(tiers) > 1 else r["verdict"]
             cells.setdefault(key, {})[column] = cell_text(regular, r["min_grade"], r.get("failed_at"))
         if "large" in tiers:
             cells.setdefault(key, {})[f"{column}, large tier"] = tiers["large"]
+        if r.get("graph_safe"):
+            cells.setdefault(key, {})[f"{column}, graph-safe"] = r["graph_safe"]
     platforms = sorted({p for by_platform in cells.values() for p in by_platform})
     lines = ["# rtp-ref scoreboard", "", "| op | kernel | layout | " + " | ".join(platforms) + " |",
              "|---|---|---|" + "---|" * len(platforms)]

@@ -48,10 +48,11 @@ class CompiledBaseline(PlannedKernel):
         self.kv_cache_dtypes = kernel.kv_cache_dtypes
         self.devices = kernel.devices
         self.contract = kernel.contract
+        self._init_call_path("host")
         self._compiled: dict[tuple[str, int, int], Callable[..., None]] = {}
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
         key = (plan.layout.name, plan.kv_lora_rank, plan.rope_dim)
         if key not in self._compiled:
             def write(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,

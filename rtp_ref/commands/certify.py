@@ -326,8 +326,9 @@ def register(sub: Any) -> None:
         choices=TIER_CHOICES,
         default=TIERS[0],
         help="regular: every case of every claimed layout (default); large: one case per op and layout whose "
-        "cache passes 4 GiB, a strided layer of a pool (32-bit offsets; about 6.5 GiB free on the device); all: "
-        "both, each with its own column in the report",
+        "cache passes 4 GiB, a strided layer of a pool (32-bit offsets; about 6.5 GiB free on the device); graph: "
+        "each op and layout captured in a CUDA graph and replayed with new inputs (CUDA devices only); all: every "
+        "tier, each with its own column in the report",
     )
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
     parser.add_argument(
@@ -372,7 +373,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--require-input-checks",
         action="store_true",
-        help="certify only kernels that refuse an out-of-range slot before writing (input checks 'validated'); "
+        help="certify only kernels that refuse an out-of-range slot (input checks 'validated' or 'flagged'); "
         "by default input checks are reported, not required (engines own slot validity)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")

@@ -30,7 +30,7 @@ class _MhaParams(ctypes.Structure):
         "key", "value", "key_cache", "value_cache", "slots", "k_scale", "v_scale",
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
-        "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS)]
+        "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags")]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -38,8 +38,8 @@ class _IndexerParams(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_int64) for name in (
         "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
-        "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS)] + [("divisor", ctypes.c_double),
-                                                                      ("floor_", ctypes.c_double)]
+        "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags",
+    )] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
 
 @functools.cache
@@ -64,10 +64,11 @@ def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
 
 def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
                                  key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                                 k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+                                 k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch, after the
-    reference's checks (validate_mha_args); k_scale and v_scale each per tensor or per head, independently."""
-    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    reference's metadata checks (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere
+    (rtp_ref.kernels.input_flags). k_scale and v_scale each per tensor or per head, independently."""
+    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=False)
     fmt = layout.element_format
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
     params = _MhaParams(
@@ -81,16 +82,18 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
         k_scale_step=scale_step(k_scale, layout.num_kv_heads), v_scale_step=scale_step(v_scale, layout.num_kv_heads),
         input_fp16=key.dtype == torch.float16,
         hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode, key_cache.device), **traits,
+        capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(),
     )
     _launch("rtp_ref_mha_paged_write", params, key_cache.device)
 
 
 def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
-                                   slot_mapping: torch.Tensor, scale_fmt: str) -> None:
+                                   slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one CUDA launch.
-    ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Arguments are checked as the
-    reference checks them (validate_indexer_args)."""
-    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
+    ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Arguments' metadata are checked
+    as the reference checks them (validate_indexer_args); a slot past the cache sets ``flags`` and is written
+    nowhere (rtp_ref.kernels.input_flags)."""
+    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=False)
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > CUDA_MAX_QUANT_BLOCK:
@@ -103,5 +106,6 @@ def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_ca
         hardware=hardware_converts(layout.element_format, layout.conversion_mode, kv_cache.device),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
+        capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(),
     )
     _launch("rtp_ref_indexer_write", params, kv_cache.device)

@@ -24,6 +24,7 @@ import torch
 from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir, hardware_converts
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS
+from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import MLA_LAYOUT_NAMES
@@ -40,7 +41,7 @@ _MAX_R, _MAX_P = _LANES_PER_TOKEN * 8 * _CHUNK, _LANES_PER_TOKEN * _CHUNK
 
 
 class _Params(ctypes.Structure):
-    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 36 int64 then 2 doubles, no padding."""
+    """Mirror of ``struct RtpRefMlaParams`` in mla_cache.cu: 38 int64 then 2 doubles, no padding."""
 
     _fields_ = [
         (name, ctypes.c_int64)
@@ -50,7 +51,7 @@ class _Params(ctypes.Structure):
             "R", "P", "nope_mode", "rope_mode", "nope_off", "rope_off", "data_bytes", "trail_bytes",
             "tile", "n_tiles", "pow2", "scale_ue8m0", "scale_trailing", "scale_off",
             *CUDA_TRAIT_FIELDS,
-            "input_fp16", "aligned", "hardware", "block_shift",
+            "input_fp16", "aligned", "hardware", "block_shift", "capacity", "flags",
         )
     ] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
@@ -113,14 +114,15 @@ class CudaMlaKernel(PlannedKernel):
     devices: Collection[str] = ("cuda",)
 
     def __init__(self, contract: WriteContract | None = None,
-                 conversion: ConversionChoice = "auto") -> None:
+                 conversion: ConversionChoice = "auto", *, validation: Validation = "device") -> None:
+        self._init_call_path(validation)
         self.contract = contract
         self.conversion = conversion
 
-    def bind(self, contract: WriteContract, *,
-             conversion: ConversionChoice | None = None) -> CudaMlaKernel:
+    def bind(self, contract: WriteContract, *, conversion: ConversionChoice | None = None,
+             validation: Validation | None = None) -> CudaMlaKernel:
         """This kernel configured for ``contract``; ``conversion="software"`` forces the integer path."""
-        return CudaMlaKernel(contract, conversion or self.conversion)
+        return CudaMlaKernel(contract, conversion or self.conversion, validation=validation or self.validation)
 
     def conversion_path_for(self, contract: WriteContract, device: torch.device | None = None) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite where GPU ``device`` (default: the current one) converts it
@@ -148,7 +150,7 @@ class CudaMlaKernel(PlannedKernel):
         return None
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
         lib = _library(arch_of(kv_cache.device))
         block_size = kv_cache.shape[1]
         f = plan.traits
@@ -164,7 +166,7 @@ class CudaMlaKernel(PlannedKernel):
             **f.cuda_params(),
             input_fp16=kv_c.dtype == torch.float16, aligned=_aligned(plan, kv_c, k_pe, kv_cache),
             hardware=self.conversion_path_for(contract, kv_cache.device) == "hardware",
-            block_shift=block_shift_of(block_size),
+            block_shift=block_shift_of(block_size), capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(),
             divisor=plan.divisor, floor_=plan.floor,
         )
         with torch.cuda.device(kv_cache.device):

@@ -15,29 +15,55 @@ import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.kernels.contract import WriteContract, default_contract
-from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for
-from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout
+from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
+from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
+from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS, op_reference
 
-MhaWriter = Callable[[MhaPagedLayout, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                      torch.Tensor, torch.Tensor], None]
-IndexerWriter = Callable[[IndexerLayout, torch.Tensor, torch.Tensor, torch.Tensor, str], None]
+MhaWriter = Callable[..., None]
+IndexerWriter = Callable[..., None]
 #: how a writer converts fp8 under a contract (``software``/``torch`` whatever the contract)
 PathRule = Callable[[WriteContract], str]
 ConversionPath = Literal["hardware", "software", "torch"]
 
 
 class _FamilyKernel:
-    """What the two ops' kernels share: a name, devices, the contract they follow and its conversion path."""
+    """What the two ops' kernels share: a name, devices, the contract they follow and its conversion path, and
+    how argument values are checked. A ``lean`` writer (triton, cuda) checks metadata only and takes a ``flags``
+    word, where it flags the slots past the cache it skipped (rtp_ref.kernels.input_flags); under
+    ``validation="host"`` the kernel checks values first, as the reference does. Other writers (the reference,
+    torch-eager) check everything themselves, on the host."""
 
     def __init__(self, impl: str, suffix: str, devices: Collection[str], path_rule: PathRule,
-                 contract: WriteContract | None) -> None:
+                 contract: WriteContract | None, lean: bool, validation: Validation) -> None:
         self.impl, self.name, self.devices = impl, f"{impl}{suffix}", tuple(devices)
-        self.path_rule, self.contract = path_rule, contract
+        self.path_rule, self.contract, self.lean = path_rule, contract, lean
+        # the writers that are not lean read values on the host whatever is asked
+        self.validation: Validation = check_validation(validation) if lean else "host"
+        self.input_flags = InputFlags()
+        self._contracts: dict[torch.device, WriteContract] = {}
 
     def contract_for(self, device: torch.device) -> WriteContract:
-        """The bound contract, or the platform table of ``device`` when unbound."""
-        return self.contract or default_contract(device)
+        """The bound contract, or the platform table of ``device`` when unbound (looked up once per device)."""
+        if self.contract is not None:
+            return self.contract
+        found = self._contracts.get(device)
+        if found is None:
+            found = self._contracts[device] = default_contract(device)
+        return found
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether a call can be captured in a CUDA graph and replayed with new inputs: a lean writer that checks
+        values on the device (the others read values on the host)."""
+        return self.lean and self.validation == "device"
+
+    def take_input_errors(self) -> list[str]:
+        """What the device-side checks flagged since the last take (one sync per device), and clear it."""
+        return self.input_flags.take()
+
+    def _flags(self, device: torch.device) -> dict[str, torch.Tensor]:
+        return {"flags": self.input_flags.word(device)} if self.lean else {}
 
     @property
     def conversion_path(self) -> str:
@@ -54,13 +80,16 @@ class MhaPagedKernel(_FamilyKernel):
     kv_cache_dtypes: Collection[str] = MHA_CACHE_DTYPES
 
     def __init__(self, impl: str, writer: MhaWriter, devices: Collection[str], path_rule: PathRule,
-                 contract: WriteContract | None = None) -> None:
-        super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract)
+                 contract: WriteContract | None = None, *, lean: bool = False,
+                 validation: Validation = "device") -> None:
+        super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract, lean, validation)
         self.writer = writer
+        self._layouts: dict[tuple[WriteContract, str, int, int], MhaPagedLayout] = {}
 
-    def bind(self, contract: WriteContract) -> MhaPagedKernel:
-        """This kernel following ``contract``."""
-        return MhaPagedKernel(self.impl, self.writer, self.devices, self.path_rule, contract)
+    def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> MhaPagedKernel:
+        """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
+        return MhaPagedKernel(self.impl, self.writer, self.devices, self.path_rule, contract, lean=self.lean,
+                              validation=validation or self.validation)
 
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
@@ -71,9 +100,15 @@ class MhaPagedKernel(_FamilyKernel):
         if not isinstance(key_cache, torch.Tensor) or key_cache.dim() != 4:
             raise RtpRefError(f"key_cache: {getattr(key_cache, 'shape', key_cache)}; valid: a tensor "
                               f"[num_blocks, block_size, num_kv_heads, head_size]")
-        layout = mha_layout(self.contract_for(key_cache.device), kv_cache_dtype, key_cache.shape[2],
-                            key_cache.shape[3])
-        self.writer(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+        contract = self.contract_for(key_cache.device)
+        key_ = (contract, kv_cache_dtype, key_cache.shape[2], key_cache.shape[3])
+        layout = self._layouts.get(key_)
+        if layout is None:
+            layout = self._layouts[key_] = mha_layout(contract, kv_cache_dtype, key_cache.shape[2], key_cache.shape[3])
+        if self.lean and self.validation == "host":
+            validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+        self.writer(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                    **self._flags(key_cache.device))
 
 
 class IndexerKernel(_FamilyKernel):
@@ -85,13 +120,16 @@ class IndexerKernel(_FamilyKernel):
     scale_fmts: Collection[str] = SCALE_FORMATS
 
     def __init__(self, impl: str, writer: IndexerWriter, devices: Collection[str], path_rule: PathRule,
-                 contract: WriteContract | None = None, max_quant_block: int | None = None) -> None:
-        super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract)
+                 contract: WriteContract | None = None, max_quant_block: int | None = None, *, lean: bool = False,
+                 validation: Validation = "device") -> None:
+        super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract, lean, validation)
         self.writer, self.max_quant_block = writer, max_quant_block
+        self._layouts: dict[tuple[WriteContract, int, int], IndexerLayout] = {}
 
-    def bind(self, contract: WriteContract) -> IndexerKernel:
-        """This kernel following ``contract``."""
-        return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract, self.max_quant_block)
+    def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> IndexerKernel:
+        """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
+        return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract, self.max_quant_block,
+                             lean=self.lean, validation=validation or self.validation)
 
     def supports(self, layout: IndexerLayout) -> str | None:
         """None when the writer takes this layout's quant block, else why not (the protocol's ``supports``)."""
@@ -107,8 +145,13 @@ class IndexerKernel(_FamilyKernel):
         if not isinstance(k, torch.Tensor) or k.dim() != 2:
             raise RtpRefError(f"k: {getattr(k, 'shape', k)}; valid: a tensor [num_tokens, head_dim]")
         contract = self.contract_for(k.device)
-        layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
-        self.writer(layout, k, kv_cache, slot_mapping, scale_fmt)
+        key = (contract, k.shape[1], quant_block_size)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
+        if self.lean and self.validation == "host":
+            validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
+        self.writer(layout, k, kv_cache, slot_mapping, scale_fmt, **self._flags(k.device))
 
 
 def _software(contract: WriteContract) -> str:
@@ -155,9 +198,9 @@ def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
 
         # the interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch)
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MhaPagedKernel("triton", triton_reshape_and_cache_flash, devices, _triton_path),
+        kernels += [MhaPagedKernel("triton", triton_reshape_and_cache_flash, devices, _triton_path, lean=True),
                     IndexerKernel("triton", triton_indexer_k_quant_and_cache, devices, _triton_path,
-                                  max_quant_block=TRITON_MAX_QUANT_BLOCK)]
+                                  max_quant_block=TRITON_MAX_QUANT_BLOCK, lean=True)]
     if "cuda" not in missing:
         from rtp_ref.kernels.cuda_families import (
             CUDA_MAX_QUANT_BLOCK,
@@ -165,9 +208,9 @@ def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
             cuda_reshape_and_cache_flash,
         )
 
-        kernels += [MhaPagedKernel("cuda", cuda_reshape_and_cache_flash, ("cuda",), _cuda_path),
+        kernels += [MhaPagedKernel("cuda", cuda_reshape_and_cache_flash, ("cuda",), _cuda_path, lean=True),
                     IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), _cuda_path,
-                                  max_quant_block=CUDA_MAX_QUANT_BLOCK)]
+                                  max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True)]
     return kernels
 
 

@@ -24,6 +24,8 @@ class ReferenceKernel:
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cpu", "cuda")
     conversion_path = "software"
+    #: it writes on the host: a CUDA graph cannot capture it (the graph tier does not try)
+    graph_safe = False
 
     def __init__(self, contract: WriteContract | None = None) -> None:
         self.contract = contract

@@ -50,6 +50,8 @@ class TorchEagerKernel(PlannedKernel):
     conversion_path: Literal["torch"] = "torch"
 
     def __init__(self, contract: WriteContract | None = None) -> None:
+        # its boolean masking of padding slots reads the slots on the host: it validates there as well
+        self._init_call_path("host")
         self.contract = contract
 
     def bind(self, contract: WriteContract) -> TorchEagerKernel:
@@ -57,7 +59,7 @@ class TorchEagerKernel(PlannedKernel):
         return TorchEagerKernel(contract)
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
         write_eager(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
         self.launch_count += 1
 

@@ -37,7 +37,7 @@ INTERPRETER_BLOCK_T = 64
 
 @triton.jit
 def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel arguments
-        k, cache, slot_mapping, tokens, k_stride, block_stride, block_size, divisor, floor,
+        k, cache, slot_mapping, flags, capacity, tokens, k_stride, block_stride, block_size, divisor, floor,
         BLOCK_T: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr, N: tl.constexpr, IN_BF16: tl.constexpr,
         UE8M0: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
         NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
@@ -45,7 +45,10 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
     j = tl.program_id(1).to(tl.int64)
     slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
-    valid = slot >= 0
+    # a slot past the cache is flagged and written nowhere (rtp_ref.kernels.input_flags)
+    past = slot >= capacity
+    tl.store(flags + 0 * t, tl.full([BLOCK_T], 1, tl.int32), mask=past)
+    valid = (slot >= 0) & ~past
     # padding slots address block 0 row 0 (masked off): no negative offset is ever formed
     slot = tl.where(valid, slot, 0)
     block = slot // block_size
@@ -72,13 +75,14 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
 
 
 def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
-                                     slot_mapping: torch.Tensor, scale_fmt: str) -> None:
+                                     slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
 
-    Arguments are checked as the reference checks them (validate_indexer_args); ``quant_block_size`` must be
-    a power of two (a Triton block).
+    Arguments' metadata are checked as the reference checks them (validate_indexer_args); a slot past the cache
+    sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags). ``quant_block_size`` must be a power of
+    two (a Triton block).
     """
-    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
+    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=False)
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > TRITON_MAX_QUANT_BLOCK:
@@ -91,7 +95,8 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
     on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
     with on_gpu:
         _indexer_k_quant_and_cache[(triton.cdiv(tokens, BLOCK_T), layout.scales_per_token)](
-            k, kv_cache, slot_mapping, tokens, k.stride(0), kv_cache.stride(0), block_size, layout.scale_divisor,
+            k, kv_cache, slot_mapping, flags, kv_cache.shape[0] * block_size, tokens, k.stride(0), kv_cache.stride(0),
+            block_size, layout.scale_divisor,
             AMAX_FLOOR, BLOCK_T=BLOCK_T, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
             IN_BF16=k.dtype == torch.bfloat16, UE8M0=scale_fmt == "ue8m0",
             HW=hardware_selector(layout.element_format, layout.conversion_mode, kv_cache.device),

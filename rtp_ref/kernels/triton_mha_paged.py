@@ -62,7 +62,7 @@ def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers 
 
 @triton.jit
 def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel arguments
-        key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, k_step, v_step, tokens,
+        key, value, key_cache, value_cache, slot_mapping, flags, capacity, k_scale, v_scale, k_step, v_step, tokens,
         key_t, key_h, value_t, value_h, kc_block, kc_page, kc_head, vc_block, vc_page, vc_head, block_size,
         BLOCK_T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
         IN_BF16: tl.constexpr, FP8: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
@@ -71,7 +71,10 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
         CLAMP: tl.constexpr):
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
     slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
-    valid = slot >= 0
+    # a slot past the cache is flagged and written nowhere (rtp_ref.kernels.input_flags)
+    past = slot >= capacity
+    tl.store(flags + 0 * t, tl.full([BLOCK_T], 1, tl.int32), mask=past)
+    valid = (slot >= 0) & ~past
     # padding slots address block 0 row 0 (masked off): no negative offset is ever formed
     slot = tl.where(valid, slot, 0)
     block = slot // block_size
@@ -86,13 +89,14 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
 
 def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
                                    key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                                   k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+                                   k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
 
-    Arguments are checked as the reference checks them (validate_mha_args); k_scale and v_scale are each per
-    tensor or per head, independently (each is read at its own step, ``scale_step``).
+    Arguments are checked as the reference checks them (validate_mha_args), their metadata only when ``flags``
+    is given: a slot past the cache then sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags).
+    k_scale and v_scale are each per tensor or per head, independently (read at their own ``scale_step``).
     """
-    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=False)
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
     if tokens == 0:
         return
@@ -111,7 +115,8 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
     on_gpu = torch.cuda.device(key_cache.device) if key_cache.is_cuda else contextlib.nullcontext()
     with on_gpu:
         _reshape_and_cache_flash[(triton.cdiv(tokens, BLOCK_T),)](
-            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, k_scale, v_scale,
+            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, flags, key_cache.shape[0] * key_cache.shape[1],
+            k_scale, v_scale,
             scale_step(k_scale, heads), scale_step(v_scale, heads), tokens,
             key.stride(0), key.stride(1), value.stride(0), value.stride(1),
             key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),

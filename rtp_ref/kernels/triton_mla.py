@@ -39,6 +39,7 @@ import triton.language as tl
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.format_traits import FormatTraits
+from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.triton_fp8 import (
     F32_2POW_M127_BITS,
     F32_NAN_BITS,
@@ -86,8 +87,8 @@ def _store32(cache: tl.tensor, base: tl.tensor, cols: tl.tensor, value: tl.tenso
 
 @triton.jit
 def _mla_cache_write(
-    kv_c: tl.tensor, k_pe: tl.tensor, cache: tl.tensor, slots: tl.tensor, scale_ptr: tl.tensor,
-    num_tokens: tl.tensor, kv_c_row: tl.tensor, k_pe_row: tl.tensor, block_size: tl.tensor,
+    kv_c: tl.tensor, k_pe: tl.tensor, cache: tl.tensor, slots: tl.tensor, scale_ptr: tl.tensor, flags: tl.tensor,
+    num_tokens: tl.tensor, capacity: tl.tensor, kv_c_row: tl.tensor, k_pe_row: tl.tensor, block_size: tl.tensor,
     block_shift: tl.tensor, block_bytes: tl.tensor, divisor: tl.tensor, floor: tl.tensor,
     R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
     NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr, ROPE_OFF: tl.constexpr,
@@ -101,7 +102,8 @@ def _mla_cache_write(
     """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
 
     ``cache`` is the cache's bytes; ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit
-    copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales (nope only).
+    copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales (nope only). A slot at or past
+    ``capacity`` writes nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
     """
     t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     in_range = t < num_tokens
@@ -126,7 +128,9 @@ def _mla_cache_write(
     if NOPE_MODE == 1 or ROPE_MODE == 1:
         tensor_scale = tl.load(scale_ptr)
 
-    valid = slot >= 0
+    past = slot >= capacity
+    tl.store(flags + 0 * t, tl.full([BLOCK_T], 1, tl.int32), mask=past)
+    valid = (slot >= 0) & ~past
     slot = tl.where(valid, slot, 0)
     # Block sizes are usually powers of two; a shift then replaces the 64-bit division (a long
     # software routine on GPUs).
@@ -195,6 +199,7 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+@functools.lru_cache(maxsize=256)
 def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bool = True,
                 clamp: bool = True) -> dict[str, Any]:
     """The kernel's constexpr arguments for a plan (also what ``_compile_ahead`` compiles).
@@ -245,11 +250,13 @@ class TritonMlaKernel(PlannedKernel):
 
     def __init__(self, contract: WriteContract | None = None,
                  conversion: ConversionChoice = "auto", *,
-                 tokens_per_program: int | None = None, num_warps: int = NUM_WARPS) -> None:
+                 tokens_per_program: int | None = None, num_warps: int = NUM_WARPS,
+                 validation: Validation = "device") -> None:
         if tokens_per_program is None:
             tokens_per_program = INTERPRETER_BLOCK_T if interpreted() else BLOCK_T
         if tokens_per_program < 1 or tokens_per_program & (tokens_per_program - 1):
             raise ValueError(f"tokens_per_program={tokens_per_program}: must be a power of two (tl.arange)")
+        self._init_call_path(validation)
         self.contract = contract
         self.conversion = conversion
         self.tokens_per_program = tokens_per_program
@@ -257,11 +264,11 @@ class TritonMlaKernel(PlannedKernel):
         # The interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch).
         self.devices: Collection[str] = ("cpu",) if interpreted() else ("cuda",)
 
-    def bind(self, contract: WriteContract, *,
-             conversion: ConversionChoice | None = None) -> TritonMlaKernel:
+    def bind(self, contract: WriteContract, *, conversion: ConversionChoice | None = None,
+             validation: Validation | None = None) -> TritonMlaKernel:
         """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
-        return TritonMlaKernel(contract, conversion or self.conversion,
-                               tokens_per_program=self.tokens_per_program, num_warps=self.num_warps)
+        return TritonMlaKernel(contract, conversion or self.conversion, tokens_per_program=self.tokens_per_program,
+                               num_warps=self.num_warps, validation=validation or self.validation)
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""
@@ -276,27 +283,34 @@ class TritonMlaKernel(PlannedKernel):
         return self.conversion_path_for(self.contract or default_contract(device))
 
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
         tokens = slot_mapping.shape[0]
         if tokens == 0:
             return
-        # The same choice as conversion_path_for, asking Triton for its target once.
-        hw = SW if self.conversion == "software" else hardware_selector(contract.element_format,
-                                                                        contract.conversion_mode, kv_cache.device)
+        # The same choice as conversion_path_for, asking Triton for its target once per device.
+        hw = SW if self.conversion == "software" else _selector(contract.element_format, contract.conversion_mode,
+                                                                kv_cache.device)
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
-                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not conversion_saturates())
+                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _saturates())
         block_size = kv_cache.shape[1]
         cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
         on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
         with on_gpu:
             _mla_cache_write[(triton.cdiv(tokens, block_t),)](
-                kv_c, k_pe, cache_bytes, slot_mapping, scale,
-                tokens, kv_c.stride(0), k_pe.stride(0), block_size, block_shift_of(block_size),
+                kv_c, k_pe, cache_bytes, slot_mapping, scale, flags,
+                tokens, kv_cache.shape[0] * block_size, kv_c.stride(0), k_pe.stride(0), block_size,
+                block_shift_of(block_size),
                 kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
                 num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
             )
         self.launch_count += 1
+
+
+#: the hardware selector and the backend's saturation, asked once per format and device (they read the device's
+#: properties and Triton's target, which do not change within a process)
+_selector = functools.lru_cache(maxsize=64)(hardware_selector)
+_saturates = functools.cache(conversion_saturates)
 
 
 @functools.cache
@@ -334,8 +348,9 @@ def _compile_ahead(plan: WritePlan, target: tuple[str, int | str, int], hw: int,
     from triton.compiler import ASTSource
 
     constexprs = _constexprs(plan, hw, split=False, block_t=BLOCK_T, clamp=clamp)
-    pointer_types = {"kv_c": "*bf16", "k_pe": "*bf16", "cache": "*u8", "slots": "*i64", "scale_ptr": "*fp32"}
-    scalar_types = {"num_tokens": "i32", "kv_c_row": "i32", "k_pe_row": "i32", "block_size": "i32",
+    pointer_types = {"kv_c": "*bf16", "k_pe": "*bf16", "cache": "*u8", "slots": "*i64", "scale_ptr": "*fp32",
+                     "flags": "*i32"}
+    scalar_types = {"num_tokens": "i32", "capacity": "i64", "kv_c_row": "i32", "k_pe_row": "i32", "block_size": "i32",
                     "block_shift": "i32", "block_bytes": "i64", "divisor": "fp32", "floor": "fp32"}
     signature = {**pointer_types, **scalar_types, **dict.fromkeys(constexprs, "constexpr")}
     source = ASTSource(_mla_cache_write, signature, constexprs)

@@ -19,6 +19,7 @@ from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kernels.contract import WriteContract, check_call, default_contract
 from rtp_ref.kernels.format_traits import FormatTraits
+from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.fields import (
     ELEMENT_FP32,
     ELEMENT_INPUT16,
@@ -159,63 +160,80 @@ def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
     return ValueMode.TILED, scale
 
 
-def validated_plan(kernel_name: str, contract: WriteContract, kv_cache_dtype: str, kv_c: torch.Tensor,
-                   k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                   scale: torch.Tensor) -> WritePlan:
-    """Build the layout for this call, run the reference's argument checks, return the plan.
-
-    Everything that can be wrong with the arguments raises here (RtpRefError), before any byte of
-    the cache is written.
-    """
+def check_value_inputs(kernel_name: str, kv_c: object, k_pe: object) -> None:
+    """RtpRefError unless kv_c and k_pe are 2-dim tensors (their widths then name the layout's dims)."""
     for arg, x in (("kv_c", kv_c), ("k_pe", k_pe)):
         if not isinstance(x, torch.Tensor) or x.dim() != 2:
             shown = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise RtpRefError(f"{kernel_name}: {arg}: {shown} is not a 2-dim tensor; valid: [tokens, dim]")
-    layout = contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
-    validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
-    return WritePlan.of(layout)
 
 
 class PlannedKernel(ABC):
-    """The call path shared by the compiled kernels (triton, cuda): check the layout and device,
-    validate every argument before writing, reduce the layout to a ``WritePlan``, launch."""
+    """The call path shared by the compiled kernels (triton, cuda): check the layout and device, check the
+    arguments before writing (rtp_ref.kernels.input_flags: metadata on the host, slot values on the device by
+    default), reduce the layout to a ``WritePlan`` (once per contract, layout and dims), launch.
+
+    With ``validation="device"`` a call makes no device sync and no host work that grows with the tensors,
+    so it can be captured in a CUDA graph (``graph_safe``)."""
 
     name: str
     kv_cache_dtypes: Collection[str]
     devices: Collection[str]
     contract: WriteContract | None
+    validation: Validation = "device"
     #: device launches made by this object (the conformance suite's proof that the kernel itself ran)
     launch_count: int = 0
 
+    def _init_call_path(self, validation: str) -> None:
+        self.validation = check_validation(validation)
+        self.input_flags = InputFlags()
+        self._plans: dict[tuple[WriteContract, str, int, int], tuple[WritePlan, str | None]] = {}
+        self._device_contracts: dict[torch.device, WriteContract] = {}
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether a call can be captured in a CUDA graph and replayed with new input values (no host sync)."""
+        return self.validation == "device"
+
     def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """Write the tokens (see ``rtp_ref.kernels.protocol``); validates everything before writing."""
+        """Write the tokens (see ``rtp_ref.kernels.protocol``); checks everything it checks before writing."""
         check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = validated_plan(self.name, contract, kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
-        limit = self.supports(plan.layout)
+        check_value_inputs(self.name, kv_c, k_pe)
+        contract = self.contract or self._device_contract(kv_cache.device)
+        plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=self.validation == "host")
         if limit:
             raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale, self.input_flags.word(kv_cache.device))
+
+    def take_input_errors(self) -> list[str]:
+        """What the device-side checks flagged since the last take (one sync per device), and clear it."""
+        return self.input_flags.take()
+
+    def _device_contract(self, device: torch.device) -> WriteContract:
+        contract = self._device_contracts.get(device)
+        if contract is None:
+            contract = self._device_contracts[device] = default_contract(device)
+        return contract
+
+    def _plan(self, contract: WriteContract, kv_cache_dtype: str, kv_lora_rank: int,
+              rope_dim: int) -> tuple[WritePlan, str | None]:
+        """The plan of a call and this kernel's limit for it, worked out once per key (a layout's build and
+        its field table are milliseconds of Python; a decode-size write is microseconds)."""
+        key = (contract, kv_cache_dtype, kv_lora_rank, rope_dim)
+        found = self._plans.get(key)
+        if found is None:
+            layout = contract.layout(kv_cache_dtype, kv_lora_rank, rope_dim)
+            found = self._plans[key] = (WritePlan.of(layout), self.supports(layout))
+        return found
 
     def supports(self, layout: MlaLayout) -> str | None:
         """None when this kernel writes ``layout`` at its dims; else its limit, as a reason (the protocol's
         optional ``supports``: the suite reports such cases as refused). Every layout, by default."""
         return None
 
-    def write_unchecked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
-                        slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """The write without ``validate_write_args`` (one host sync over the slots).
-
-        For benchmarks that passed the same arguments through ``__call__`` once: invalid arguments
-        here write out of bounds.
-        """
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        contract = self.contract or default_contract(kv_cache.device)
-        plan = WritePlan.of(contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1]))
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
-
     @abstractmethod
     def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor) -> None:
-        """Launch the device kernel for validated arguments."""
+                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
+        """Launch the device kernel for checked arguments; slots at or past the capacity set ``flags``."""

@@ -112,8 +112,9 @@ def indexer_layout_for(source: FormatSource, flags: LayoutFlags, head_dim: int, 
 
 
 def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,
-                          scale_fmt: str) -> None:
-    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid)."""
+                          scale_fmt: str, values: bool = True) -> None:
+    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid); without
+    ``values``, metadata only (no device sync: the slots' values are not checked)."""
     if scale_fmt not in SCALE_FORMATS:
         raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
     cache = check_tensor("kv_cache", kv_cache, None)
@@ -124,7 +125,7 @@ def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, sl
                           f"{cache.stride()}; valid: uint8 [num_blocks, block_size, {row}] with contiguous rows")
     x = check_tensor("k", k, cache.device)
     check_input_dtype("k", x.dtype)
-    slots = check_slot_mapping(slot_mapping, cache.device, cache.shape[0], cache.shape[1])
+    slots = check_slot_mapping(slot_mapping, cache.device, cache.shape[0], cache.shape[1], values)
     check_rows("k", x, slots.numel(), (layout.head_dim,))
 
 

@@ -102,8 +102,9 @@ def mha_layout(platform: FormatSource, kv_cache_dtype: str, num_kv_heads: int, h
 
 
 def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_cache: object, value_cache: object,
-                      slot_mapping: object, k_scale: object, v_scale: object) -> None:
-    """Check one ``reshape_and_cache_flash`` call against ``layout`` (the module doc says what is valid)."""
+                      slot_mapping: object, k_scale: object, v_scale: object, values: bool = True) -> None:
+    """Check one ``reshape_and_cache_flash`` call against ``layout`` (the module doc says what is valid); without
+    ``values``, metadata only (no device sync: the slots' values are not checked)."""
     kc = check_tensor("key_cache", key_cache, None)
     device = kc.device
     vc = check_tensor("value_cache", value_cache, device)
@@ -120,7 +121,7 @@ def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_ca
         if cache.dtype != want or cache.stride(-1) != 1:
             raise RtpRefError(f"{arg}: dtype {dtype_name(cache.dtype)}, strides {cache.stride()}; valid: "
                               f"{dtype_name(want)} for {layout.kv_cache_dtype}, a contiguous last dimension")
-    slots = check_slot_mapping(slot_mapping, device, kc.shape[0], kc.shape[1])
+    slots = check_slot_mapping(slot_mapping, device, kc.shape[0], kc.shape[1], values)
     for arg, x in (("key", k), ("value", v)):
         check_rows(arg, x, slots.numel(), (heads, size))
     if layout.element_format is None:

@@ -108,25 +108,29 @@ def _check_value_input(arg: str, x: torch.Tensor, width: int, what: str, layout:
         )
 
 
-def validate_scale(layout: MlaLayout, scale: object, device: torch.device) -> None:
-    """``scale`` is a float32 tensor of one element; positive and finite when the layout uses it."""
+def validate_scale(layout: MlaLayout, scale: object, device: torch.device, values: bool = True) -> None:
+    """``scale`` is a float32 tensor of one element; positive and finite when the layout uses it (that value
+    check, a device sync, only with ``values``)."""
     s = check_tensor("scale", scale, device)
     if s.dtype != torch.float32 or s.numel() != 1:
         _fail("scale", f"{dtype_name(s.dtype)} with {s.numel()} elements; valid: float32 with 1 element")
-    if layout.external_scale is not None:
+    if values and layout.external_scale is not None:
         value = float(s.reshape(()).item())
         if not (value > 0 and value != float("inf")):
             _fail("scale", f"{value} cannot divide values for layout {layout.name}; valid: a finite number > 0")
 
 
 def validate_write_args(
-    layout: MlaLayout, kv_c: object, k_pe: object, kv_cache: object, slot_mapping: object, scale: object
+    layout: MlaLayout, kv_c: object, k_pe: object, kv_cache: object, slot_mapping: object, scale: object,
+    values: bool = True,
 ) -> None:
     """Check every argument of ``concat_and_cache_mla`` for ``layout``; raises before any byte is written.
 
     Rules: kv_c [N >= T, R] and k_pe [N' >= T, P] share a dtype in bf16/fp16, last dim contiguous
     (row strides free); slot_mapping int64 [T]; kv_cache per ``validate_cache``; scale float32 [1];
     all on the cache's device; each slot negative (skip) or below the capacity, and no slot twice.
+    Without ``values`` only metadata is checked (no device sync): the slots' and the scale's values are not
+    (rtp_ref.kernels.input_flags says who checks them then).
     """
     cache = check_tensor("kv_cache", kv_cache, None)
     device = cache.device
@@ -148,8 +152,9 @@ def validate_write_args(
         if x.shape[0] < tokens:
             _fail(arg, f"has {x.shape[0]} rows but slot_mapping has {tokens} tokens; valid: >= {tokens} rows")
     validate_cache(layout, cache, nope.dtype)
-    validate_scale(layout, scale, device)
-    check_write_slots(slots, cache_capacity(cache), cache.shape[0], cache.shape[1])
+    validate_scale(layout, scale, device, values)
+    if values:
+        check_write_slots(slots, cache_capacity(cache), cache.shape[0], cache.shape[1])
 
 
 def check_write_slots(slots: torch.Tensor, capacity: int, num_blocks: int, block_size: int) -> None:
@@ -197,14 +202,16 @@ def validate_read_args(
     validate_scale(layout, scale, cache.device)
 
 
-def check_slot_mapping(slot_mapping: object, device: torch.device, num_blocks: int, block_size: int) -> torch.Tensor:
+def check_slot_mapping(slot_mapping: object, device: torch.device, num_blocks: int, block_size: int,
+                       values: bool = True) -> torch.Tensor:
     """``slot_mapping`` as a 1-D int64 tensor on ``device`` whose slots fit a ``num_blocks x block_size`` cache
-    (check_write_slots); RtpRefError otherwise."""
+    (check_write_slots, only with ``values``: it syncs); RtpRefError otherwise."""
     slots = check_tensor("slot_mapping", slot_mapping, device)
     if slots.dim() != 1 or slots.dtype != torch.int64:
         raise RtpRefError(f"slot_mapping: shape {tuple(slots.shape)}, dtype {dtype_name(slots.dtype)}; "
                           f"valid: a 1-D int64 tensor")
-    check_write_slots(slots, num_blocks * block_size, num_blocks, block_size)
+    if values:
+        check_write_slots(slots, num_blocks * block_size, num_blocks, block_size)
     return slots
 
 

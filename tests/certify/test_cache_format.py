@@ -1,5 +1,6 @@
 """A cache keeps its own fp8 format (layout flag ``cache_fp8_format``): on rocm-gfx942, whose format is
-e4m3fnuz, a cache kept in OCP e4m3fn is certified for every op with the built-in kernels following it."""
+e4m3fnuz, a cache kept in OCP e4m3fn is certified for every op with the built-in kernels following it. The
+same run shows the triton kernel's device-side slot check reported as ``flagged``."""
 
 from __future__ import annotations
 
@@ -23,3 +24,7 @@ def test_every_op_certifies_a_cache_kept_in_another_format(tmp_path: Path) -> No
         ("reference", "fp8_ds_mla"), ("reference", "fp8"), ("triton", "fp8_ds_mla"), ("triton", "fp8"),
         ("reference-mha", "fp8"), ("triton-mha", "fp8"), ("reference-indexer", "none"),
         ("triton-indexer", "none"))}
+    # input checks (MLA op): the reference refuses the bad slot on the host, the triton kernel on the device
+    checks = {r["layout"]: r["input_checks"] for r in report["summary"]["by_kernel_layout"]  # type: ignore[index]
+              if r["kernel"] == "triton"}
+    assert checks == {"fp8_ds_mla": "flagged", "fp8": "flagged"}, checks

@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from rtp_ref.certify.checks import CHECKS, GRADES, INPUT, Check, grade_reached, rank, spec
+from rtp_ref.certify.checks import CHECKS, GRADES, GRAPH, INPUT, Check, grade_reached, rank, spec
 
 REPO = Path(__file__).resolve().parents[2]
 #: a check name as a string literal in the code
-LITERAL = re.compile(r"""["'](?:support|input|layout|numerics|bit_exact)\.[a-z_<>{}]+["']""")
+LITERAL = re.compile(r"""["'](?:support|input|graph|layout|numerics|bit_exact)\.[a-z_<>{}]+["']""")
 
 
 def test_the_docs_check_table_is_the_code_table() -> None:
     text = (REPO / "docs" / "conformance.md").read_text()
     rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \| (.+) \|$", text, flags=re.MULTILINE)
     documented = [(name, grade.strip(), meaning) for name, grade, meaning in rows if "." in name]
-    table = [(c.name, "(input checks)" if c.grade == INPUT else c.grade, c.meaning) for c in CHECKS]
+    shown = {INPUT: "(input checks)", GRAPH: "(graph tier)"}
+    table = [(c.name, shown.get(c.grade, c.grade), c.meaning) for c in CHECKS]
     assert documented == table
 
 
@@ -56,6 +57,6 @@ def test_the_grade_reached_follows_the_table(failed: list[str], grade: str) -> N
 
 
 def test_every_row_has_a_grade_and_the_order_explains_a_call_before_its_bytes() -> None:
-    assert {c.grade for c in CHECKS} == {*GRADES, INPUT}
+    assert {c.grade for c in CHECKS} == {*GRADES, INPUT, GRAPH}
     assert rank("support.kernel_raised") < rank("layout.untouched_bytes") < rank("numerics.nan") \
         < rank("bit_exact.bytes") < rank("from.another_version")

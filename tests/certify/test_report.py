@@ -268,3 +268,30 @@ def test_each_tier_has_its_own_verdict_column() -> None:
                       "cuda-sm90 (native), large tier |")
     assert "| concat_and_cache_mla | k | fp8 | certified (bit_exact) | failed | - |" in board
     assert "| concat_and_cache_mla | k | auto | - | - | certified |" in board
+
+
+def test_the_graph_tier_is_a_graph_safe_column() -> None:
+    """The graph tier's cases give the pair a graph-safe cell (in report.md and the scoreboard, a column of their
+    own): ``yes`` when every scenario was exact; ``no (checks)`` for a kernel tried without claiming it, which
+    still certifies (its cases passed); ``declined`` for one that declares graph_safe = False."""
+    cases = [case_row("k", "fp8", "passed"),
+             case_row("k", "fp8", "passed", None, tier="graph", graph_safe="yes", graph_checks={}),
+             case_row("u", "fp8", "passed"),
+             case_row("u", "fp8", "passed", None, tier="graph", graph_safe="no",
+                      graph_checks={"graph.new_values": "12 wrote what the inputs held at capture time give"}),
+             case_row("d", "fp8", "passed"),
+             case_row("d", "fp8", "skipped", None, tier="graph", reason="graph tier: d declares graph_safe = False")]
+    report = minimal_report(cases, name="cuda-sm90")
+    rows = {r["kernel"]: r for r in report["summary"]["by_kernel_layout"]}
+    assert {k: (rows[k]["verdict"], rows[k]["graph_safe"]) for k in "kud"} == {
+        "k": ("certified", "yes"), "u": ("certified", "no (graph.new_values)"), "d": ("certified", "declined")}
+    assert "| u | fp8 | certified | bit_exact | no (graph.new_values) |" in render_markdown(report)
+    board = render_scoreboard(merge_reports([report], ["a.json"]))
+    assert "| cuda-sm90 (native) | cuda-sm90 (native), graph-safe |" in board
+    assert "| concat_and_cache_mla | u | fp8 | certified (bit_exact) | no (graph.new_values) |" in board
+    # a kernel claiming graph_safe whose replay failed fails the pair through its case's outcome
+    failing = minimal_report([case_row("c", "fp8", "passed"), case_row(
+        "c", "fp8", "failed", None, tier="graph", graph_safe="no", graph_checks={"graph.capture": "sync"},
+        failed_checks=["graph.capture"])])
+    (row,) = [r for r in failing["summary"]["by_kernel_layout"] if r["kernel"] == "c"]
+    assert (row["verdict"], row["graph_safe"], row["failed_at"]) == ("failed", "no (graph.capture)", None)

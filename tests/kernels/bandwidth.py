@@ -3,7 +3,7 @@
 ``python -m tests.kernels.bandwidth [TOKENS] [--sweep] [--sequential]`` prints, per kernel and layout,
 the time of one write and its share of the device copy roof, on ``rtp-ref bench``'s inputs and
 measure (rtp_ref.bench): random slots over a cache twice as large, median of back-to-back calls
-through ``write_unchecked`` after one validated call. torch-eager is left out (``rtp-ref bench``
+of the kernels' default call path (no device sync). torch-eager is left out (``rtp-ref bench``
 times it). ``--sweep`` adds the triton kernel over ``tokens_per_program`` x ``num_warps``;
 ``--sequential`` adds each write with slots in order (same bytes: what the scatter itself costs).
 ``--one LAYOUT KERNEL`` makes one write and exits, for ``ncu``.
@@ -43,8 +43,7 @@ def main(tokens: int, sweep: bool, sequential: bool) -> None:
         for name, kernel in kernels:
             for order, slot_order in orders:
                 args = (kv_c, k_pe, cache, slot_order, layout_name, scale)
-                kernel(*args)  # validates the arguments once
-                seconds = time_call(lambda k=kernel, a=args: k.write_unchecked(*a), CUDA).seconds
+                seconds = time_call(lambda k=kernel, a=args: k(*a), CUDA).seconds
                 print(f"  {layout_name:16s} {name + order:27s} {seconds * 1e3:8.3f} ms  "
                       f"{nbytes / seconds / 1e12:5.2f} TB/s  {100 * nbytes / seconds / roof:5.1f}% of copy", flush=True)
 

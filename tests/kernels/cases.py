@@ -105,6 +105,23 @@ def make_case(c: WriteContract, layout_name: str, *, dims: tuple[int, int] | Non
     return WriteCase(layout, kv_c, k_pe, cache, slots, scale_t, expected)
 
 
+#: what take_input_errors says of a slot past the cache on the compiled kernels' default path, per device
+PAST_CAPACITY_FLAGGED = "{device}: a slot at or past the cache's capacity was skipped (nothing written for it)"
+
+
+def past_capacity_case(c: WriteContract, layout_name: str) -> tuple[WriteCase, torch.Tensor, torch.Tensor]:
+    """(case, slots, expected): the case's slots with token 0's replaced by the capacity (one past the cache), and
+    the reference's image of the cache when token 0 is skipped, as the default call path must write (CPU)."""
+    case = make_case(c, layout_name, tokens=6)
+    skipped = case.slots.clone()
+    skipped[0] = -1
+    expected = copy_to(case.cache, "cpu")
+    reference_write(case.layout, case.kv_c, case.k_pe, expected, skipped, case.scale)
+    slots = case.slots.clone()
+    slots[0] = case.cache.shape[0] * case.cache.shape[1]
+    return case, slots, expected
+
+
 def full_bytes(cache: torch.Tensor) -> torch.Tensor:
     """Every byte of the cache's storage (padding rows included), as uint8."""
     return torch.as_strided(cache, (cache.untyped_storage().nbytes() // cache.element_size(),), (1,), 0) \

@@ -10,16 +10,22 @@ and the CUDA ones are skipped; without Triton only the Triton kernels are skippe
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
+from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.cuda_families import cuda_indexer_k_quant_and_cache, cuda_reshape_and_cache_flash
+from rtp_ref.kernels.family_builtin import family_kernels
+from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.torch_eager_families import (
     torch_eager_indexer_k_quant_and_cache,
     torch_eager_reshape_and_cache_flash,
 )
 from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.ops import INDEXER_OP, MHA_OP
 from rtp_ref.platform import load_platform
 
 try:  # only the Triton kernels need triton: without it their params are skipped, the others still run
@@ -42,12 +48,21 @@ if HAVE_TRITON:
     from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
 
     WRITERS["triton"] = (triton_reshape_and_cache_flash, triton_indexer_k_quant_and_cache)
+
     DEVICE = "cpu" if interpreted() else "cuda"
     if DEVICE == "cuda" and not torch.cuda.is_available():
         pytest.skip("triton was imported without TRITON_INTERPRET and torch sees no GPU", allow_module_level=True)
 else:
     DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CANARY = 0x5A
+#: the writers that check metadata only and flag slots past the cache in a device word (their last argument)
+LEAN = ("triton", "cuda")
+
+
+def _call(kernel: str, which: int, *args: object) -> None:
+    """Call a writer of ``kernel`` with a flag word when it takes one."""
+    flags = (torch.zeros(1, dtype=torch.int32, device=DEVICE),) if kernel in LEAN else ()
+    WRITERS[kernel][which](*args, *flags)
 KERNELS = [pytest.param("triton", marks=[pytest.mark.triton,
                                          pytest.mark.skipif(not HAVE_TRITON, reason="the triton kernels need triton")]),
            pytest.param("cuda", marks=pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")),
@@ -103,7 +118,7 @@ def test_mha_paged_is_bit_exact(kernel: str, order: str, cache_dtype: str, platf
         caches.append((kc, vc))
     (rk, rv), (gk, gv) = caches
     reference_reshape_and_cache_flash(layout, key.cpu(), value.cpu(), rk, rv, slots, k_scale, v_scale)
-    WRITERS[kernel][0](layout, key, value, gk, gv, slots.to(DEVICE), k_scale.to(DEVICE), v_scale.to(DEVICE))
+    _call(kernel, 0, layout, key, value, gk, gv, slots.to(DEVICE), k_scale.to(DEVICE), v_scale.to(DEVICE))
     for name, want, got in (("key_cache", rk, gk), ("value_cache", rv, gv)):
         want_bytes = want.contiguous().view(torch.uint8)
         got_bytes = got.cpu().contiguous().view(torch.uint8)
@@ -129,20 +144,25 @@ def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: 
     want = torch.full((num_blocks, block_size, layout.bytes_per_token), CANARY, dtype=torch.uint8)
     got = want.clone().to(DEVICE)
     reference_indexer_k_quant_and_cache(layout, k, want, slots, scale_fmt)
-    WRITERS[kernel][1](layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
+    _call(kernel, 1, layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
     differ = int((want != got.cpu()).sum())
     assert differ == 0, f"{differ} bytes differ from the reference"
+
+
+def _family_kernel(name: str, op: str, validation: Validation) -> Any:
+    """The built-in kernel ``name`` of ``op`` bound to cuda-sm90, checking values by ``validation``."""
+    (found,) = [k for k in family_kernels() if k.impl == name and k.op == op]
+    return found.bind(WriteContract.for_platform(load_platform("cuda-sm90")), validation=validation)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_bad_calls_are_refused_before_writing(kernel: str) -> None:
     """A slot past the cache, a repeated slot, a scale of the wrong length, a cache of the wrong dtype: each
-    refused with one RtpRefError naming the argument, the caches untouched (the writers share the reference's
-    checks, rtp_ref.kv.mha_paged.validate_mha_args / rtp_ref.kv.indexer.validate_indexer_args)."""
+    refused with one RtpRefError naming the argument, the caches untouched, by the host-validating call path
+    (the reference's checks, rtp_ref.kv.mha_paged.validate_mha_args / rtp_ref.kv.indexer.validate_indexer_args)."""
     from rtp_ref.errors import RtpRefError
 
-    mha, indexer = WRITERS[kernel]
-    layout = mha_layout(load_platform("cuda-sm90"), "fp8", 8, 64)
+    mha, indexer = _family_kernel(kernel, MHA_OP, "host"), _family_kernel(kernel, INDEXER_OP, "host")
     key = torch.ones(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     one = torch.ones(1, device=DEVICE)
     for slots, k_scale, cache_dtype, problem in (
@@ -152,14 +172,41 @@ def test_bad_calls_are_refused_before_writing(kernel: str) -> None:
         kc = torch.full((2, 16, 8, 64), 7, dtype=cache_dtype, device=DEVICE)
         vc = kc.clone()
         with pytest.raises(RtpRefError, match=problem):
-            mha(layout, key, key, kc, vc, torch.tensor(slots, device=DEVICE), k_scale, one)
+            mha(key, key, kc, vc, torch.tensor(slots, device=DEVICE), "fp8", k_scale, one)
         assert bool((kc == 7).all()) and bool((vc == 7).all())
     idx = indexer_layout(load_platform("cuda-sm90"))
     cache = torch.full((2, 16, idx.bytes_per_token), 7, dtype=torch.uint8, device=DEVICE)
     k = torch.ones(2, 128, dtype=torch.bfloat16, device=DEVICE)
     for slots, problem in (([0, 32], "slot_mapping"), ([5, 5], "repeats")):
         with pytest.raises(RtpRefError, match=problem):
-            indexer(idx, k, cache, torch.tensor(slots, device=DEVICE), "none")
-    with pytest.raises(RtpRefError, match="k: shape"):
-        indexer(idx, k[:, :64], cache, torch.tensor([0, 1], device=DEVICE), "none")
+            indexer(k, cache, torch.tensor(slots, device=DEVICE), 128, "none")
+    with pytest.raises(RtpRefError, match=r"^k: "):
+        indexer(k[:, None], cache, torch.tensor([0, 1], device=DEVICE), 128, "none")
     assert bool((cache == 7).all())
+
+
+@pytest.mark.parametrize("kernel", [k for k in KERNELS if k.values[0] in LEAN])
+def test_the_device_path_skips_and_flags_a_slot_past_the_cache(kernel: str) -> None:
+    """The default call path of the lean writers: metadata errors still raise; a slot past the cache is
+    written nowhere and flagged (take_input_errors), the other token written; the flag is cleared by the take."""
+    from rtp_ref.errors import RtpRefError
+
+    mha, indexer = _family_kernel(kernel, MHA_OP, "device"), _family_kernel(kernel, INDEXER_OP, "device")
+    assert mha.graph_safe and indexer.graph_safe
+    key = torch.ones(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
+    one = torch.ones(1, device=DEVICE)
+    kc = torch.full((2, 16, 8, 64), 7, dtype=torch.uint8, device=DEVICE)
+    vc = kc.clone()
+    with pytest.raises(RtpRefError, match="k_scale"):
+        mha(key, key, kc, vc, torch.tensor([0, 1], device=DEVICE), "fp8", torch.ones(3, device=DEVICE), one)
+    mha(key, key, kc, vc, torch.tensor([32, 1], device=DEVICE), "fp8", one, one)
+    for cache in (kc, vc):  # slot 1 written, every other slot untouched
+        assert (cache.view(32, 8, 64) != 7).any(dim=2).any(dim=1).nonzero().flatten().tolist() == [1]
+    assert mha.take_input_errors() == [f"{DEVICE}: a slot at or past the cache's capacity was skipped "
+                                       "(nothing written for it)"]
+    assert mha.take_input_errors() == []
+    idx = indexer_layout(load_platform("cuda-sm90"))
+    cache = torch.full((2, 16, idx.bytes_per_token), 7, dtype=torch.uint8, device=DEVICE)
+    indexer(torch.ones(2, 128, dtype=torch.bfloat16, device=DEVICE), cache, torch.tensor([32, -1], device=DEVICE),
+            128, "none")
+    assert bool((cache == 7).all()) and len(indexer.take_input_errors()) == 1

@@ -14,7 +14,19 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
-from tests.kernels.cases import BUNDLED, CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
+from tests.kernels.cases import (
+    BUNDLED,
+    CONTRACTS,
+    DTYPES,
+    LAYOUTS,
+    PAST_CAPACITY_FLAGGED,
+    SHAPES,
+    assert_bit_exact,
+    contract,
+    full_bytes,
+    make_case,
+    past_capacity_case,
+)
 
 pytest.importorskip("triton")
 from rtp_ref.kernels.triton_fp8 import interpreted
@@ -123,8 +135,25 @@ def test_invalid_arguments_raise_before_any_byte_is_written(problem: str) -> Non
         cache = cache[..., :-1]
     before = cache.clone()
     with pytest.raises(RtpRefError):
-        KERNEL.bind(c)(case.kv_c, case.k_pe, cache, slots, "fp8_ds_mla", case.scale)
+        KERNEL.bind(c, validation="host")(case.kv_c, case.k_pe, cache, slots, "fp8_ds_mla", case.scale)
     assert torch.equal(cache, before)
+
+
+def test_the_default_path_skips_and_flags_a_slot_past_the_cache() -> None:
+    """No sync: the bad token writes nothing, every other token is written as the reference writes it; a wrong
+    cache entry (metadata) still raises before writing."""
+    c = contract("cpu")
+    case, slots, expected = past_capacity_case(c, "fp8_ds_mla")
+    case = case.to(DEVICE)
+    kernel = KERNEL.bind(c)
+    assert kernel.graph_safe and not KERNEL.bind(c, validation="host").graph_safe
+    kernel(case.kv_c, case.k_pe, case.cache, slots.to(DEVICE), "fp8_ds_mla", case.scale)
+    assert torch.equal(full_bytes(case.cache).cpu(), full_bytes(expected))
+    device = "cpu" if DEVICE == "cpu" else "cuda:0"
+    assert kernel.take_input_errors() == [PAST_CAPACITY_FLAGGED.format(device=device)]
+    assert kernel.take_input_errors() == []
+    with pytest.raises(RtpRefError, match="entry size"):
+        kernel(case.kv_c, case.k_pe, case.cache[..., :-1], slots.to(DEVICE), "fp8_ds_mla", case.scale)
 
 
 @pytest.mark.parametrize(("tokens_per_program", "num_warps"), [(1, 1), (2, 2), (4, 2), (16, 8)])

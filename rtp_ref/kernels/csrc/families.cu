@@ -9,7 +9,8 @@
 // Indexer: one thread block per (token, quant slice) of QUANT threads, one value each; the slice's amax
 // folds with fmaxf (NaN dropped, as vLLM's kernel), scale = __fdiv_rn(fmaxf(amax, floor), divisor), a
 // power of two for ue8m0; thread 0 stores the four scale bytes one by one (no alignment asked).
-// All offsets are int64. The host side is plain C, called through ctypes.
+// A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py): checking
+// slots on the host would sync the stream. All offsets are int64. The host side is plain C, called through ctypes.
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -25,6 +26,7 @@ struct RtpRefMhaParams {
   int64_t kc_block, kc_page, kc_head, vc_block, vc_page, vc_head, block_size;
   int64_t fp8, k_scale_step, v_scale_step, input_fp16, hardware;  // a scale step: 1 per head, 0 per tensor
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
+  int64_t capacity, flags;  // slots in the caches; a device int32 set to 1 when a slot >= capacity is skipped
 };
 
 struct RtpRefIndexerParams {
@@ -32,6 +34,7 @@ struct RtpRefIndexerParams {
   int64_t num_tokens, k_row, block_bytes, block_size, head_dim, quant, n_slices, ue8m0;
   int64_t input_fp16, hardware;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
+  int64_t capacity, flags;
   double divisor, floor_;
 };
 
@@ -43,6 +46,12 @@ constexpr int kMhaThreads = 128;
 
 __device__ __forceinline__ float widen(uint16_t bits, bool fp16) {
   return fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// Whether a (token's) slot is written: not padding and inside the cache; a slot past it is flagged once per block.
+__device__ __forceinline__ bool slot_written(int64_t slot, int64_t capacity, int64_t flags) {
+  if (slot >= capacity && threadIdx.x == 0) *reinterpret_cast<int*>(flags) = 1;
+  return slot >= 0 && slot < capacity;
 }
 
 __device__ __forceinline__ uint8_t fp8_code(float q, bool hardware, const Fmt& f) {
@@ -73,7 +82,7 @@ __device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, cons
 __global__ void mha_paged_write(const RtpRefMhaParams p) {
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
-  if (slot < 0) return;
+  if (!slot_written(slot, p.capacity, p.flags)) return;
   const int64_t block = slot / p.block_size, row = slot % p.block_size;
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
   const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
@@ -89,7 +98,7 @@ __global__ void indexer_write(const RtpRefIndexerParams p) {
   extern __shared__ float partial[];
   const int64_t t = blockIdx.x, j = blockIdx.y;
   const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
-  if (slot < 0) return;  // the whole block returns: no barrier is left waiting
+  if (!slot_written(slot, p.capacity, p.flags)) return;  // the whole block returns: no barrier is left waiting
   const int64_t block = slot / p.block_size, row = slot % p.block_size;
   const int lane = threadIdx.x;
   const auto* k = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;

@@ -33,6 +33,7 @@ struct RtpRefMlaParams {
   int64_t tile, n_tiles, pow2, scale_ue8m0, scale_trailing, scale_off;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t input_fp16, aligned, hardware, block_shift;
+  int64_t capacity, flags;  // slots in the cache; a device int32 set to 1 when a slot >= capacity is skipped
   double divisor, floor_;
 };
 
@@ -241,7 +242,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, resident_blocks<L, NC>(
   load_block<L, 1, ALIGNED>(reinterpret_cast<const uint16_t*>(p.k_pe) + token * p.k_pe_row, p.P, sub, in_range, rope);
   const float tensor_scale = (NOPE == kPerTensor || ROPE == kPerTensor)
                                  ? *reinterpret_cast<const float*>(p.scale) : 1.0f;
-  const bool writes = slot >= 0;  // padding tokens (and lanes past the last token) write nothing
+  // A slot past the cache is flagged, not written: checking it on the host would sync the stream.
+  if (slot >= p.capacity && sub == 0) *reinterpret_cast<int*>(p.flags) = 1;
+  // padding tokens, slots past the cache and lanes past the last token write nothing
+  const bool writes = slot >= 0 && slot < p.capacity;
   // Lanes stay until after the tile shuffles, in which all 32 take part.
   if (NOPE != kTiled && !writes) return;
   const bool fp16 = p.input_fp16 != 0;
