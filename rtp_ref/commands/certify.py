@@ -192,9 +192,11 @@ def _certify(args: argparse.Namespace) -> int:
         width = max([16, *(len(row["kernel"]) for row in rows)])
         for row in rows:
             grade = row["min_grade"] or "-"
+            # the graph tier's finding, where it ran: the verdict alone hides an unclaimed kernel's "no"
+            graph = f"  graph-safe: {row['graph_safe']}" if row.get("graph_safe") else ""
             print(
                 f"  {row['kernel']:<{width}} {row['layout']:<18} {row['verdict']:<26} {grade:<10} "
-                f"{'/'.join(row['execution'])}"
+                f"{'/'.join(row['execution'])}{graph}"
             )
         print(f"rtp-ref: {'NOT CERTIFIED: ' + problem if problem else 'all claimed layouts certified'}")
     return 1 if problem else 0
