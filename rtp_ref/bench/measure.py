@@ -5,6 +5,11 @@ bytes the write must move (inputs read once, entries written once, slots read on
 as a fraction of a device-to-device copy measured on the same device in the same process.
 GPU times use CUDA events around many repetitions (never host timers around async work); CPU
 times use the host clock. Both report the median.
+
+Three times per GPU point, as engines see them: the eager call (host work included, calls queued back to
+back), the call replayed inside a CUDA graph (``GRAPH_CALLS`` captured calls per graph, so the time is the
+kernel's and its launch's, not one replay's overhead), and the launch floor: the same graph of an empty kernel
+(``torch.cuda._sleep(0)``, a kernel that returns at once), measured in the same run.
 """
 
 from __future__ import annotations
@@ -77,6 +82,31 @@ def _one(fn: Callable[[], object], device: torch.device, calls: int) -> float:
     for _ in range(calls):
         fn()
     return (time.perf_counter() - begin) / calls
+
+
+#: calls captured in one timing graph: the per-call time then excludes one replay's fixed cost
+GRAPH_CALLS = 20
+
+
+def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAPH_CALLS) -> Timing:
+    """Median time per call of ``fn()`` replayed in a CUDA graph of ``calls`` captured calls (after an eager
+    warm-up on the capture stream). Raises whatever the capture raises (a kernel that syncs on the host)."""
+    stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(calls):
+            fn()
+    timing = time_call(graph.replay, device)
+    return Timing(timing.seconds / calls, timing.reps * calls)
+
+
+def launch_floor(device: torch.device) -> float:
+    """Seconds per empty kernel replayed in a CUDA graph (``time_graph`` of ``torch.cuda._sleep(0)``)."""
+    return time_graph(lambda: torch.cuda._sleep(0), device).seconds  # type: ignore[no-untyped-call]
 
 
 def copy_roof(device: torch.device, nbytes: int) -> float:

@@ -1,4 +1,5 @@
-"""``rtp-ref bench``: time every kernel x layout at a small and a large size against the copy roof."""
+"""``rtp-ref bench``: time every kernel x variant of every op from decode to prefill sizes, eager and in a CUDA
+graph, against the copy roof and the launch floor."""
 
 from __future__ import annotations
 
@@ -25,11 +26,14 @@ from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.torch_eager import TorchEagerKernel, write_eager
 from rtp_ref.kernels.write_plan import PlannedKernel, WritePlan
 from rtp_ref.kv.flags import parse_overrides
-from rtp_ref.platform import MLA_LAYOUT_NAMES, resolve_platform
+from rtp_ref.ops import OPS, every_variant, supported_variants
+from rtp_ref.platform import resolve_platform
 
-#: tokens per write: a decode-sized batch and a prefill-sized one (GPU), smaller on the CPU
-GPU_SIZES = (16_384, 2_097_152)
-CPU_SIZES = (1_024, 16_384)
+#: tokens per write, from one decode token to a 2M-token prefill (GPU); smaller on the CPU
+GPU_SIZES = (1, 64, 1_024, 16_384, 262_144, 2_097_152)
+CPU_SIZES = (64, 1_024)
+#: the built-in Triton kernels, which on the CPU run in Triton's interpreter: a correctness tool, not a contender
+INTERPRETED_ON_CPU = ("triton", "triton-mha", "triton-indexer")
 COMPILED = "torch-eager+compile"
 
 
@@ -88,28 +92,30 @@ def _bench(args: argparse.Namespace) -> int:
     platform = resolve_platform(args.platform)
     contract = WriteContract.for_platform(platform, parse_overrides(args.layout_flag))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    unknown = [n for n in args.layout if n not in MLA_LAYOUT_NAMES]
+    valid = every_variant(platform)
+    unknown = [n for n in args.layout if n not in valid]
     if unknown:
-        raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(MLA_LAYOUT_NAMES)}")
+        raise RtpRefError(f"--layout {unknown[0]!r}: not a layout of platform {platform.name}; valid: "
+                          f"{', '.join(valid)}")
     kernels = []
-    for name, entry in discover_kernels(args.kernel or None).items():
-        if name == "reference" and not args.kernel:
-            continue  # the reference is a specification, not a contender
+    for name, entry in discover_kernels(args.kernel or None, ops=OPS).items():
+        if name.startswith("reference") and not args.kernel:
+            continue  # the references are specifications, not contenders
         bind = getattr(entry.kernel, "bind", None)
         kernel = bind(contract) if bind is not None else entry.kernel
         if device.type not in kernel.devices:
             continue
-        if device.type == "cpu" and name == "triton":
-            continue  # Triton's CPU interpreter is a correctness tool, not a contender
+        if device.type == "cpu" and name in INTERPRETED_ON_CPU:
+            continue
         kernels.append((name, kernel))
         if args.compile_baseline and isinstance(kernel, TorchEagerKernel):
             kernels.append((COMPILED, CompiledBaseline(kernel)))
     _require_matplotlib()
     report = writable_dir("--report", args.report)
     sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
-    layouts = args.layout or list(platform.supported_layouts)
+    variants = {op: [v for v in supported_variants(platform, op) if not args.layout or v in args.layout] for op in OPS}
     try:
-        doc = run_bench(platform, contract, kernels, layouts, sizes, device,
+        doc = run_bench(platform, contract, kernels, variants, sizes, device,
                         progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})
     except KeyboardInterrupt:
         print(f"rtp-ref: interrupted: nothing was written to {report}", file=sys.stderr)
@@ -128,12 +134,15 @@ def _bench(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``bench``."""
-    parser = sub.add_parser("bench", help="kernel bandwidth as a fraction of the device copy roof",
-                            description="Benchmark KV-cache write kernels: effective bandwidth (minimum bytes / "
-                            "median time) against a device copy measured in the same run.")
+    parser = sub.add_parser("bench", help="kernel time and bandwidth, eager and in a CUDA graph, against the roof",
+                            description="Benchmark the KV-cache write kernels of every op: per size the eager "
+                            "call's time, the CUDA-graph replay's time and the launch floor (an empty kernel's "
+                            "replay), and effective bandwidth (minimum bytes / median time) against a device copy, "
+                            "all measured in the same run.")
     parser.add_argument("--platform", default="auto", help="platform table whose contract kernels are bound to")
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME", help="only this kernel (repeatable)")
-    parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT", help="only this layout (repeatable)")
+    parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT",
+                        help="only this layout or variant of any op (repeatable)")
     add_layout_flag(parser)
     parser.add_argument("--tokens", type=positive_int, nargs="+", metavar="N",
                         help=f"write sizes in tokens (default: {GPU_SIZES} on a GPU, {CPU_SIZES} on the CPU)")

@@ -23,27 +23,36 @@ from rtp_ref.platform import load_platform
 from tests.processes import child_env, interruptible
 from tests.zygote import shared_zygote
 
-#: entry bytes per token written by each layout at R=512/P=64 (docs/layouts.md)
+#: entry bytes per token written by each MLA layout at R=512/P=64 (docs/layouts.md)
 ENTRY_BYTES = {"fp8": 512 + 64, "fp8_ds_mla": 512 + 4 * 4 + 2 * 64}
+#: bytes per token each op's bench write must move, from its shapes (MHA: 8 heads of 128, K and V, bf16 in,
+#: fp8 out; indexer: 128 bf16 values in, 128 fp8 codes and one fp32 scale out), slots included (8 bytes)
+TOKEN_BYTES = {
+    ("concat_and_cache_mla", "fp8"): (512 + 64) * 2 + 8 + ENTRY_BYTES["fp8"],
+    ("concat_and_cache_mla", "fp8_ds_mla"): (512 + 64) * 2 + 8 + ENTRY_BYTES["fp8_ds_mla"],
+    ("reshape_and_cache_flash", "fp8"): 2 * 8 * 128 * 2 + 8 + 2 * 8 * 128,
+    ("indexer_k_quant_and_cache", "none"): 128 * 2 + 8 + 128 + 4,
+}
 
 
 def test_bench_writes_table_json_and_chart_with_counted_bytes(tmp_path: Path) -> None:
-    argv = ["bench", "--platform", "cpu", "--kernel", "torch-eager",
-            "--layout", "fp8", "--layout", "fp8_ds_mla", "--tokens", "64", "256", "--report", str(tmp_path)]
+    argv = ["bench", "--platform", "cpu", "--kernel", "torch-eager", "--kernel", "torch-eager-mha",
+            "--kernel", "torch-eager-indexer", "--layout", "fp8", "--layout", "fp8_ds_mla", "--layout", "none",
+            "--tokens", "64", "256", "--report", str(tmp_path)]
     proc = shared_zygote().run(argv, child_env(), tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "bench.json").read_text())
-    assert doc["roof_bytes_per_s"] > 0
-    rows = {(r["layout"], r["tokens"]): r for r in doc["rows"]}
-    assert set(rows) == {(layout, n) for layout in ENTRY_BYTES for n in (64, 256)}
-    for (layout, tokens), row in rows.items():
-        assert row["bytes"] == tokens * ((512 + 64) * 2 + 8 + ENTRY_BYTES[layout]), row
-        assert row["seconds"] > 0 and row["note"] == ""
+    assert doc["roof_bytes_per_s"] > 0 and doc["launch_floor_s"] is None  # no graphs on the CPU
+    rows = {(r["op"], r["layout"], r["tokens"]): r for r in doc["rows"]}
+    assert set(rows) == {(op, layout, n) for op, layout in TOKEN_BYTES for n in (64, 256)}
+    for (op, layout, tokens), row in rows.items():
+        assert row["bytes"] == tokens * TOKEN_BYTES[(op, layout)], row
+        assert row["seconds"] > 0 and row["note"] == "" and row["graph_seconds"] is None
         assert row["bandwidth"] == pytest.approx(row["bytes"] / row["seconds"])
         assert row["roof_fraction"] == pytest.approx(row["bandwidth"] / doc["roof_bytes_per_s"])
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "bench.md").read_text()
-    assert table.count("| torch-eager |") == 4
+    assert table.count("| torch-eager |") == 4 and table.count("| torch-eager-mha |") == 2
 
 
 @pytest.mark.parametrize("layout", ["fp8", "fp8_ds_mla"])

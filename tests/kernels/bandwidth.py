@@ -15,12 +15,12 @@ import sys
 
 import torch
 
-from rtp_ref.bench.measure import copy_roof, minimum_bytes, time_call
-from rtp_ref.bench.run import bench_inputs
+from rtp_ref.bench.measure import copy_roof, time_call
+from rtp_ref.bench.workloads import workload
 from rtp_ref.kernels.cuda_mla import CudaMlaKernel
 from rtp_ref.kernels.triton_mla import TritonMlaKernel
 from rtp_ref.kernels.write_plan import PlannedKernel
-from rtp_ref.kv.layouts import default_dims
+from rtp_ref.ops import MLA_OP
 from tests.kernels.cases import contract
 
 LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla")
@@ -36,25 +36,23 @@ def main(tokens: int, sweep: bool, sequential: bool) -> None:
     if sweep:
         kernels += [(f"triton t{t} w{w}", TritonMlaKernel(c, tokens_per_program=t, num_warps=w)) for t, w in SWEEP]
     for layout_name in LAYOUTS:
-        layout = c.layout(layout_name, *default_dims(layout_name))
-        kv_c, k_pe, cache, slots, scale = bench_inputs(layout, tokens, CUDA, torch.bfloat16)
-        nbytes = minimum_bytes(layout, tokens, torch.bfloat16)
-        orders = [("", slots)] + ([(" sequential", torch.arange(tokens, device=CUDA))] if sequential else [])
+        w = workload(MLA_OP, layout_name, tokens, c, CUDA)
+        random_slots = w.slots.clone()
+        orders = [("", random_slots)] + ([(" sequential", torch.arange(tokens, device=CUDA))] if sequential else [])
         for name, kernel in kernels:
             for order, slot_order in orders:
-                args = (kv_c, k_pe, cache, slot_order, layout_name, scale)
-                seconds = time_call(lambda k=kernel, a=args: k(*a), CUDA).seconds
+                w.slots.copy_(slot_order)
+                seconds = time_call(lambda k=kernel, w=w: w.call(k), CUDA).seconds
                 print(f"  {layout_name:16s} {name + order:27s} {seconds * 1e3:8.3f} ms  "
-                      f"{nbytes / seconds / 1e12:5.2f} TB/s  {100 * nbytes / seconds / roof:5.1f}% of copy", flush=True)
+                      f"{w.nbytes / seconds / 1e12:5.2f} TB/s  {100 * w.nbytes / seconds / roof:5.1f}% of copy",
+                      flush=True)
 
 
 def one_write(layout_name: str, kernel_name: str, tokens: int) -> None:
     """One write of the bench's inputs by one kernel, nothing else on the GPU (for ncu's counters)."""
     c = contract("cuda-sm90")
     kernel = {"triton": TritonMlaKernel, "cuda": CudaMlaKernel}[kernel_name](c)
-    layout = c.layout(layout_name, *default_dims(layout_name))
-    kv_c, k_pe, cache, slots, scale = bench_inputs(layout, tokens, CUDA, torch.bfloat16)
-    kernel(kv_c, k_pe, cache, slots, layout_name, scale)
+    workload(MLA_OP, layout_name, tokens, c, CUDA).call(kernel)
     torch.cuda.synchronize()
 
 

@@ -1,0 +1,101 @@
+"""One timed write per op, variant and size: the inputs a serving step hands the kernel, and the bytes it must move.
+
+Inputs are random (never zeros, bf16), slots a random permutation over a cache twice as large as the write (so
+writes scatter as a serving batch's do), scales fixed; the same for the same arguments. Every call writes the
+same slots (a cache write is idempotent for the same inputs), so it can be repeated and captured in a graph.
+
+Bytes counted: the fewest a write must move — inputs read once, int64 slots read once, cache bytes written once
+(pad bytes excluded; block-trailing scales included). Shapes: the MLA write at the layout's default dims; the MHA
+write with 8 KV heads of 128 (NHD, per-tensor scales); the indexer write with head_dim 128, one quant block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rtp_ref.bench.measure import minimum_bytes
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kv.indexer import indexer_layout_for
+from rtp_ref.kv.layouts import default_dims
+from rtp_ref.kv.mha_paged import mha_layout
+from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
+
+BLOCK_SIZE = 64
+#: the MHA workload's KV heads and head size, the indexer's head_dim (its quant block: the whole head)
+MHA_HEADS, MHA_HEAD_SIZE, INDEXER_DIM = 8, 128, 128
+INPUT_DTYPE = torch.bfloat16
+
+
+@dataclass
+class Workload:
+    """One bench point's arguments on the device: ``call(kernel)`` makes the op's call; ``nbytes`` is what it
+    must move at least; ``slots`` is the slot mapping it passes (a tool may rewrite it in place)."""
+
+    op: str
+    layout: str
+    tokens: int
+    nbytes: int
+    slots: torch.Tensor
+    call: Callable[[Callable[..., None]], None]
+
+
+def _randn(g: torch.Generator, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.randn(shape, generator=g, dtype=torch.float32).to(device, INPUT_DTYPE)
+
+
+def _slots(g: torch.Generator, tokens: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """A random permutation of ``tokens`` slots over a cache twice as large; returns it and the block count."""
+    num_blocks = math.ceil(2 * max(tokens, 1) / BLOCK_SIZE)
+    return torch.randperm(num_blocks * BLOCK_SIZE, generator=g)[:tokens].to(device), num_blocks
+
+
+def _mla(layout_name: str, tokens: int, contract: WriteContract, device: torch.device,
+         g: torch.Generator) -> Workload:
+    layout = contract.layout(layout_name, *default_dims(layout_name))
+    kv_c = _randn(g, (tokens, layout.kv_lora_rank), device)
+    k_pe = _randn(g, (tokens, layout.rope_dim), device)
+    slots, num_blocks = _slots(g, tokens, device)
+    cache = torch.zeros(layout.cache_shape(num_blocks, BLOCK_SIZE), dtype=layout.cache_dtype(INPUT_DTYPE),
+                        device=device)
+    scale = torch.tensor([0.05], dtype=torch.float32, device=device)
+    return Workload(MLA_OP, layout_name, tokens, minimum_bytes(layout, tokens, INPUT_DTYPE), slots,
+                    lambda k: k(kv_c, k_pe, cache, slots, layout_name, scale))
+
+
+def _mha(variant: str, tokens: int, contract: WriteContract, device: torch.device, g: torch.Generator) -> Workload:
+    layout = mha_layout(contract, variant, MHA_HEADS, MHA_HEAD_SIZE)
+    shape = (tokens, MHA_HEADS, MHA_HEAD_SIZE)
+    key, value = _randn(g, shape, device), _randn(g, shape, device)
+    slots, num_blocks = _slots(g, tokens, device)
+    dtype = layout.cache_dtype(INPUT_DTYPE)
+    caches = [torch.zeros((num_blocks, BLOCK_SIZE, MHA_HEADS, MHA_HEAD_SIZE), dtype=dtype, device=device)
+              for _ in range(2)]
+    scale = torch.tensor([0.05], dtype=torch.float32, device=device)
+    values = 2 * tokens * MHA_HEADS * MHA_HEAD_SIZE
+    nbytes = values * 2 + tokens * 8 + values * caches[0].element_size()
+    return Workload(MHA_OP, variant, tokens, nbytes, slots,
+                    lambda k: k(key, value, caches[0], caches[1], slots, variant, scale, scale))
+
+
+def _indexer(scale_fmt: str, tokens: int, contract: WriteContract, device: torch.device,
+             g: torch.Generator) -> Workload:
+    layout = indexer_layout_for(contract, contract.flags, INDEXER_DIM, INDEXER_DIM)
+    k_in = _randn(g, (tokens, INDEXER_DIM), device)
+    slots, num_blocks = _slots(g, tokens, device)
+    cache = torch.zeros((num_blocks, BLOCK_SIZE, layout.bytes_per_token), dtype=torch.uint8, device=device)
+    nbytes = tokens * INDEXER_DIM * 2 + tokens * 8 + tokens * layout.bytes_per_token
+    return Workload(INDEXER_OP, scale_fmt, tokens, nbytes, slots,
+                    lambda k: k(k_in, cache, slots, INDEXER_DIM, scale_fmt))
+
+
+_BUILDERS = {MLA_OP: _mla, MHA_OP: _mha, INDEXER_OP: _indexer}
+
+
+def workload(op: str, variant: str, tokens: int, contract: WriteContract, device: torch.device) -> Workload:
+    """The bench point of ``op``'s ``variant`` at ``tokens`` tokens on ``device`` under ``contract``."""
+    g = torch.Generator(device="cpu").manual_seed(tokens)
+    return _BUILDERS[op](variant, tokens, contract, device, g)
