@@ -171,6 +171,15 @@ for c in d['cases']:
     python3 -c "import json; d = json.load(open('$reports/large-mutant/report.json'))
 for c in d['cases']:
     print(c['kernel'], c['layout'], c.get('grade'), c.get('checks'))" | tee -a "$out/certify.log"
+    # and its CUDA C++ version (tests/mutants/cuda_large_mutant.py), built at first use
+    RTP_REF_KERNELS=tests.mutants.cuda_large_mutant:mutants PYTHONPATH="$site:$PWD" rtp certify --platform cuda-sm90 \
+      --tier large --report "$reports/large-cuda-mutant" --kernel mutant-large-cuda-int32-offsets \
+      > "$reports/large-cuda-mutant.log" 2>&1
+    echo "large tier, cuda int32 mutant: exit $? (1: caught)" | tee -a "$out/certify.log"
+    tail -5 "$reports/large-cuda-mutant.log" | tee -a "$out/certify.log"
+    python3 -c "import json; d = json.load(open('$reports/large-cuda-mutant/report.json'))
+for c in d['cases']:
+    print(c['kernel'], c['layout'], c.get('grade'), c.get('checks'))" | tee -a "$out/certify.log"
     ;;
   graph)
     # the CUDA-graph tier: capture, new inputs in place, replay; the reference and torch-eager decline it

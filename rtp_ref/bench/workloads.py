@@ -1,8 +1,9 @@
 """One timed write per op, variant and size: the inputs a serving step hands the kernel, and the bytes it must move.
 
-Inputs are random (never zeros, bf16), slots a random permutation over a cache twice as large as the write (so
-writes scatter as a serving batch's do), scales fixed; the same for the same arguments. Every call writes the
-same slots (a cache write is idempotent for the same inputs), so it can be repeated and captured in a graph.
+Inputs are random (never zeros, bf16, drawn on the device), slots a random permutation over a cache twice as
+large as the write (so writes scatter as a serving batch's do), scales fixed; the same for the same arguments.
+Every call writes the same slots (a cache write is idempotent for the same inputs), so it can be repeated and
+captured in a graph.
 
 Bytes counted: the fewest a write must move — inputs read once, int64 slots read once, cache bytes written once
 (pad bytes excluded; block-trailing scales included). Shapes: the MLA write at the layout's default dims; the MHA
@@ -44,13 +45,14 @@ class Workload:
 
 
 def _randn(g: torch.Generator, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    return torch.randn(shape, generator=g, dtype=torch.float32).to(device, INPUT_DTYPE)
+    # drawn on the device itself: 2M tokens of MHA inputs are 4G values, minutes of CPU time
+    return torch.randn(shape, generator=g, dtype=torch.float32, device=device).to(INPUT_DTYPE)
 
 
 def _slots(g: torch.Generator, tokens: int, device: torch.device) -> tuple[torch.Tensor, int]:
     """A random permutation of ``tokens`` slots over a cache twice as large; returns it and the block count."""
     num_blocks = math.ceil(2 * max(tokens, 1) / BLOCK_SIZE)
-    return torch.randperm(num_blocks * BLOCK_SIZE, generator=g)[:tokens].to(device), num_blocks
+    return torch.randperm(num_blocks * BLOCK_SIZE, generator=g, device=device)[:tokens], num_blocks
 
 
 def _mla(layout_name: str, tokens: int, contract: WriteContract, device: torch.device,
@@ -97,5 +99,5 @@ _BUILDERS = {MLA_OP: _mla, MHA_OP: _mha, INDEXER_OP: _indexer}
 
 def workload(op: str, variant: str, tokens: int, contract: WriteContract, device: torch.device) -> Workload:
     """The bench point of ``op``'s ``variant`` at ``tokens`` tokens on ``device`` under ``contract``."""
-    g = torch.Generator(device="cpu").manual_seed(tokens)
-    return _BUILDERS[op](variant, tokens, contract, device, g)
+    values = torch.Generator(device=device).manual_seed(tokens)
+    return _BUILDERS[op](variant, tokens, contract, device, values)

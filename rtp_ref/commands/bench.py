@@ -21,6 +21,7 @@ from rtp_ref.commands._output import (
     writable_dir,
 )
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.call_signature import Launch
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.torch_eager import TorchEagerKernel, write_eager
@@ -55,8 +56,9 @@ class CompiledBaseline(PlannedKernel):
         self._init_call_path("host")
         self._compiled: dict[tuple[str, int, int], Callable[..., None]] = {}
 
-    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
+    def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor,
+                 flags: torch.Tensor) -> Launch:
         key = (plan.layout.name, plan.kv_lora_rank, plan.rope_dim)
         if key not in self._compiled:
             def write(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -64,9 +66,15 @@ class CompiledBaseline(PlannedKernel):
                 write_eager(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
 
             self._compiled[key] = torch.compile(write, dynamic=False)
-        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
-            self._compiled[key](kv_c, k_pe, kv_cache, slot_mapping, scale)
-        self.launch_count += 1
+        compiled = self._compiled[key]
+
+        def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
+                   scale: torch.Tensor) -> None:
+            with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+                compiled(kv_c, k_pe, kv_cache, slots, scale)
+            self.launch_count += 1
+
+        return launch
 
 
 def _flush_print(line: str) -> None:

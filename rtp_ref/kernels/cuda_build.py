@@ -26,6 +26,7 @@ def csrc_dir() -> str:
     return str(resources.files("rtp_ref.kernels").joinpath("csrc"))
 
 
+@functools.cache
 def arch_of(device: torch.device) -> str:
     """``XY`` of ``sm_XY`` for the device, with the ``a`` (architecture-specific) suffix from Hopper on."""
     major, minor = torch.cuda.get_device_capability(device)

@@ -16,8 +16,8 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN
 from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
-from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
-from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step, validate_mha_args
+from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
+from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: the largest quant block the indexer kernel takes: one thread a value, one block of threads a slice
 CUDA_MAX_QUANT_BLOCK = 1024
@@ -65,10 +65,10 @@ def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
 def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
                                  key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
                                  k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
-    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch, after the
-    reference's metadata checks (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere
-    (rtp_ref.kernels.input_flags). k_scale and v_scale each per tensor or per head, independently."""
-    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=False)
+    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch. Checks
+    nothing: its caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does
+    (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags).
+    k_scale and v_scale each per tensor or per head, independently."""
     fmt = layout.element_format
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
     params = _MhaParams(
@@ -90,10 +90,9 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
 def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
                                    slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one CUDA launch.
-    ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Arguments' metadata are checked
-    as the reference checks them (validate_indexer_args); a slot past the cache sets ``flags`` and is written
-    nowhere (rtp_ref.kernels.input_flags)."""
-    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=False)
+    ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Checks nothing else: its caller
+    (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does (validate_indexer_args); a
+    slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags)."""
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > CUDA_MAX_QUANT_BLOCK:

@@ -21,6 +21,7 @@ from collections.abc import Collection
 
 import torch
 
+from rtp_ref.kernels.call_signature import Launch, on_device
 from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir, hardware_converts
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS
@@ -149,14 +150,14 @@ class CudaMlaKernel(PlannedKernel):
                     f"power of two up to {_CHUNK * _MAX_LANES_PER_TILE} values (one chunk index across a half warp)")
         return None
 
-    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
+    def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor,
+                 flags: torch.Tensor) -> Launch:
         lib = _library(arch_of(kv_cache.device))
         block_size = kv_cache.shape[1]
         f = plan.traits
+        # one parameter block per checked launch: a call only writes the five addresses into it
         params = _Params(
-            kv_c=kv_c.data_ptr(), k_pe=k_pe.data_ptr(), cache=kv_cache.data_ptr(),
-            slots=slot_mapping.data_ptr(), scale=scale.data_ptr(),
             num_tokens=slot_mapping.shape[0], kv_c_row=kv_c.stride(0), k_pe_row=k_pe.stride(0),
             block_size=block_size, block_bytes=kv_cache.stride(0) * kv_cache.element_size(),
             R=plan.kv_lora_rank, P=plan.rope_dim, nope_mode=int(plan.nope_mode), rope_mode=int(plan.rope_mode),
@@ -169,9 +170,17 @@ class CudaMlaKernel(PlannedKernel):
             block_shift=block_shift_of(block_size), capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(),
             divisor=plan.divisor, floor_=plan.floor,
         )
-        with torch.cuda.device(kv_cache.device):
-            stream = torch.cuda.current_stream(kv_cache.device).cuda_stream
-            code = lib.rtp_ref_mla_cache_write(ctypes.byref(params), ctypes.c_void_p(stream))
-        if code != 0:
-            raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mla_error_string(code).decode()}")
-        self.launch_count += 1
+        index = kv_cache.device.index
+        write = lib.rtp_ref_mla_cache_write
+
+        def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
+                   scale: torch.Tensor) -> None:
+            params.kv_c, params.k_pe, params.cache = kv_c.data_ptr(), k_pe.data_ptr(), kv_cache.data_ptr()
+            params.slots, params.scale = slots.data_ptr(), scale.data_ptr()
+            with on_device(index):
+                code = write(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            if code != 0:
+                raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mla_error_string(code).decode()}")
+            self.launch_count += 1
+
+        return launch

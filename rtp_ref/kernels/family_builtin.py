@@ -8,12 +8,14 @@ the platform table of the tensors' device, as the MLA built-ins do. Names: ``<im
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 from typing import Literal
 
 import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
+from rtp_ref.kernels.call_signature import LaunchCache, call_signature
 from rtp_ref.kernels.contract import WriteContract, default_contract
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
@@ -65,6 +67,11 @@ class _FamilyKernel:
     def _flags(self, device: torch.device) -> dict[str, torch.Tensor]:
         return {"flags": self.input_flags.word(device)} if self.lean else {}
 
+    def _signature(self, *args: object) -> tuple[object, ...] | None:
+        """The call's signature (rtp_ref.kernels.call_signature): a lean writer under device validation reuses
+        the checked call of the same signature; every other call is checked afresh."""
+        return call_signature(*args) if self.graph_safe else None
+
     @property
     def conversion_path(self) -> str:
         """``hardware``, ``software`` or ``torch``: how fp8 values are converted under the bound contract (the
@@ -84,7 +91,7 @@ class MhaPagedKernel(_FamilyKernel):
                  validation: Validation = "device") -> None:
         super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract, lean, validation)
         self.writer = writer
-        self._layouts: dict[tuple[WriteContract, str, int, int], MhaPagedLayout] = {}
+        self._checked = LaunchCache()
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> MhaPagedKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
@@ -94,21 +101,23 @@ class MhaPagedKernel(_FamilyKernel):
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                  v_scale: torch.Tensor) -> None:
-        if kv_cache_dtype not in self.kv_cache_dtypes:
-            raise UnsupportedLayoutError(f"{self.name}: kv_cache_dtype {kv_cache_dtype!r}; valid: "
-                                         f"{', '.join(self.kv_cache_dtypes)}")
-        if not isinstance(key_cache, torch.Tensor) or key_cache.dim() != 4:
-            raise RtpRefError(f"key_cache: {getattr(key_cache, 'shape', key_cache)}; valid: a tensor "
-                              f"[num_blocks, block_size, num_kv_heads, head_size]")
-        contract = self.contract_for(key_cache.device)
-        key_ = (contract, kv_cache_dtype, key_cache.shape[2], key_cache.shape[3])
-        layout = self._layouts.get(key_)
-        if layout is None:
-            layout = self._layouts[key_] = mha_layout(contract, kv_cache_dtype, key_cache.shape[2], key_cache.shape[3])
-        if self.lean and self.validation == "host":
-            validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-        self.writer(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
-                    **self._flags(key_cache.device))
+        signature = self._signature(kv_cache_dtype, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+        write = self._checked.get(signature)
+        if write is None:
+            if kv_cache_dtype not in self.kv_cache_dtypes:
+                raise UnsupportedLayoutError(f"{self.name}: kv_cache_dtype {kv_cache_dtype!r}; valid: "
+                                             f"{', '.join(self.kv_cache_dtypes)}")
+            if not isinstance(key_cache, torch.Tensor) or key_cache.dim() != 4:
+                raise RtpRefError(f"key_cache: {getattr(key_cache, 'shape', key_cache)}; valid: a tensor "
+                                  f"[num_blocks, block_size, num_kv_heads, head_size]")
+            layout = mha_layout(self.contract_for(key_cache.device), kv_cache_dtype, key_cache.shape[2],
+                                key_cache.shape[3])
+            if self.lean:  # the lean writers check nothing themselves
+                validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                                  values=self.validation == "host")
+            write = functools.partial(self.writer, layout, **self._flags(key_cache.device))
+            self._checked.put(signature, write)
+        write(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
 
 class IndexerKernel(_FamilyKernel):
@@ -124,7 +133,7 @@ class IndexerKernel(_FamilyKernel):
                  validation: Validation = "device") -> None:
         super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract, lean, validation)
         self.writer, self.max_quant_block = writer, max_quant_block
-        self._layouts: dict[tuple[WriteContract, int, int], IndexerLayout] = {}
+        self._checked = LaunchCache()
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> IndexerKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
@@ -140,18 +149,21 @@ class IndexerKernel(_FamilyKernel):
 
     def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
                  scale_fmt: str) -> None:
-        if scale_fmt not in self.scale_fmts:
-            raise UnsupportedLayoutError(f"{self.name}: scale_fmt {scale_fmt!r}; valid: {', '.join(self.scale_fmts)}")
-        if not isinstance(k, torch.Tensor) or k.dim() != 2:
-            raise RtpRefError(f"k: {getattr(k, 'shape', k)}; valid: a tensor [num_tokens, head_dim]")
-        contract = self.contract_for(k.device)
-        key = (contract, k.shape[1], quant_block_size)
-        layout = self._layouts.get(key)
-        if layout is None:
-            layout = self._layouts[key] = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
-        if self.lean and self.validation == "host":
-            validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
-        self.writer(layout, k, kv_cache, slot_mapping, scale_fmt, **self._flags(k.device))
+        signature = self._signature(scale_fmt, quant_block_size, k, kv_cache, slot_mapping)
+        write = self._checked.get(signature)
+        if write is None:
+            if scale_fmt not in self.scale_fmts:
+                raise UnsupportedLayoutError(f"{self.name}: scale_fmt {scale_fmt!r}; valid: "
+                                             f"{', '.join(self.scale_fmts)}")
+            if not isinstance(k, torch.Tensor) or k.dim() != 2:
+                raise RtpRefError(f"k: {getattr(k, 'shape', k)}; valid: a tensor [num_tokens, head_dim]")
+            contract = self.contract_for(k.device)
+            layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
+            if self.lean:  # the lean writers check nothing themselves
+                validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=self.validation == "host")
+            write = functools.partial(self.writer, layout, **self._flags(k.device))
+            self._checked.put(signature, write)
+        write(k, kv_cache, slot_mapping, scale_fmt)
 
 
 def _software(contract: WriteContract) -> str:

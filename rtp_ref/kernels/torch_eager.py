@@ -19,6 +19,7 @@ from typing import Literal
 
 import torch
 
+from rtp_ref.kernels.call_signature import Launch
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan
 from rtp_ref.platform import MLA_LAYOUT_NAMES
@@ -58,10 +59,15 @@ class TorchEagerKernel(PlannedKernel):
         """This kernel following ``contract`` (its fp8 dtype, scale rule, divisor and floor)."""
         return TorchEagerKernel(contract)
 
-    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
-        write_eager(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale)
-        self.launch_count += 1
+    def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor,
+                 flags: torch.Tensor) -> Launch:
+        def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
+                   scale: torch.Tensor) -> None:
+            write_eager(plan, contract, kv_c, k_pe, kv_cache, slots, scale)
+            self.launch_count += 1
+
+        return launch
 
 
 def write_eager(plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,

@@ -26,7 +26,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
     ue8m0_ceil,
 )
-from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
+from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
 
 #: the largest quant block the kernel takes (a power of two: ``tl.arange``); Triton's block limit is 2^20 values
 TRITON_MAX_QUANT_BLOCK = 1 << 20
@@ -78,11 +78,10 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
                                      slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
 
-    Arguments' metadata are checked as the reference checks them (validate_indexer_args); a slot past the cache
-    sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags). ``quant_block_size`` must be a power of
-    two (a Triton block).
+    Checks nothing but the quant block (a power of two: a Triton block): its caller (rtp_ref.kernels.family_builtin)
+    has checked the metadata as the reference does (validate_indexer_args); a slot past the cache sets ``flags``
+    and is written nowhere (rtp_ref.kernels.input_flags).
     """
-    validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=False)
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > TRITON_MAX_QUANT_BLOCK:

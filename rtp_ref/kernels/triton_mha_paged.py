@@ -28,7 +28,7 @@ from rtp_ref.kernels.triton_fp8 import (
     interpreted,
     load_f32,
 )
-from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step, validate_mha_args
+from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python (on a
 #: GPU a program writes one token)
@@ -92,11 +92,11 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
                                    k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
     """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
 
-    Arguments are checked as the reference checks them (validate_mha_args), their metadata only when ``flags``
-    is given: a slot past the cache then sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags).
-    k_scale and v_scale are each per tensor or per head, independently (read at their own ``scale_step``).
+    Checks nothing: its caller (rtp_ref.kernels.family_builtin) has checked the arguments' metadata as the
+    reference does (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere
+    (rtp_ref.kernels.input_flags). k_scale and v_scale are each per tensor or per head, independently (read at
+    their own ``scale_step``).
     """
-    validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=False)
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
     if tokens == 0:
         return

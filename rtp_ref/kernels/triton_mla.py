@@ -27,7 +27,6 @@ into fused multiply-adds may change a rounding.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Collection
 from typing import Any
@@ -37,6 +36,7 @@ import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
+from rtp_ref.kernels.call_signature import Launch, on_device
 from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import Validation
@@ -53,6 +53,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
     ue8m0_ceil,
 )
+from rtp_ref.kernels.triton_launch import reusable
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -282,11 +283,12 @@ class TritonMlaKernel(PlannedKernel):
         device = torch.device("cpu" if interpreted() else "cuda")
         return self.conversion_path_for(self.contract or default_contract(device))
 
-    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
+    def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor,
+                 flags: torch.Tensor) -> Launch:
         tokens = slot_mapping.shape[0]
         if tokens == 0:
-            return
+            return _no_launch
         # The same choice as conversion_path_for, asking Triton for its target once per device.
         hw = SW if self.conversion == "software" else _selector(contract.element_format, contract.conversion_mode,
                                                                 kv_cache.device)
@@ -294,17 +296,45 @@ class TritonMlaKernel(PlannedKernel):
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
                                  in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _saturates())
         block_size = kv_cache.shape[1]
-        cache_bytes = kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
-        on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
-        with on_gpu:
-            _mla_cache_write[(triton.cdiv(tokens, block_t),)](
-                kv_c, k_pe, cache_bytes, slot_mapping, scale, flags,
-                tokens, kv_cache.shape[0] * block_size, kv_c.stride(0), k_pe.stride(0), block_size,
-                block_shift_of(block_size),
-                kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor,
-                num_warps=self.num_warps, enable_fp_fusion=False, **constexprs,
-            )
-        self.launch_count += 1
+        scalars = (tokens, kv_cache.shape[0] * block_size, kv_c.stride(0), k_pe.stride(0), block_size,
+                   block_shift_of(block_size), kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor)
+        grid = (triton.cdiv(tokens, block_t),)
+        as_bytes = kv_cache.dtype != torch.uint8
+        index = kv_cache.device.index if kv_cache.is_cuda else None
+        constants = _positional_constexprs(constexprs)
+        compiled: list[Any] = []  # the compiled kernel, once the JIT has made it (rtp_ref.kernels.triton_launch)
+
+        def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
+                   scale: torch.Tensor) -> None:
+            cache = kv_cache.view(torch.uint8) if as_bytes else kv_cache
+            with on_device(index):
+                if compiled:
+                    compiled[0][grid](kv_c, k_pe, cache, slots, scale, flags, *scalars, *constants)
+                else:
+                    made = _mla_cache_write[grid](kv_c, k_pe, cache, slots, scale, flags, *scalars,
+                                                  num_warps=self.num_warps, enable_fp_fusion=False, **constexprs)
+                    if constants and reusable(made):
+                        compiled.append(made)
+            self.launch_count += 1
+
+        return launch
+
+
+def _no_launch(*tensors: torch.Tensor) -> None:
+    """A write of no tokens: nothing to launch (an empty grid is a launch error)."""
+
+
+#: the kernel's runtime arguments, in its signature's order; its constexprs follow them
+_RUNTIME_ARGS = 15
+
+
+def _positional_constexprs(constexprs: dict[str, Any]) -> tuple[Any, ...]:
+    """The constexpr values in the kernel's signature order (what its compiled launcher takes after the runtime
+    arguments); empty when the signature is not what this module expects (the JIT then launches every call)."""
+    names = list(getattr(_mla_cache_write, "arg_names", []))[_RUNTIME_ARGS:]
+    if sorted(names) != sorted(constexprs):
+        return ()
+    return tuple(constexprs[name] for name in names)
 
 
 #: the hardware selector and the backend's saturation, asked once per format and device (they read the device's

@@ -17,6 +17,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.scales import ScaleRule
+from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.contract import WriteContract, check_call, default_contract
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
@@ -189,6 +190,7 @@ class PlannedKernel(ABC):
         self.input_flags = InputFlags()
         self._plans: dict[tuple[WriteContract, str, int, int], tuple[WritePlan, str | None]] = {}
         self._device_contracts: dict[torch.device, WriteContract] = {}
+        self._launches = LaunchCache()
 
     @property
     def graph_safe(self) -> bool:
@@ -197,15 +199,23 @@ class PlannedKernel(ABC):
 
     def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        """Write the tokens (see ``rtp_ref.kernels.protocol``); checks everything it checks before writing."""
-        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        check_value_inputs(self.name, kv_c, k_pe)
-        contract = self.contract or self._device_contract(kv_cache.device)
-        plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
-        validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=self.validation == "host")
-        if limit:
-            raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
-        self._launch(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale, self.input_flags.word(kv_cache.device))
+        """Write the tokens (see ``rtp_ref.kernels.protocol``); checks everything it checks before writing (a call
+        with the metadata of an earlier checked one reuses its checked launch: rtp_ref.kernels.call_signature)."""
+        host = self.validation == "host"
+        signature = None if host else call_signature(kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        launch = self._launches.get(signature)
+        if launch is None:
+            check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+            check_value_inputs(self.name, kv_c, k_pe)
+            contract = self.contract or self._device_contract(kv_cache.device)
+            plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+            validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=host)
+            if limit:
+                raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
+            launch = self._prepare(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale,
+                                   self.input_flags.word(kv_cache.device))
+            self._launches.put(signature, launch)
+        launch(kv_c, k_pe, kv_cache, slot_mapping, scale)
 
     def take_input_errors(self) -> list[str]:
         """What the device-side checks flagged since the last take (one sync per device), and clear it."""
@@ -234,6 +244,9 @@ class PlannedKernel(ABC):
         return None
 
     @abstractmethod
-    def _launch(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
-                kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor, flags: torch.Tensor) -> None:
-        """Launch the device kernel for checked arguments; slots at or past the capacity set ``flags``."""
+    def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
+                 kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor,
+                 flags: torch.Tensor) -> Launch:
+        """The launch for checked arguments: everything worked out from their metadata, done once, so that the
+        returned ``launch(kv_c, k_pe, kv_cache, slot_mapping, scale)`` only reads the tensors' addresses and
+        launches (it counts ``launch_count``); slots at or past the capacity set ``flags``."""

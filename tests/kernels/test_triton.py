@@ -167,3 +167,23 @@ def test_launch_tuning_never_changes_the_bytes(tokens_per_program: int, num_warp
 def test_tokens_per_program_must_be_a_power_of_two() -> None:
     with pytest.raises(ValueError, match="tokens_per_program=3: must be a power of two"):
         TritonMlaKernel(tokens_per_program=3)
+
+
+def test_a_checked_launch_is_reused_only_for_calls_of_the_same_metadata() -> None:
+    """The second call of a shape reuses the first's checked launch (rtp_ref.kernels.call_signature): it must
+    write its own inputs' bytes; a call whose metadata differs is checked afresh and refused."""
+    c = contract("rocm-gfx942")
+    kernel = KERNEL.bind(c)
+    for seed in (1, 2):  # same shapes, strides and alignment, other values and slots
+        case = make_case(c, "fp8_ds_mla", tokens=7, seed=seed).to(DEVICE)
+        assert_bit_exact(case, case.run(kernel), f"triton reused launch, seed {seed}")
+    with pytest.raises(RtpRefError, match="entry size"):
+        kernel(case.kv_c, case.k_pe, case.cache[..., :-1], case.slots, "fp8_ds_mla", case.scale)
+
+
+@pytest.mark.parametrize(("version", "release"), [("3.6.0", (3, 6)), ("3.3.1+git0", (3, 3)), ("3.4rc1", (3, 4)),
+                                                  ("2.1.0", (2, 1)), ("nightly", (0, 0))])
+def test_triton_releases_are_read_from_their_version_strings(version: str, release: tuple[int, int]) -> None:
+    from rtp_ref.kernels.triton_launch import release_of
+
+    assert release_of(version) == release

@@ -1,0 +1,64 @@
+"""What a checked kernel call depended on, so that a call with the same metadata skips the checks.
+
+The built-in kernels check a call's shapes, dtypes, strides and devices on the host (rtp_ref.kernels.input_flags:
+never its values) and work out a launch from them: tens of microseconds of Python, as long as a decode-sized
+write takes on the GPU. A later call whose tensors have the same metadata (and the same start addresses modulo
+16, which decide the vector widths and Triton's specialisation) reuses the checked launch, and pays only for
+reading that metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: a checked launch: called with the call's tensors (their addresses change from call to call)
+Launch = Callable[..., None]
+#: checked launches a kernel keeps; past it the oldest half is dropped (a server sees a few hundred batch shapes)
+MAX_LAUNCHES = 1024
+
+
+def call_signature(*args: object) -> tuple[Any, ...] | None:
+    """Shape, strides, dtype, device and start address modulo 16 of each tensor in ``args``, other arguments as
+    they are; None when a tensor argument is not a tensor (the checked path then names it)."""
+    out: list[Any] = []
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            out += (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16)
+        elif isinstance(x, str | int):
+            out.append(x)
+        else:
+            return None
+    return tuple(out)
+
+
+class LaunchCache:
+    """Checked launches by call signature, bounded by ``MAX_LAUNCHES``."""
+
+    def __init__(self) -> None:
+        self._launches: dict[tuple[Any, ...], Launch] = {}
+
+    def get(self, signature: tuple[Any, ...] | None) -> Launch | None:
+        """The launch checked for ``signature``, or None (also for a None signature)."""
+        return None if signature is None else self._launches.get(signature)
+
+    def put(self, signature: tuple[Any, ...] | None, launch: Launch) -> None:
+        """Keep ``launch`` for ``signature`` (nothing for None)."""
+        if signature is None:
+            return
+        if len(self._launches) >= MAX_LAUNCHES:
+            for old in list(self._launches)[: MAX_LAUNCHES // 2]:
+                del self._launches[old]
+        self._launches[signature] = launch
+
+
+def on_device(index: int | None) -> Any:
+    """A context that makes CUDA device ``index`` current, or nothing when it already is (or for None: a CPU
+    call): entering ``torch.cuda.device`` costs microseconds a decode-sized call cannot spare."""
+    import contextlib
+
+    if index is None or index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(index)

@@ -1,0 +1,34 @@
+"""Launching a compiled Triton kernel again without the JIT's per-call work.
+
+``kernel[grid](...)`` binds every argument, computes the specialisation key and looks the compiled kernel up
+on each call: tens of microseconds for a kernel with forty constexprs, more than a decode-sized write takes on
+the GPU. From Triton 3.3 the JIT launches the compiled kernel it returns with every bound argument in the
+signature's order, constexprs included (``kernel.run(..., *bound_args.values())`` in
+``triton/runtime/jit.py``); ``compiled[grid](*arguments)`` makes that same launch. It is reused only for calls
+whose specialisation cannot differ: rtp_ref.kernels.call_signature keys a launch on every shape, stride, dtype,
+device and start address modulo 16, and the kernel's integer arguments are fixed by those.
+"""
+
+from __future__ import annotations
+
+import re
+
+import triton
+
+
+def release_of(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a Triton version string (``3.6.0``, ``3.3.1+git``, ``3.4rc1``)."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+#: whether this Triton launches a compiled kernel with all bound arguments (3.3 and later)
+FULL_ARGUMENT_LAUNCH = release_of(triton.__version__) >= (3, 3)
+
+
+def reusable(made: object) -> bool:
+    """Whether ``made`` (what ``kernel[grid](...)`` returned) can be launched again as ``made[grid](*arguments)``:
+    a compiled kernel of a Triton that takes every argument there; never under the interpreter (it returns none)."""
+    from triton.compiler import CompiledKernel
+
+    return FULL_ARGUMENT_LAUNCH and isinstance(made, CompiledKernel)
