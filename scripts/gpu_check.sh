@@ -21,13 +21,16 @@
 #   scripts/gpu_check.sh large         the large-address tier (caches past 4 GiB) of every op's GPU kernels, native
 #   scripts/gpu_check.sh formats       every op's GPU kernels certified with the cache in another fp8 format than
 #                                      the platform's (cache_fp8_format=e4m3fnuz on cuda-sm90, e4m3fn on gfx942)
+#   scripts/gpu_check.sh lean          the built-in kernels' call path: their tests, every op certified natively,
+#                                      rtp-ref bench of their kernels at every size (eager, graph, launch floor)
+#   scripts/gpu_check.sh cudamutant    the large tier against its CUDA C++ int32-offset mutant (built at first use)
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large or graph" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, lean or cudamutant" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -171,7 +174,9 @@ for c in d['cases']:
     python3 -c "import json; d = json.load(open('$reports/large-mutant/report.json'))
 for c in d['cases']:
     print(c['kernel'], c['layout'], c.get('grade'), c.get('checks'))" | tee -a "$out/certify.log"
-    # and its CUDA C++ version (tests/mutants/cuda_large_mutant.py), built at first use
+    ;;
+  cudamutant)
+    # the large tier's CUDA C++ int32-offset mutant (tests/mutants/cuda_large_mutant.py), built at first use
     RTP_REF_KERNELS=tests.mutants.cuda_large_mutant:mutants PYTHONPATH="$site:$PWD" rtp certify --platform cuda-sm90 \
       --tier large --report "$reports/large-cuda-mutant" --kernel mutant-large-cuda-int32-offsets \
       > "$reports/large-cuda-mutant.log" 2>&1
@@ -180,6 +185,14 @@ for c in d['cases']:
     python3 -c "import json; d = json.load(open('$reports/large-cuda-mutant/report.json'))
 for c in d['cases']:
     print(c['kernel'], c['layout'], c.get('grade'), c.get('checks'))" | tee -a "$out/certify.log"
+    ;;
+  lean)
+    # the built-in kernels' call path: their tests, every op certified natively, the bench of every op and size
+    unit_tests tests/kernels/test_triton.py tests/kernels/test_cuda.py tests/kernels/test_family_kernels.py
+    certify cuda-sm90 --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
+      --kernel cuda-indexer
+    bench --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
+      --kernel cuda-indexer
     ;;
   graph)
     # the CUDA-graph tier: capture, new inputs in place, replay; the reference and torch-eager decline it
@@ -194,7 +207,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large or graph" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, lean or cudamutant" >&2; exit 2
     ;;
   esac
 done

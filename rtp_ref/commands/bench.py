@@ -103,8 +103,7 @@ def _bench(args: argparse.Namespace) -> int:
     valid = every_variant(platform)
     unknown = [n for n in args.layout if n not in valid]
     if unknown:
-        raise RtpRefError(f"--layout {unknown[0]!r}: not a layout of platform {platform.name}; valid: "
-                          f"{', '.join(valid)}")
+        raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(valid)}")
     kernels = []
     for name, entry in discover_kernels(args.kernel or None, ops=OPS).items():
         if name.startswith("reference") and not args.kernel:
