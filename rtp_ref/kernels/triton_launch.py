@@ -4,7 +4,8 @@
 on each call: tens of microseconds for a kernel with forty constexprs, more than a decode-sized write takes on
 the GPU. From Triton 3.3 the JIT launches the compiled kernel it returns with every bound argument in the
 signature's order, constexprs included (``kernel.run(..., *bound_args.values())`` in
-``triton/runtime/jit.py``); ``compiled[grid](*arguments)`` makes that same launch. It is reused only for calls
+``triton/runtime/jit.py``); ``compiled[(x, y, z)](*arguments)`` makes that same launch (all three grid
+dimensions: the JIT pads the grid, the compiled kernel's launcher does not). It is reused only for calls
 whose specialisation cannot differ: rtp_ref.kernels.call_signature keys a launch on every shape, stride, dtype,
 device and start address modulo 16, and the kernel's integer arguments are fixed by those.
 """

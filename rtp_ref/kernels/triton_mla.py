@@ -299,6 +299,7 @@ class TritonMlaKernel(PlannedKernel):
         scalars = (tokens, kv_cache.shape[0] * block_size, kv_c.stride(0), k_pe.stride(0), block_size,
                    block_shift_of(block_size), kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor)
         grid = (triton.cdiv(tokens, block_t),)
+        full_grid = (*grid, 1, 1)  # a compiled kernel's launcher takes all three dimensions
         as_bytes = kv_cache.dtype != torch.uint8
         index = kv_cache.device.index if kv_cache.is_cuda else None
         constants = _positional_constexprs(constexprs)
@@ -309,7 +310,7 @@ class TritonMlaKernel(PlannedKernel):
             cache = kv_cache.view(torch.uint8) if as_bytes else kv_cache
             with on_device(index):
                 if compiled:
-                    compiled[0][grid](kv_c, k_pe, cache, slots, scale, flags, *scalars, *constants)
+                    compiled[0][full_grid](kv_c, k_pe, cache, slots, scale, flags, *scalars, *constants)
                 else:
                     made = _mla_cache_write[grid](kv_c, k_pe, cache, slots, scale, flags, *scalars,
                                                   num_warps=self.num_warps, enable_fp_fusion=False, **constexprs)
