@@ -54,6 +54,10 @@ class LaunchCache:
         self._launches[signature] = launch
 
 
+def no_launch(*tensors: torch.Tensor) -> None:
+    """The launch of a write of no tokens: nothing (an empty grid is a launch error)."""
+
+
 def on_device(index: int | None) -> Any:
     """A context that makes CUDA device ``index`` current, or nothing when it already is (or for None: a CPU
     call): entering ``torch.cuda.device`` costs microseconds a decode-sized call cannot spare."""

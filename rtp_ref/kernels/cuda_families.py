@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 
 import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN
+from rtp_ref.kernels.call_signature import Launch, on_device
 from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
@@ -53,28 +55,34 @@ def _library(arch: str) -> ctypes.CDLL:
     return lib
 
 
-def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
+def _launcher(entry: str, params: ctypes.Structure, device: torch.device) -> Callable[[], None]:
+    """Launch ``entry`` with ``params`` (filled by the caller) on the current stream of ``device``."""
     lib = _library(arch_of(device))
-    with torch.cuda.device(device):
-        stream = torch.cuda.current_stream(device).cuda_stream
-        code = getattr(lib, entry)(ctypes.byref(params), ctypes.c_void_p(stream))
-    if code != 0:
-        raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_families_error_string(code).decode()}")
+    write = getattr(lib, entry)
+    index = device.index
+
+    def launch() -> None:
+        with on_device(index):
+            code = write(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if code != 0:
+            raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_families_error_string(code).decode()}")
+
+    return launch
 
 
-def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
-                                 key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                                 k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
-    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch. Checks
-    nothing: its caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does
-    (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags).
-    k_scale and v_scale each per tensor or per head, independently."""
+def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                     value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor,
+                     v_scale: torch.Tensor, flags: torch.Tensor) -> Launch:
+    """The launch of ``reshape_and_cache_flash`` for arguments of this metadata (rtp_ref.kernels.call_signature):
+    ``launch(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)`` writes as
+    ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch. Checks nothing: its
+    caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does (validate_mha_args); a
+    slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags). k_scale and v_scale
+    each per tensor or per head, independently."""
     fmt = layout.element_format
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
     params = _MhaParams(
-        key=key.data_ptr(), value=value.data_ptr(), key_cache=key_cache.data_ptr(),
-        value_cache=value_cache.data_ptr(), slots=slot_mapping.data_ptr(), k_scale=k_scale.data_ptr(),
-        v_scale=v_scale.data_ptr(), num_tokens=slot_mapping.numel(), heads=layout.num_kv_heads,
+        num_tokens=slot_mapping.numel(), heads=layout.num_kv_heads,
         head_size=layout.head_size, key_t=key.stride(0), key_h=key.stride(1), value_t=value.stride(0),
         value_h=value.stride(1), kc_block=key_cache.stride(0), kc_page=key_cache.stride(1),
         kc_head=key_cache.stride(2), vc_block=value_cache.stride(0), vc_page=value_cache.stride(1),
@@ -84,27 +92,56 @@ def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, valu
         hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode, key_cache.device), **traits,
         capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(),
     )
-    _launch("rtp_ref_mha_paged_write", params, key_cache.device)
+    run = _launcher("rtp_ref_mha_paged_write", params, key_cache.device)
+
+    def launch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        params.key, params.value, params.slots = key.data_ptr(), value.data_ptr(), slots.data_ptr()
+        params.key_cache, params.value_cache = key_cache.data_ptr(), value_cache.data_ptr()
+        params.k_scale, params.v_scale = k_scale.data_ptr(), v_scale.data_ptr()
+        run()
+
+    return launch
 
 
-def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
-                                   slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
-    """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one CUDA launch.
-    ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Checks nothing else: its caller
-    (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does (validate_indexer_args); a
-    slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags)."""
+def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
+                                 key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                 k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
+    """One write by ``prepare_cuda_mha``'s launch (its doc says what it checks)."""
+    tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    prepare_cuda_mha(layout, *tensors, flags)(*tensors)
+
+
+def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                         scale_fmt: str, flags: torch.Tensor) -> Launch:
+    """The launch of ``indexer_k_quant_and_cache`` for arguments of this metadata: ``launch(k, kv_cache,
+    slot_mapping, scale_fmt)`` writes as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one
+    CUDA launch. ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Checks nothing else:
+    its caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does
+    (validate_indexer_args); a slot past the cache sets ``flags`` and is written nowhere."""
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > CUDA_MAX_QUANT_BLOCK:
         raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to {CUDA_MAX_QUANT_BLOCK}")
     params = _IndexerParams(
-        k=k.data_ptr(), cache=kv_cache.data_ptr(), slots=slot_mapping.data_ptr(), num_tokens=slot_mapping.numel(),
-        k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size, head_dim=layout.head_dim,
-        quant=quant, n_slices=layout.scales_per_token, ue8m0=scale_fmt == "ue8m0",
+        num_tokens=slot_mapping.numel(), k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size,
+        head_dim=layout.head_dim, quant=quant, n_slices=layout.scales_per_token, ue8m0=scale_fmt == "ue8m0",
         input_fp16=k.dtype == torch.float16,
         hardware=hardware_converts(layout.element_format, layout.conversion_mode, kv_cache.device),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
         capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(),
     )
-    _launch("rtp_ref_indexer_write", params, kv_cache.device)
+    run = _launcher("rtp_ref_indexer_write", params, kv_cache.device)
+
+    def launch(k: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor, scale_fmt: str) -> None:
+        params.k, params.cache, params.slots = k.data_ptr(), kv_cache.data_ptr(), slots.data_ptr()
+        run()
+
+    return launch
+
+
+def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
+                                   slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
+    """One write by ``prepare_cuda_indexer``'s launch (its doc says what it checks)."""
+    prepare_cuda_indexer(layout, k, kv_cache, slot_mapping, scale_fmt, flags)(k, kv_cache, slot_mapping, scale_fmt)

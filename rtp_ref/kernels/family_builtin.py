@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
-from rtp_ref.kernels.call_signature import LaunchCache, call_signature
+from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.contract import WriteContract, default_contract
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS, op_reference
 
-MhaWriter = Callable[..., None]
-IndexerWriter = Callable[..., None]
+#: a writer of the op's call with the layout first (the reference, torch-eager), or a lean writer's preparer
+#: (``lean``: it returns the launch, rtp_ref.kernels.call_signature)
+MhaWriter = Callable[..., Any]
+IndexerWriter = Callable[..., Any]
 #: how a writer converts fp8 under a contract (``software``/``torch`` whatever the contract)
 PathRule = Callable[[WriteContract], str]
 ConversionPath = Literal["hardware", "software", "torch"]
@@ -31,10 +33,13 @@ ConversionPath = Literal["hardware", "software", "torch"]
 
 class _FamilyKernel:
     """What the two ops' kernels share: a name, devices, the contract they follow and its conversion path, and
-    how argument values are checked. A ``lean`` writer (triton, cuda) checks metadata only and takes a ``flags``
-    word, where it flags the slots past the cache it skipped (rtp_ref.kernels.input_flags); under
-    ``validation="host"`` the kernel checks values first, as the reference does. Other writers (the reference,
-    torch-eager) check everything themselves, on the host."""
+    how argument values are checked. A ``lean`` writer (triton, cuda) is a preparer: given the layout, a call's
+    arguments and a ``flags`` word it returns the launch for calls of that metadata (rtp_ref.kernels.call_signature),
+    which checks nothing and flags the slots past the cache it skipped (rtp_ref.kernels.input_flags); the kernel
+    checks the metadata once per signature, and values too under ``validation="host"``, as the reference does.
+    Other writers (the reference, torch-eager) check everything themselves, on the host, every call."""
+
+    writer: Callable[..., Any]
 
     def __init__(self, impl: str, suffix: str, devices: Collection[str], path_rule: PathRule,
                  contract: WriteContract | None, lean: bool, validation: Validation) -> None:
@@ -64,8 +69,12 @@ class _FamilyKernel:
         """What the device-side checks flagged since the last take (one sync per device), and clear it."""
         return self.input_flags.take()
 
-    def _flags(self, device: torch.device) -> dict[str, torch.Tensor]:
-        return {"flags": self.input_flags.word(device)} if self.lean else {}
+    def _bound(self, layout: object, *args: Any) -> Launch:
+        """The write of ``layout`` for a checked call: a lean writer's prepared launch (it takes the flag word of
+        the device of the call's first tensor), or the writer itself with the layout bound."""
+        if self.lean:
+            return cast(Launch, self.writer(layout, *args, flags=self.input_flags.word(args[0].device)))
+        return functools.partial(self.writer, layout)
 
     def _signature(self, *args: object) -> tuple[object, ...] | None:
         """The call's signature (rtp_ref.kernels.call_signature): a lean writer under device validation reuses
@@ -115,7 +124,7 @@ class MhaPagedKernel(_FamilyKernel):
             if self.lean:  # the lean writers check nothing themselves
                 validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
                                   values=self.validation == "host")
-            write = functools.partial(self.writer, layout, **self._flags(key_cache.device))
+            write = self._bound(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
             self._checked.put(signature, write)
         write(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
@@ -161,7 +170,7 @@ class IndexerKernel(_FamilyKernel):
             layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
             if self.lean:  # the lean writers check nothing themselves
                 validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=self.validation == "host")
-            write = functools.partial(self.writer, layout, **self._flags(k.device))
+            write = self._bound(layout, k, kv_cache, slot_mapping, scale_fmt)
             self._checked.put(signature, write)
         write(k, kv_cache, slot_mapping, scale_fmt)
 
@@ -205,23 +214,19 @@ def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
     missing = unavailable_builtin_kernels()
     if "triton" not in missing:
         from rtp_ref.kernels.triton_fp8 import interpreted
-        from rtp_ref.kernels.triton_indexer import TRITON_MAX_QUANT_BLOCK, triton_indexer_k_quant_and_cache
-        from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
+        from rtp_ref.kernels.triton_indexer import TRITON_MAX_QUANT_BLOCK, prepare_triton_indexer
+        from rtp_ref.kernels.triton_mha_paged import prepare_triton_mha
 
         # the interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch)
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MhaPagedKernel("triton", triton_reshape_and_cache_flash, devices, _triton_path, lean=True),
-                    IndexerKernel("triton", triton_indexer_k_quant_and_cache, devices, _triton_path,
+        kernels += [MhaPagedKernel("triton", prepare_triton_mha, devices, _triton_path, lean=True),
+                    IndexerKernel("triton", prepare_triton_indexer, devices, _triton_path,
                                   max_quant_block=TRITON_MAX_QUANT_BLOCK, lean=True)]
     if "cuda" not in missing:
-        from rtp_ref.kernels.cuda_families import (
-            CUDA_MAX_QUANT_BLOCK,
-            cuda_indexer_k_quant_and_cache,
-            cuda_reshape_and_cache_flash,
-        )
+        from rtp_ref.kernels.cuda_families import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer, prepare_cuda_mha
 
-        kernels += [MhaPagedKernel("cuda", cuda_reshape_and_cache_flash, ("cuda",), _cuda_path, lean=True),
-                    IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), _cuda_path,
+        kernels += [MhaPagedKernel("cuda", prepare_cuda_mha, ("cuda",), _cuda_path, lean=True),
+                    IndexerKernel("cuda", prepare_cuda_indexer, ("cuda",), _cuda_path,
                                   max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True)]
     return kernels
 

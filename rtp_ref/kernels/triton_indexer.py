@@ -10,13 +10,12 @@ values. Bytes are stored one by one, so no alignment is asked of the cache. All 
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
     conversion_saturates,
@@ -26,6 +25,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
     ue8m0_ceil,
 )
+from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
 
 #: the largest quant block the kernel takes (a power of two: ``tl.arange``); Triton's block limit is 2^20 values
@@ -74,9 +74,11 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
              mask=valid[:, None] & (four < 4)[None, :])
 
 
-def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
-                                     slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
-    """Write as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
+def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                           scale_fmt: str, flags: torch.Tensor) -> Launch:
+    """The launch of ``indexer_k_quant_and_cache`` for arguments of this metadata (rtp_ref.kernels.call_signature):
+    ``launch(k, kv_cache, slot_mapping, scale_fmt)`` writes as
+    ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
 
     Checks nothing but the quant block (a power of two: a Triton block): its caller (rtp_ref.kernels.family_builtin)
     has checked the metadata as the reference does (validate_indexer_args); a slot past the cache sets ``flags``
@@ -88,17 +90,27 @@ def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_
         raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to {TRITON_MAX_QUANT_BLOCK}")
     tokens = slot_mapping.numel()
     if tokens == 0:
-        return
+        return no_launch
     traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
     BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
-    on_gpu = torch.cuda.device(kv_cache.device) if kv_cache.is_cuda else contextlib.nullcontext()
-    with on_gpu:
-        _indexer_k_quant_and_cache[(triton.cdiv(tokens, BLOCK_T), layout.scales_per_token)](
-            k, kv_cache, slot_mapping, flags, kv_cache.shape[0] * block_size, tokens, k.stride(0), kv_cache.stride(0),
-            block_size, layout.scale_divisor,
-            AMAX_FLOOR, BLOCK_T=BLOCK_T, D=layout.head_dim, QUANT=quant, N=layout.scales_per_token,
-            IN_BF16=k.dtype == torch.bfloat16, UE8M0=scale_fmt == "ue8m0",
-            HW=hardware_selector(layout.element_format, layout.conversion_mode, kv_cache.device),
-            CLAMP=not conversion_saturates(),
-            enable_fp_fusion=False, **traits.triton_constexprs(),
-        )
+    constexprs = {"BLOCK_T": BLOCK_T, "D": layout.head_dim, "QUANT": quant, "N": layout.scales_per_token,
+                  "IN_BF16": k.dtype == torch.bfloat16, "UE8M0": scale_fmt == "ue8m0",
+                  "HW": hardware_selector(layout.element_format, layout.conversion_mode, kv_cache.device),
+                  "CLAMP": not conversion_saturates(), **traits.triton_constexprs()}
+    scalars = (kv_cache.shape[0] * block_size, tokens, k.stride(0), kv_cache.stride(0), block_size,
+               layout.scale_divisor, AMAX_FLOOR)
+    write = CompiledLaunch(_indexer_k_quant_and_cache, (triton.cdiv(tokens, BLOCK_T), layout.scales_per_token),
+                           constexprs, enable_fp_fusion=False)
+    index = kv_cache.device.index if kv_cache.is_cuda else None
+
+    def launch(k: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor, scale_fmt: str) -> None:
+        with on_device(index):
+            write(k, kv_cache, slots, flags, *scalars)
+
+    return launch
+
+
+def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
+                                     slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
+    """One write by ``prepare_triton_indexer``'s launch (its doc says what it checks)."""
+    prepare_triton_indexer(layout, k, kv_cache, slot_mapping, scale_fmt, flags)(k, kv_cache, slot_mapping, scale_fmt)

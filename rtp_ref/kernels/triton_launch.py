@@ -13,6 +13,7 @@ device and start address modulo 16, and the kernel's integer arguments are fixed
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import triton
 
@@ -33,3 +34,27 @@ def reusable(made: object) -> bool:
     from triton.compiler import CompiledKernel
 
     return FULL_ARGUMENT_LAUNCH and isinstance(made, CompiledKernel)
+
+
+class CompiledLaunch:
+    """One Triton kernel launched again and again with the same grid and constexprs (the kernel's last
+    parameters): through the JIT the first time, then its compiled kernel directly (``reusable``). The caller keys
+    it on the call signature, so the runtime arguments' specialisation cannot change between calls."""
+
+    def __init__(self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], **options: Any) -> None:
+        self.kernel, self.grid, self.constexprs, self.options = kernel, grid, constexprs, options
+        self.full_grid = (*grid, *(1,) * (3 - len(grid)))  # a compiled kernel's launcher takes all three
+        names = list(getattr(kernel, "arg_names", []))
+        tail = names[len(names) - len(constexprs):] if constexprs else []
+        # the constexpr values in signature order; none (the JIT every call) if the signature is not as expected
+        self.tail = tuple(constexprs[n] for n in tail) if sorted(tail) == sorted(constexprs) else ()
+        self.compiled: Any = None
+
+    def __call__(self, *runtime: Any) -> None:
+        """Launch with the runtime arguments, in the kernel's signature order."""
+        if self.compiled is not None:
+            self.compiled[self.full_grid](*runtime, *self.tail)
+            return
+        made = self.kernel[self.grid](*runtime, **self.options, **self.constexprs)
+        if self.tail and reusable(made):
+            self.compiled = made

@@ -12,13 +12,12 @@ vLLM's ``x / scale``) and converts with rtp_ref.kernels.triton_fp8. All offsets 
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
+from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
     SW,
@@ -28,6 +27,7 @@ from rtp_ref.kernels.triton_fp8 import (
     interpreted,
     load_f32,
 )
+from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python (on a
@@ -87,10 +87,12 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
 
 
-def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
-                                   key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                                   k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
-    """Write as ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
+def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                       value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor,
+                       v_scale: torch.Tensor, flags: torch.Tensor) -> Launch:
+    """The launch of ``reshape_and_cache_flash`` for arguments of this metadata (rtp_ref.kernels.call_signature):
+    ``launch(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)`` writes as
+    ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
 
     Checks nothing: its caller (rtp_ref.kernels.family_builtin) has checked the arguments' metadata as the
     reference does (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere
@@ -99,30 +101,41 @@ def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, va
     """
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
     if tokens == 0:
-        return
+        return no_launch
     BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
-    fp8 = layout.element_format is not None
-    if fp8:
-        assert layout.element_format is not None
-        traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
-        hw = hardware_selector(layout.element_format, layout.conversion_mode, key_cache.device)
-        srcs = (key, value)
-    else:
-        # no fp8 value: one specialisation; 16-bit bits moved as int16
+    fmt = layout.element_format
+    if fmt is not None:
+        traits = FormatTraits.of(fmt, layout.conversion_mode)
+        hw = hardware_selector(fmt, layout.conversion_mode, key_cache.device)
+    else:  # no fp8 value: one specialisation; 16-bit bits moved as int16
         traits, hw = FormatTraits.of(E4M3FN, ConversionMode.SATFINITE), SW
-        srcs = (key.view(torch.int16), value.view(torch.int16))
-        key_cache, value_cache = key_cache.view(torch.int16), value_cache.view(torch.int16)
-    on_gpu = torch.cuda.device(key_cache.device) if key_cache.is_cuda else contextlib.nullcontext()
-    with on_gpu:
-        _reshape_and_cache_flash[(triton.cdiv(tokens, BLOCK_T),)](
-            srcs[0], srcs[1], key_cache, value_cache, slot_mapping, flags, key_cache.shape[0] * key_cache.shape[1],
-            k_scale, v_scale,
-            scale_step(k_scale, heads), scale_step(v_scale, heads), tokens,
-            key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-            value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1],
-            BLOCK_T=BLOCK_T, H=heads, H_PAD=triton.next_power_of_2(heads), D=layout.head_size,
-            D_PAD=triton.next_power_of_2(layout.head_size),
-            IN_BF16=key.dtype == torch.bfloat16, FP8=fp8,
-            HW=hw, CLAMP=not conversion_saturates(), enable_fp_fusion=False, **traits.triton_constexprs(),
-        )
+    constexprs = {"BLOCK_T": BLOCK_T, "H": heads, "H_PAD": triton.next_power_of_2(heads), "D": layout.head_size,
+                  "D_PAD": triton.next_power_of_2(layout.head_size), "IN_BF16": key.dtype == torch.bfloat16,
+                  "FP8": fmt is not None, "HW": hw, "CLAMP": not conversion_saturates(), **traits.triton_constexprs()}
+    steps = (flags, key_cache.shape[0] * key_cache.shape[1])
+    scalars = (scale_step(k_scale, heads), scale_step(v_scale, heads), tokens,
+               key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+               key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+               value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1])
+    write = CompiledLaunch(_reshape_and_cache_flash, (triton.cdiv(tokens, BLOCK_T),), constexprs,
+                           enable_fp_fusion=False)
+    as_bits = fmt is None
+    index = key_cache.device.index if key_cache.is_cuda else None
+
+    def launch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+               slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        if as_bits:
+            key, value = key.view(torch.int16), value.view(torch.int16)
+            key_cache, value_cache = key_cache.view(torch.int16), value_cache.view(torch.int16)
+        with on_device(index):
+            write(key, value, key_cache, value_cache, slots, *steps, k_scale, v_scale, *scalars)
+
+    return launch
+
+
+def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
+                                   key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                   k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
+    """One write by ``prepare_triton_mha``'s launch (its doc says what it checks)."""
+    tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    prepare_triton_mha(layout, *tensors, flags)(*tensors)

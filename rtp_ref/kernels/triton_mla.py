@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
-from rtp_ref.kernels.call_signature import Launch, on_device
+from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import Validation
@@ -53,7 +53,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
     ue8m0_ceil,
 )
-from rtp_ref.kernels.triton_launch import reusable
+from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -288,7 +288,7 @@ class TritonMlaKernel(PlannedKernel):
                  flags: torch.Tensor) -> Launch:
         tokens = slot_mapping.shape[0]
         if tokens == 0:
-            return _no_launch
+            return no_launch
         # The same choice as conversion_path_for, asking Triton for its target once per device.
         hw = SW if self.conversion == "software" else _selector(contract.element_format, contract.conversion_mode,
                                                                 kv_cache.device)
@@ -298,44 +298,19 @@ class TritonMlaKernel(PlannedKernel):
         block_size = kv_cache.shape[1]
         scalars = (tokens, kv_cache.shape[0] * block_size, kv_c.stride(0), k_pe.stride(0), block_size,
                    block_shift_of(block_size), kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor)
-        grid = (triton.cdiv(tokens, block_t),)
-        full_grid = (*grid, 1, 1)  # a compiled kernel's launcher takes all three dimensions
         as_bytes = kv_cache.dtype != torch.uint8
         index = kv_cache.device.index if kv_cache.is_cuda else None
-        constants = _positional_constexprs(constexprs)
-        compiled: list[Any] = []  # the compiled kernel, once the JIT has made it (rtp_ref.kernels.triton_launch)
+        write = CompiledLaunch(_mla_cache_write, (triton.cdiv(tokens, block_t),), constexprs,
+                               num_warps=self.num_warps, enable_fp_fusion=False)
 
         def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
                    scale: torch.Tensor) -> None:
             cache = kv_cache.view(torch.uint8) if as_bytes else kv_cache
             with on_device(index):
-                if compiled:
-                    compiled[0][full_grid](kv_c, k_pe, cache, slots, scale, flags, *scalars, *constants)
-                else:
-                    made = _mla_cache_write[grid](kv_c, k_pe, cache, slots, scale, flags, *scalars,
-                                                  num_warps=self.num_warps, enable_fp_fusion=False, **constexprs)
-                    if constants and reusable(made):
-                        compiled.append(made)
+                write(kv_c, k_pe, cache, slots, scale, flags, *scalars)
             self.launch_count += 1
 
         return launch
-
-
-def _no_launch(*tensors: torch.Tensor) -> None:
-    """A write of no tokens: nothing to launch (an empty grid is a launch error)."""
-
-
-#: the kernel's runtime arguments, in its signature's order; its constexprs follow them
-_RUNTIME_ARGS = 15
-
-
-def _positional_constexprs(constexprs: dict[str, Any]) -> tuple[Any, ...]:
-    """The constexpr values in the kernel's signature order (what its compiled launcher takes after the runtime
-    arguments); empty when the signature is not what this module expects (the JIT then launches every call)."""
-    names = list(getattr(_mla_cache_write, "arg_names", []))[_RUNTIME_ARGS:]
-    if sorted(names) != sorted(constexprs):
-        return ()
-    return tuple(constexprs[name] for name in names)
 
 
 #: the hardware selector and the backend's saturation, asked once per format and device (they read the device's

@@ -73,12 +73,12 @@ def test_the_family_kernels_declare_their_quant_block_limits() -> None:
 
     import torch
 
-    from rtp_ref.kernels.cuda_families import CUDA_MAX_QUANT_BLOCK, cuda_indexer_k_quant_and_cache
+    from rtp_ref.kernels.cuda_families import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer
     from rtp_ref.kernels.family_builtin import IndexerKernel
     from rtp_ref.kv.indexer import indexer_layout
     from rtp_ref.platform import load_platform
 
-    kernel = IndexerKernel("cuda", cuda_indexer_k_quant_and_cache, ("cuda",), lambda contract: "hardware",
+    kernel = IndexerKernel("cuda", prepare_cuda_indexer, ("cuda",), lambda contract: "hardware",
                            max_quant_block=CUDA_MAX_QUANT_BLOCK)
     layout = indexer_layout(load_platform("cuda-sm90"), 128, 64)
     assert kernel.supports(layout) is None
