@@ -104,13 +104,6 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
     return launch
 
 
-def cuda_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
-                                 key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                                 k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
-    """One write by ``prepare_cuda_mha``'s launch (its doc says what it checks)."""
-    tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-    prepare_cuda_mha(layout, *tensors, flags)(*tensors)
-
 
 def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                          scale_fmt: str, flags: torch.Tensor) -> Launch:
@@ -139,9 +132,3 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
         run()
 
     return launch
-
-
-def cuda_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
-                                   slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
-    """One write by ``prepare_cuda_indexer``'s launch (its doc says what it checks)."""
-    prepare_cuda_indexer(layout, k, kv_cache, slot_mapping, scale_fmt, flags)(k, kv_cache, slot_mapping, scale_fmt)

@@ -108,9 +108,3 @@ def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: tor
             write(k, kv_cache, slots, flags, *scalars)
 
     return launch
-
-
-def triton_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
-                                     slot_mapping: torch.Tensor, scale_fmt: str, flags: torch.Tensor) -> None:
-    """One write by ``prepare_triton_indexer``'s launch (its doc says what it checks)."""
-    prepare_triton_indexer(layout, k, kv_cache, slot_mapping, scale_fmt, flags)(k, kv_cache, slot_mapping, scale_fmt)

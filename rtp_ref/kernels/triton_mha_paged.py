@@ -131,11 +131,3 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
             write(key, value, key_cache, value_cache, slots, *steps, k_scale, v_scale, *scalars)
 
     return launch
-
-
-def triton_reshape_and_cache_flash(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor,
-                                   key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                                   k_scale: torch.Tensor, v_scale: torch.Tensor, flags: torch.Tensor) -> None:
-    """One write by ``prepare_triton_mha``'s launch (its doc says what it checks)."""
-    tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-    prepare_triton_mha(layout, *tensors, flags)(*tensors)

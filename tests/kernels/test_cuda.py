@@ -13,18 +13,8 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.cuda_mla import CudaMlaKernel, unavailable_reason
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
-from tests.kernels.cases import (
-    CONTRACTS,
-    DTYPES,
-    LAYOUTS,
-    PAST_CAPACITY_FLAGGED,
-    SHAPES,
-    assert_bit_exact,
-    contract,
-    full_bytes,
-    make_case,
-    past_capacity_case,
-)
+from tests.kernels import cases
+from tests.kernels.cases import CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
 
 KERNEL = CudaMlaKernel()
 needs_build = pytest.mark.skipif(unavailable_reason() is not None, reason=f"cuda kernel: {unavailable_reason()}")
@@ -105,12 +95,12 @@ def test_invalid_arguments_raise_before_any_byte_is_written_on_the_host_path() -
 def test_the_default_path_skips_and_flags_a_slot_past_the_cache() -> None:
     """No sync: the bad token writes nothing, every other token is written as the reference writes it."""
     c = contract("cuda-sm90")
-    case, slots, expected = past_capacity_case(c, "fp8_ds_mla")
+    case, slots, expected = cases.past_capacity_case(c, "fp8_ds_mla")
     case = case.to("cuda")
     kernel = KERNEL.bind(c)
     kernel(case.kv_c, case.k_pe, case.cache, slots.to("cuda"), "fp8_ds_mla", case.scale)
-    assert torch.equal(full_bytes(case.cache).cpu(), full_bytes(expected))
-    assert kernel.take_input_errors() == [PAST_CAPACITY_FLAGGED.format(device="cuda:0")]
+    assert torch.equal(cases.full_bytes(case.cache).cpu(), cases.full_bytes(expected))
+    assert kernel.take_input_errors() == [cases.PAST_CAPACITY_FLAGGED.format(device="cuda:0")]
 
 
 @pytest.mark.parametrize("tokens", [0, 1])

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rtp_ref.kernels.contract import WriteContract
-from rtp_ref.kernels.cuda_families import cuda_indexer_k_quant_and_cache, cuda_reshape_and_cache_flash
+from rtp_ref.kernels.cuda_families import prepare_cuda_indexer, prepare_cuda_mha
 from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.torch_eager_families import (
@@ -37,17 +37,17 @@ else:
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
-#: kernel name -> (MHA writer, indexer writer); cuda only where the inputs live on a GPU
+#: kernel name -> (MHA writer, indexer writer) (lean ones: their preparers); cuda only where the inputs live on a GPU
 WRITERS = {
-    "cuda": (cuda_reshape_and_cache_flash, cuda_indexer_k_quant_and_cache),
+    "cuda": (prepare_cuda_mha, prepare_cuda_indexer),
     "torch-eager": (torch_eager_reshape_and_cache_flash, torch_eager_indexer_k_quant_and_cache),
 }
 if HAVE_TRITON:
     from rtp_ref.kernels.triton_fp8 import interpreted
-    from rtp_ref.kernels.triton_indexer import triton_indexer_k_quant_and_cache
-    from rtp_ref.kernels.triton_mha_paged import triton_reshape_and_cache_flash
+    from rtp_ref.kernels.triton_indexer import prepare_triton_indexer
+    from rtp_ref.kernels.triton_mha_paged import prepare_triton_mha
 
-    WRITERS["triton"] = (triton_reshape_and_cache_flash, triton_indexer_k_quant_and_cache)
+    WRITERS["triton"] = (prepare_triton_mha, prepare_triton_indexer)
 
     DEVICE = "cpu" if interpreted() else "cuda"
     if DEVICE == "cuda" and not torch.cuda.is_available():
@@ -55,14 +55,17 @@ if HAVE_TRITON:
 else:
     DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CANARY = 0x5A
-#: the writers that check metadata only and flag slots past the cache in a device word (their last argument)
+#: the lean writers: preparers, given the call and a device flag word for slots past the cache, of its launch
 LEAN = ("triton", "cuda")
 
 
-def _call(kernel: str, which: int, *args: object) -> None:
-    """Call a writer of ``kernel`` with a flag word when it takes one."""
-    flags = (torch.zeros(1, dtype=torch.int32, device=DEVICE),) if kernel in LEAN else ()
-    WRITERS[kernel][which](*args, *flags)
+def _call(kernel: str, which: int, layout: object, *tensors: object) -> None:
+    """One call by a writer of ``kernel``: a lean one's prepared launch, or the writer itself."""
+    writer = WRITERS[kernel][which]
+    if kernel in LEAN:
+        writer(layout, *tensors, torch.zeros(1, dtype=torch.int32, device=DEVICE))(*tensors)
+    else:
+        writer(layout, *tensors)
 KERNELS = [pytest.param("triton", marks=[pytest.mark.triton,
                                          pytest.mark.skipif(not HAVE_TRITON, reason="the triton kernels need triton")]),
            pytest.param("cuda", marks=pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")),

@@ -8,12 +8,11 @@ at the wrapped offset, inside the large case's buffer before the cache; the tier
 from __future__ import annotations
 
 import functools
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from rtp_ref.kernels.protocol import UnsupportedLayoutError
-from tests.mutants.family_mutants import _BoundMutant
+from tests.mutants.large_mutants import Int32RowCopy
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -46,24 +45,14 @@ def _module() -> Any:
                        "int64_t block_size);", cuda_sources=_SOURCE, functions=["copy_rows"])
 
 
-class CudaInt32ByteOffsets(_BoundMutant):
-    """concat_and_cache_mla of ``auto`` in CUDA C++ with an ``int`` row offset (module doc)."""
+class CudaInt32ByteOffsets(Int32RowCopy):
+    """The int32 row copy in CUDA C++ (module doc)."""
 
     name = "mutant-large-cuda-int32-offsets"
-    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)
     devices = ("cuda",)  # type: ignore[assignment]
-    conversion_path = "hardware"  # it converts nothing: auto copies bits
 
-    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
-        if kv_cache_dtype not in self.kv_cache_dtypes:
-            raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
-        tokens = slot_mapping.numel()
-        if tokens == 0:
-            return
-        rows = torch.cat([kv_c[:tokens], k_pe[:tokens]], dim=1).contiguous().view(torch.uint8)
-        dst = kv_cache.view(torch.uint8)
-        _module().copy_rows(rows, dst, slot_mapping, rows.shape[1], dst.stride(0), dst.stride(1), kv_cache.shape[1])
+    def copy(self, rows: torch.Tensor, dst: torch.Tensor, slots: torch.Tensor, block_size: int) -> None:
+        _module().copy_rows(rows, dst, slots, rows.shape[1], dst.stride(0), dst.stride(1), block_size)
 
 
 def mutants() -> list[object]:

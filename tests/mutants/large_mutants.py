@@ -10,6 +10,7 @@ the wrapped place lies inside it, as in the pool of vLLM #50427).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
@@ -101,14 +102,11 @@ def _copy_rows_int32(src, dst, slots, row_bytes, stride0, stride1, block_size, B
         tl.store(dst + at + offs, tl.load(src + t * row_bytes + offs, mask=mask), mask=mask)
 
 
-class TritonInt32ByteOffsets(_BoundMutant):
-    """A Triton concat_and_cache_mla of the ``auto`` layout whose row offset is an int32, as sglang #40351's
-    store kernel had it: it copies each token's kv_c and k_pe bytes, right below 2^31 bytes and at the wrapped
-    offset above. Runs on a GPU, or in Triton's interpreter."""
+class Int32RowCopy(_BoundMutant, ABC):
+    """A concat_and_cache_mla of the ``auto`` layout that copies each token's kv_c and k_pe bytes to its slot's
+    row with a device kernel whose row offset is an int32 (``copy``, by a subclass)."""
 
-    name = "mutant-large-triton-int32-offsets"
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)
-    devices = ("cuda", "cpu")  # type: ignore[assignment]
     conversion_path = "hardware"  # it converts nothing: auto copies bits
 
     def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -120,9 +118,24 @@ class TritonInt32ByteOffsets(_BoundMutant):
             return
         rows = torch.cat([kv_c[:tokens], k_pe[:tokens]], dim=1).contiguous().view(torch.uint8)
         dst = kv_cache.view(torch.uint8)
+        self.copy(rows, dst, slot_mapping, kv_cache.shape[1])
+
+    @abstractmethod
+    def copy(self, rows: torch.Tensor, dst: torch.Tensor, slots: torch.Tensor, block_size: int) -> None:
+        """Token t's row of ``rows`` to slot ``slots[t]`` of ``dst`` (a byte view of the cache)."""
+
+
+class TritonInt32ByteOffsets(Int32RowCopy):
+    """The int32 row copy in Triton, as sglang #40351's store kernel had it: right below 2^31 bytes and at the
+    wrapped offset above. Runs on a GPU, or in Triton's interpreter."""
+
+    name = "mutant-large-triton-int32-offsets"
+    devices = ("cuda", "cpu")  # type: ignore[assignment]
+
+    def copy(self, rows: torch.Tensor, dst: torch.Tensor, slots: torch.Tensor, block_size: int) -> None:
         row_bytes = rows.shape[1]
-        _copy_rows_int32[(tokens,)](rows, dst, slot_mapping, row_bytes, dst.stride(0), dst.stride(1),
-                                    kv_cache.shape[1], BLOCK=triton.next_power_of_2(row_bytes))
+        _copy_rows_int32[(slots.numel(),)](rows, dst, slots, row_bytes, dst.stride(0), dst.stride(1), block_size,
+                                            BLOCK=triton.next_power_of_2(row_bytes))
 
 
 #: each large-tier mutant and the check that must catch it
