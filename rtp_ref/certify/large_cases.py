@@ -23,6 +23,7 @@ anywhere else). Two guard allocations, before and after the buffer, keep a canar
 from __future__ import annotations
 
 import math
+import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -123,9 +124,19 @@ def _buffer_size(shape: _Shape) -> int:
     return MARGIN + num_blocks_for(shape.block_bytes) * LAYERS * shape.block_bytes + TAIL
 
 
+#: a buffer is allocated in steps of this many bytes: every op's and layout's case then fits the first buffer
+#: made (their sizes differ by under a MiB), so a run fills it once; a fresh fill of 6 GiB took 18-22 s on a
+#: 2-core CPU (first touch of its pages), reusing it milliseconds
+ALLOCATION_STEP = 16 << 20
+
+
+def _allocation(size: int) -> int:
+    return -(-size // ALLOCATION_STEP) * ALLOCATION_STEP
+
+
 def buffer_bytes(spec: LargeSpec, contract: WriteContract) -> int:
-    """Bytes the case allocates on its device (the buffer and both guards)."""
-    return _buffer_size(_shape(spec, contract)[0]) + 2 * GUARD_BYTES
+    """Bytes the case allocates on its device (the buffer, rounded up to ``ALLOCATION_STEP``, and both guards)."""
+    return _allocation(_buffer_size(_shape(spec, contract)[0])) + 2 * GUARD_BYTES
 
 
 def memory_shortfall(device: str, need: int) -> str | None:
@@ -196,6 +207,18 @@ def changed_words(buffer: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
 _BUFFERS: dict[str, tuple[torch.Tensor, bool]] = {}
 
 
+def _filled(size: int, device: str) -> torch.Tensor:
+    """``size`` canary bytes on ``device``; on a CPU filled by every core (the first touch of 6 GiB of pages
+    took 10-18 s on one core of a 2-core machine, 7 s on both), whatever the run's thread count."""
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(max(threads, os.cpu_count() or 1))
+    try:
+        return torch.full((size,), CANARY, dtype=torch.uint8, device=device)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _canary_buffer(size: int, device: str) -> torch.Tensor:
     """``size`` canary bytes on ``device``: the kept buffer when it is clean and large enough, else a new one."""
     kept = _BUFFERS.pop(device, None)
@@ -203,9 +226,16 @@ def _canary_buffer(size: int, device: str) -> torch.Tensor:
         buffer = kept[0]
     else:
         del kept  # its memory goes before the new buffer takes its own
-        buffer = torch.full((size,), CANARY, dtype=torch.uint8, device=device)
+        buffer = _filled(_allocation(size), device)
     _BUFFERS[device] = (buffer, False)
     return buffer[:size]
+
+
+def _restore(region: torch.Tensor, chunks: list[tuple[int, torch.Tensor]]) -> None:
+    """Put the canary back into the words ``chunks`` (``changed_words`` of ``region``) name."""
+    words = region.view(torch.int64)
+    for start, index in chunks:
+        words[start // 8 + index] = CANARY_WORD
 
 
 class LargeCase:
@@ -231,6 +261,7 @@ class LargeCase:
         self.caches = self._views(self.buffer, MARGIN, self.num_blocks)
         self.slots = self.slots_cpu.to(device)
         self.inputs = tuple(t.to(device) for t in self.inputs_cpu)
+        self._changed: list[tuple[int, torch.Tensor]] | None = None
 
     def _inputs(self, g: torch.Generator, tokens: int) -> tuple[torch.Tensor, ...]:
         """The op's value inputs (bf16, a power-of-two magnitude per token) and scales, on the CPU."""
@@ -327,14 +358,21 @@ class LargeCase:
                        MARGIN + b * self.stride_bytes + (i + 1) * self.shape.block_bytes)
                       for b in self.blocks.tolist() for i in range(len(self.shape.names)))
 
+    def changed_chunks(self) -> list[tuple[int, torch.Tensor]]:
+        """``changed_words`` of the buffer after the call, scanned once (the grading and ``release`` share it)."""
+        if self._changed is None:
+            self._changed = list(changed_words(self.buffer))
+        return self._changed
+
     def release(self) -> None:
-        """Return the buffer to the canary, so the next case keeps it instead of filling a new one."""
-        words = self.buffer.view(torch.int64)
-        for start, index in changed_words(self.buffer):
-            words[start // 8 + index] = CANARY_WORD
+        """Return the buffer to the canary, so the next case keeps it instead of filling a new one (the whole
+        allocation: a stray write past this case's size would otherwise reach the next, larger case)."""
+        _restore(self.buffer, self.changed_chunks())
         device = str(self.buffer.device)
         kept = _BUFFERS.get(device)
         if kept is not None and kept[0].data_ptr() == self.buffer.data_ptr():
+            slack = kept[0][self.buffer.numel():]  # the allocation's rounding, past this case's size
+            _restore(slack, list(changed_words(slack)))
             _BUFFERS[device] = (kept[0], True)
 
     def cache_base(self) -> int:

@@ -14,11 +14,11 @@ from rtp_ref.certify.grading import Grading
 from rtp_ref.certify.large_cases import BOUNDARIES, CANARY, GUARD_CANARY, SCAN_CHUNK, LargeCase, changed_words
 
 
-def _changed(buffer: torch.Tensor) -> int:
-    """How many bytes of ``buffer`` are not the canary (one pass)."""
+def _changed(buffer: torch.Tensor, chunks: list[tuple[int, torch.Tensor]] | None = None) -> int:
+    """How many bytes of ``buffer`` are not the canary (one pass, or none given its ``changed_words``)."""
     count = 0
     flat = buffer.reshape(-1)
-    for start, index in changed_words(flat):
+    for start, index in changed_words(flat) if chunks is None else chunks:
         words = flat[start:start + SCAN_CHUNK].view(torch.int64)[index]
         count += int(torch.count_nonzero(words.view(torch.uint8) != CANARY))
     return count
@@ -28,7 +28,7 @@ def _first_outside(case: LargeCase) -> int | None:
     """The first changed byte of the buffer outside every target block (scanned only once a change is known).
     Target blocks start and end on 8-byte words, so a word is inside one or outside all."""
     ranges = case.target_ranges()
-    for start, index in changed_words(case.buffer):
+    for start, index in case.changed_chunks():
         at = start + 8 * index
         inside = torch.zeros_like(at, dtype=torch.bool)
         for lo, hi in ranges:
@@ -67,7 +67,7 @@ def grade_large(case: LargeCase) -> Grading:
     def listed(blocks: list[int]) -> str:
         return ", ".join(f"slot {slots_of[j][-1]} (byte offset {_offset_text(offsets[j])})" for j in blocks[:4])
 
-    outside = _changed(case.buffer) - sum(_changed(g) for g in got)
+    outside = _changed(case.buffer, case.changed_chunks()) - sum(_changed(g) for g in got)
     guards = sum(int(torch.count_nonzero(g != GUARD_CANARY)) for g in case.guards)
     untouched = outside == 0 and guards == 0
     detail = ""
