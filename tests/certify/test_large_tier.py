@@ -1,6 +1,6 @@
 """The large-address tier on the CPU: the reference of every op certifies on caches past 4 GiB, and the
 32-bit-offset mutants (tests/mutants/large_mutants.py), which the regular tier certifies, fail it by
-``layout.offset_width``. Marked ``large`` (about a minute and 7 GiB): the README's test command leaves it
+``layout.offset_width``. Marked ``large`` (about a minute and 6.7 GB): the README's test command leaves it
 out, CI runs it as a step of its own (`pytest -m large`)."""
 
 from __future__ import annotations
