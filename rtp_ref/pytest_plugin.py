@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -219,13 +220,27 @@ def default_hypothesis_profile(environ: dict[str, str] | os._Environ[str] = os.e
     return "ci" if environ.get("CI", "").lower() not in ("", "0", "false", "no") else "dev"
 
 
+def hypothesis_home(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """Where hypothesis keeps its example database and caches during rtp-ref's suites: ``$RTP_REF_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME`` or ``~/.cache``, under ``rtp-ref/hypothesis`` — never the directory under test
+    (hypothesis's own default is ``./.hypothesis``)."""
+    root = environ.get("RTP_REF_CACHE_DIR") or str(Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                                                    / "rtp-ref")
+    return Path(root) / "hypothesis"
+
+
 def _load_hypothesis_profile(config: pytest.Config) -> None:
-    """Register ``ci``, ``dev`` and ``thorough``; load ``ci`` or ``dev`` unless ``--hypothesis-profile`` is given.
+    """Register ``ci``, ``dev`` and ``thorough``; load ``ci`` or ``dev`` unless ``--hypothesis-profile`` is given;
+    keep hypothesis's files in ``hypothesis_home`` unless ``HYPOTHESIS_STORAGE_DIRECTORY`` says where.
 
     Only when active: registering ``ci`` replaces hypothesis's built-in profile of that name, which
     hypothesis itself loads on CI.
     """
     from hypothesis import HealthCheck, settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        set_hypothesis_home_dir(hypothesis_home())
 
     slow_checks = [HealthCheck.too_slow, HealthCheck.data_too_large]
     settings.register_profile(

@@ -113,3 +113,29 @@ def test_importing_the_plugin_imports_neither_torch_nor_hypothesis() -> None:
     code = "import sys, rtp_ref.pytest_plugin; print(sorted({'torch', 'hypothesis'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+TEXT_PROPERTY = """
+from hypothesis import given, strategies as st
+@given(st.text())
+def test_text(s):
+    assert isinstance(s, str)
+"""
+
+
+def test_hypothesis_keeps_its_files_out_of_the_directory_under_test(pytester: pytest.Pytester,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run with an rtp-ref option (the plugin active), hypothesis writes its database and caches under
+    ``$RTP_REF_CACHE_DIR/hypothesis``, not ``./.hypothesis`` of the project; a run without one is untouched
+    (hypothesis's own default, ``./.hypothesis``)."""
+    cache = pytester.path.parent / "rtp-ref-cache"
+    monkeypatch.setenv("RTP_REF_CACHE_DIR", str(cache))
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    pytester.makepyfile(TEXT_PROPERTY)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--rtp-platform", "cpu")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / ".hypothesis").exists()
+    assert (cache / "hypothesis").is_dir()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / ".hypothesis").is_dir()
