@@ -1,0 +1,105 @@
+"""The read side of the MLA cache: gather sequences out of the paged cache into dense, dequantised rows.
+
+``gather_and_maybe_dequant_cache`` is the call of vLLM's MLA gather (``csrc/cache_kernels.cu``): sequence ``b``
+fills rows ``cu_seq_lens[b]`` to ``cu_seq_lens[b + 1]`` of ``dst``; its token ``i`` sits at position
+``p = seq_starts[b] + i`` of the sequence (``seq_starts`` absent: 0), in block ``block_table[b, p // block_size]``
+at offset ``p % block_size``. A row is the token's values, ``kv_c`` then ``k_pe`` (``[tokens, R + P]``), as the
+layout defines them: 16-bit fields read as the writer's input dtype, fp8 fields decoded and multiplied by their
+scale (per tile, or the per-tensor ``scale``), in float32, then rounded once to ``dst``'s dtype (bf16, fp16 or
+fp32). Rows past ``cu_seq_lens[-1]`` are left as they are.
+
+Every argument is checked before ``dst`` is written (RtpRefError naming it): this is the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.cache import read_slots
+from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.validate import check_input_dtype, check_tensor, dtype_name, validate_cache
+
+#: dtypes ``dst`` may have
+OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _int_vector(arg: str, x: object, device: torch.device, length: int | None) -> torch.Tensor:
+    t = check_tensor(arg, x, device)
+    if t.dim() != 1 or t.dtype not in (torch.int32, torch.int64) or (length is not None and t.numel() != length):
+        want = f"[{length}]" if length is not None else "[n]"
+        raise RtpRefError(f"{arg}: {dtype_name(t.dtype)} {list(t.shape)}; valid: int32 or int64 {want}")
+    return t
+
+
+def sequence_slots(block_table: torch.Tensor, cu_seq_lens: torch.Tensor, block_size: int,
+                   seq_starts: torch.Tensor | None = None) -> torch.Tensor:
+    """The cache slot of every row a gather fills (int64, CPU), from checked arguments (module doc)."""
+    lens = (cu_seq_lens[1:] - cu_seq_lens[:-1]).to(torch.int64).cpu()
+    batch = torch.repeat_interleave(torch.arange(lens.numel()), lens)
+    first = torch.repeat_interleave(cu_seq_lens[:-1].to(torch.int64).cpu(), lens)
+    position = torch.arange(batch.numel()) - first
+    if seq_starts is not None:
+        position += seq_starts.to(torch.int64).cpu()[batch]
+    blocks = block_table.to(torch.int64).cpu()[batch, position // block_size]
+    return blocks * block_size + position % block_size
+
+
+def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block_table: object, cu_seq_lens: object,
+                         scale: object, seq_starts: object, input_dtype: torch.dtype) -> None:
+    """Check a gather's arguments (module doc); RtpRefError naming the first bad one. Reads the index tensors'
+    values (a device sync): this is the reference's check."""
+    check_input_dtype("input_dtype", input_dtype)
+    cache = validate_cache(layout, kv_cache, input_dtype)
+    device = cache.device
+    out = check_tensor("dst", dst, device)
+    width = layout.kv_lora_rank + layout.rope_dim
+    if out.dim() != 2 or out.shape[1] != width or out.dtype not in OUTPUT_DTYPES:
+        raise RtpRefError(f"dst: {dtype_name(out.dtype)} {list(out.shape)}; valid: bfloat16, float16 or float32 "
+                          f"[tokens, {width}] (kv_lora_rank + rope_dim)")
+    table = check_tensor("block_table", block_table, device)
+    if table.dim() != 2 or table.dtype not in (torch.int32, torch.int64):
+        raise RtpRefError(f"block_table: {dtype_name(table.dtype)} {list(table.shape)}; valid: int32 or int64 "
+                          "[batch, max_blocks]")
+    batch = table.shape[0]
+    cu = _int_vector("cu_seq_lens", cu_seq_lens, device, batch + 1).to(torch.int64).cpu()
+    lens = cu[1:] - cu[:-1]
+    if int(cu[0]) != 0 or bool((lens < 0).any()):
+        raise RtpRefError(f"cu_seq_lens: {cu.tolist()}; valid: starts at 0 and never decreases")
+    if int(cu[-1]) > out.shape[0]:
+        raise RtpRefError(f"dst: {out.shape[0]} rows for {int(cu[-1])} tokens (cu_seq_lens[-1]); valid: >= "
+                          f"{int(cu[-1])} rows")
+    starts = torch.zeros(batch, dtype=torch.int64)
+    if seq_starts is not None:
+        starts = _int_vector("seq_starts", seq_starts, device, batch).to(torch.int64).cpu()
+        if bool((starts < 0).any()):
+            raise RtpRefError(f"seq_starts: {starts.tolist()}; valid: every start >= 0")
+    block_size = cache.shape[1]
+    needed = (starts + lens + block_size - 1) // block_size
+    wide = torch.nonzero(needed > table.shape[1]).flatten()
+    if wide.numel():
+        b = int(wide[0])
+        raise RtpRefError(f"block_table: sequence {b} reaches position {int(starts[b] + lens[b]) - 1}, block "
+                          f"{int(needed[b]) - 1}, past its {table.shape[1]} columns; valid: a wider table")
+    used = sequence_slots(table, cu, block_size, starts) // block_size
+    bad = torch.nonzero((used < 0) | (used >= cache.shape[0])).flatten()
+    if bad.numel():
+        raise RtpRefError(f"block_table: row {int(bad[0])} of dst reads block {int(used[bad[0]])}; valid: "
+                          f"0..{cache.shape[0] - 1}")
+    s = check_tensor("scale", scale, device)
+    if s.dtype != torch.float32 or s.numel() != 1:
+        raise RtpRefError(f"scale: {dtype_name(s.dtype)} with {s.numel()} elements; valid: float32 with 1 element")
+
+
+def gather_and_maybe_dequant_cache(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor,
+                                   block_table: torch.Tensor, cu_seq_lens: torch.Tensor, scale: torch.Tensor,
+                                   seq_starts: torch.Tensor | None = None,
+                                   input_dtype: torch.dtype = torch.bfloat16) -> None:
+    """Fill ``dst``'s first ``cu_seq_lens[-1]`` rows with the sequences' dequantised values (module doc);
+    ``input_dtype`` is the dtype the writer was given (how 16-bit fields are read)."""
+    validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts, input_dtype)
+    slots = sequence_slots(block_table, cu_seq_lens, kv_cache.shape[1], seq_starts)
+    if slots.numel() == 0:
+        return
+    kv_c, k_pe = read_slots(layout, kv_cache.cpu(), slots, scale.cpu(), input_dtype)
+    dst[: slots.numel()] = torch.cat([kv_c, k_pe], dim=1).to(dst.dtype).to(dst.device)
