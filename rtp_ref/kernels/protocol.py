@@ -27,6 +27,13 @@ Given inputs that break a declared requirement, the kernel may raise a clear err
 as refused as declared, never as a pass of the write. A kernel that declares nothing must handle
 every stride the suite builds; a fault or wrong bytes is a failure either way.
 
+Optionally ``graph_safe: bool``: whether a call can be captured in a CUDA graph and replayed with new inputs in
+the same tensors. ``True`` makes the graph tier (``--tier graph``) a requirement; ``False`` keeps the kernel out
+of it; without the attribute the kernel is tried and the result reported. Optionally ``take_input_errors() ->
+list[str]``: what the kernel's device-side argument checks flagged since the last take (rtp_ref's kernels skip a
+slot past the cache there instead of syncing to check it on the host); the suite reports such a kernel's input
+checks as ``flagged``.
+
 Optionally ``supports(layout) -> str | None``: the kernel's limits as data (None: it writes this layout of
 its op at these shapes, ``rtp_ref.kv.layouts.MlaLayout`` for the MLA write; else why not, e.g. a register
 budget). A case past a declared
