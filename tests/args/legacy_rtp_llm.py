@@ -26,7 +26,7 @@ def str2bool(value: Any) -> Any:
         return True
     if value.lower() in ("no", "false", "f", "0", "off"):
         return False
-    raise argparse.ArgumentTypeError(f"Boolean value expected, got {value!r}")
+    raise argparse.ArgumentTypeError("Boolean value expected.")  # the bad value is not named
 
 
 class ConfigBinding:
@@ -74,7 +74,8 @@ class LegacyEnvArgumentGroup(argparse._ArgumentGroup):
     ) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
         if bind_to is not None:
-            self._env_parser._bindings.append((action.dest, ConfigBinding(bind_to)))
+            # the spec is kept as given: a bad one fails only when the bindings are applied, and is logged
+            self._env_parser._bindings.append((action.dest, bind_to))
         if enable_env:
             self._env_parser._register_env_mapping(action, env_name)
         return action
@@ -110,7 +111,7 @@ class LegacyEnvArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, env_prefix: str = "", **kwargs: Any) -> None:
         # 178/183: set before argparse's __init__, so -h/--help goes through add_argument (HELP).
         self.env_prefix = env_prefix.upper()
-        self._bindings: list[tuple[str, ConfigBinding]] = []
+        self._bindings: list[tuple[str, Any]] = []
         self._config_root: Any = None
         self._cli_provided_args: set[str] = set()
         super().__init__(*args, **kwargs)
@@ -212,12 +213,12 @@ class LegacyEnvArgumentParser(argparse.ArgumentParser):
         """391-414: env/default-sourced dests, then CLI-provided ones; None skipped; errors logged."""
         cli = self._cli_provided_args
         ordered = [b for b in self._bindings if b[0] not in cli] + [b for b in self._bindings if b[0] in cli]
-        for dest, binding in ordered:
+        for dest, spec in ordered:
             value = getattr(namespace, dest, None)
             if value is None:
                 continue
             try:
-                binding.apply(self._config_root, value)
+                ConfigBinding(spec).apply(self._config_root, value)
             except Exception as exc:
                 logging.warning("failed to apply config binding for %s: %s", dest, exc)
 
@@ -239,12 +240,17 @@ def _convert_none_default(raw: str, type_: Any) -> Any:
 
 
 def read_env_value(environ: Mapping[str, str], env_name: str, default: Any, type_: Any) -> Any:
-    """52-75: converts bool/int/float only; everything else, str2bool included, stays a string."""
+    """52-75: converts bool/int/float only; everything else, str2bool included, stays a string. A value that
+    does not convert gives the default, silently (run against PR #1266: ``TP_SIZE=abc`` gives ``--tp_size 1``,
+    ``IDS="3 4"`` of an int ``nargs`` option its default)."""
     if env_name not in environ:
         return default  # without --only-env-vars, defaults are emitted too
     raw = environ[env_name]
     if type_ in (bool, int, float):
-        return _convert_none_default(raw, type_)
+        try:
+            return _convert_none_default(raw, type_)
+        except ValueError:
+            return default
     return raw
 
 

@@ -491,3 +491,33 @@ def test_generator_command_fails_on_a_malformed_value(args_kit: ArgsKit) -> None
     code = args_kit.run_env_to_cli(parser, {env_var("tp_size"): "abc"}, stdout, stderr)
     assert code != 0
     _assert_names(stderr.getvalue(), env_var("tp_size"), "'abc'")
+
+
+def test_a_bind_to_that_is_no_binding_is_refused_at_registration(args_kit: ArgsKit) -> None:
+    """§6: ``bind_to=123`` was accepted by ``add_argument`` and only logged when the bindings were applied."""
+    group = args_kit.new_parser(env_prefix=PREFIX, config_root=RootConfig()).add_argument_group("model")
+    with pytest.raises(Exception, match="123"):
+        group.add_argument("--tp_size", type=int, default=1, bind_to=123)
+
+
+def _ids_parser(args_kit: ArgsKit) -> Any:
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    parser.add_argument_group("model").add_argument("--ids", type=int, nargs="+", default=[1, 2])
+    return parser
+
+
+def test_generator_writes_nargs_values_as_separate_tokens(args_kit: ArgsKit) -> None:
+    """§6: an ``nargs`` option's variable was ignored (its default written instead), and a list default was
+    written as one token, ``--ids [1, 2]``, which no parser reads back."""
+    parser = _ids_parser(args_kit)
+    tokens = args_kit.env_to_cli(parser, {env_var("ids"): "3 4"})
+    assert tokens == ["--ids", "3", "4"], tokens
+    assert parser.parse_args(tokens).ids == [3, 4]
+    unset = args_kit.env_to_cli(parser, {})
+    assert not any("[" in token for token in unset), unset
+
+
+def test_str2bool_error_names_the_bad_value(args_kit: ArgsKit) -> None:
+    """§6: the boolean type's error said "Boolean value expected." without the value it got."""
+    with pytest.raises(Exception, match="maybe"):
+        args_kit.str2bool("maybe")
