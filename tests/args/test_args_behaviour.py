@@ -521,3 +521,18 @@ def test_str2bool_error_names_the_bad_value(args_kit: ArgsKit) -> None:
     """§6: the boolean type's error said "Boolean value expected." without the value it got."""
     with pytest.raises(Exception, match="maybe"):
         args_kit.str2bool("maybe")
+
+
+def test_a_subcommand_option_reads_its_variable_or_subcommands_are_refused(
+        args_kit: ArgsKit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """§6: options of subparsers were never env-mapped, silently. Either outcome is sound: the subcommand's
+    option reads its variable, or ``add_subparsers`` refuses at once (the reference: one parser a subcommand)."""
+    parser = args_kit.new_parser(env_prefix=PREFIX)
+    try:
+        subcommands = parser.add_subparsers(dest="command")
+    except Exception as exc:  # refused loudly, naming what to do instead
+        assert "subcommand" in str(exc), exc
+        return
+    subcommands.add_parser("serve").add_argument("--port", type=int, default=1)
+    monkeypatch.setenv(env_var("port"), "9")
+    assert parser.parse_args(["serve"]).port == 9

@@ -167,11 +167,12 @@ FINDINGS = (
         "§6",
         "run against PR #1266: bind_to=123 accepted at registration; a generator variable that does not "
         "convert, or an nargs one, silently gave the default; list defaults written as one token; "
-        "str2bool's error without the value",
+        "str2bool's error without the value; subcommand options never env-mapped",
         _ids(A, "test_a_bind_to_that_is_no_binding_is_refused_at_registration")
         + _ids(A, "test_generator_writes_nargs_values_as_separate_tokens")
         + _ids(A, "test_str2bool_error_names_the_bad_value")
-        + _ids(A, "test_malformed_boolean_env_value_fails_fast", "list"),
+        + _ids(A, "test_malformed_boolean_env_value_fails_fast", "list")
+        + _ids(A, "test_a_subcommand_option_reads_its_variable_or_subcommands_are_refused"),
     ),
     Finding(
         "§3",
