@@ -10,7 +10,7 @@ docs/args-and-plugins.md describes the protocol.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TextIO
 
 from rtp_ref.args import EnvArgumentParser, env_to_cli, resolve_object, str2bool, write_command_line
@@ -33,8 +33,9 @@ class ArgsKit(Protocol):
     ) -> Any:
         """A fresh parser named ``prog``; ``version`` adds ``--version``; bindings go to ``config_root``."""
 
-    def str2bool(self, text: str) -> bool:
-        """The implementation's boolean argument type."""
+    #: the implementation's boolean argument type, its own object (a generator that compares ``type is
+    #: str2bool`` must see it; a wrapper would silently send it down another branch)
+    str2bool: Callable[[str], bool]
 
     def env_to_cli(self, parser: Any, environ: Mapping[str, str]) -> list[str]:
         """Command-line tokens equivalent to ``environ``."""
@@ -59,8 +60,7 @@ class ReferenceArgsKit:
             parser.add_argument("--version", action="version", version=version)
         return parser
 
-    def str2bool(self, text: str) -> bool:
-        return str2bool(text)
+    str2bool = staticmethod(str2bool)
 
     def env_to_cli(self, parser: EnvArgumentParser, environ: Mapping[str, str]) -> list[str]:
         return env_to_cli(parser, environ)

@@ -314,9 +314,8 @@ class LegacyArgsKit:
             parser.add_argument("--version", action="version", version=version)
         return parser
 
-    def str2bool(self, text: str) -> bool:
-        result: bool = str2bool(text)
-        return result
+    #: the emulation's own function: its generator compares ``type_ is str2bool``
+    str2bool = staticmethod(str2bool)
 
     def env_to_cli(self, parser: LegacyEnvArgumentParser, environ: Mapping[str, str]) -> list[str]:
         return generate_args_from_env(parser, environ)

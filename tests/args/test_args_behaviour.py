@@ -536,3 +536,10 @@ def test_a_subcommand_option_reads_its_variable_or_subcommands_are_refused(
     subcommands.add_parser("serve").add_argument("--port", type=int, default=1)
     monkeypatch.setenv(env_var("port"), "9")
     assert parser.parse_args(["serve"]).port == 9
+
+
+def test_the_kit_passes_the_implementations_own_boolean_type(args_kit: ArgsKit) -> None:
+    """The kit protocol: ``str2bool`` is the implementation's object itself, the same on every access (real
+    generators compare ``type is str2bool``; a wrapping method would be a new object each time)."""
+    assert args_kit.str2bool is args_kit.str2bool
+    assert getattr(args_kit.str2bool, "__self__", None) is None, "str2bool is a bound method, not the type itself"
