@@ -20,7 +20,7 @@ from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
-from rtp_ref.certify.tiers import runs_tier
+from rtp_ref.certify.tiers import declined_reason, runs_tier
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS, op_cases
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
@@ -115,7 +115,7 @@ def _graph_marks(k: KernelUnderTest) -> list[pytest.MarkDecorator]:
         why = f"graph tier: CUDA graphs need a CUDA device; {k.name} runs on {k.device} here"
         return [pytest.mark.skip(reason=why)]
     if graph_claim(k.kernel) == DECLINED:
-        return [pytest.mark.skip(reason=f"graph tier: {k.name} declares graph_safe = False")]
+        return [pytest.mark.skip(reason=declined_reason(k.name))]
     return []
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,17 +69,13 @@ def bench_point(kernel: Callable[..., None], name: str, op: str, variant: str, t
     if device.type != "cuda":
         return row
     if getattr(kernel, "graph_safe", None) is False:
-        return _replace(row, graph_note="declares graph_safe = False")
+        return replace(row, graph_note="declares graph_safe = False")
     try:
         graph = time_graph(call, device).seconds
     except Exception as exc:  # the capture failed: the eager numbers stand, the reason is shown
         torch.cuda.synchronize(device)
-        return _replace(row, graph_note=f"capture failed: {_failure(exc)}")
-    return _replace(row, graph_seconds=graph, graph_roof_fraction=w.nbytes / graph / roof)
-
-
-def _replace(row: BenchRow, **changes: Any) -> BenchRow:
-    return BenchRow(**{**asdict(row), **changes})
+        return replace(row, graph_note=f"capture failed: {_failure(exc)}")
+    return replace(row, graph_seconds=graph, graph_roof_fraction=w.nbytes / graph / roof)
 
 
 def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tuple[str, Callable[..., None]]],

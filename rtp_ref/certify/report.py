@@ -17,7 +17,7 @@ from typing import Any
 
 from rtp_ref.certify.checks import GRADES, grade_above, grade_below, grade_reached, rank, reaches
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, REFUSING
-from rtp_ref.certify.tiers import TIERS
+from rtp_ref.certify.tiers import DECLINES, TIERS
 from rtp_ref.errors import RtpRefError
 from rtp_ref.ops import MLA_OP, OPS
 
@@ -113,7 +113,7 @@ def graph_safety(group: Sequence[Mapping[str, Any]]) -> str | None:
         return "no (crashed)"
     if all(c.get("graph_safe") == "yes" for c in cases):
         return "yes"
-    if any("declares graph_safe = False" in str(c.get("reason", "")) for c in cases):
+    if any(DECLINES in str(c.get("reason", "")) for c in cases):
         return "declined"
     return "not run"
 

@@ -18,3 +18,12 @@ TIER_CHOICES = (*TIERS, "all")
 def runs_tier(selected: str, tier: str) -> bool:
     """Whether a run given ``--tier selected`` runs the cases of ``tier``."""
     return selected in (tier, "all")
+
+
+#: what the skip reason of a kernel that declares ``graph_safe = False`` says (the report's ``declined``)
+DECLINES = "declares graph_safe = False"
+
+
+def declined_reason(name: str) -> str:
+    """The skip reason of the graph-tier cases of kernel ``name``, which declares it is not graph-safe."""
+    return f"graph tier: {name} {DECLINES}"

@@ -9,6 +9,7 @@ reading that metadata.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -61,8 +62,6 @@ def no_launch(*tensors: torch.Tensor) -> None:
 def on_device(index: int | None) -> Any:
     """A context that makes CUDA device ``index`` current, or nothing when it already is (or for None: a CPU
     call): entering ``torch.cuda.device`` costs microseconds a decode-sized call cannot spare."""
-    import contextlib
-
     if index is None or index == torch.cuda.current_device():
         return contextlib.nullcontext()
     return torch.cuda.device(index)

@@ -73,6 +73,20 @@ def default_contract(device: torch.device) -> WriteContract:
     return WriteContract.for_platform(platform)
 
 
+class DeviceContracts:
+    """``default_contract`` of each device, looked up once (an unbound kernel's call then costs no table lookup)."""
+
+    def __init__(self) -> None:
+        self._found: dict[torch.device, WriteContract] = {}
+
+    def of(self, device: torch.device) -> WriteContract:
+        """The contract an unbound built-in kernel follows on ``device`` (``default_contract``)."""
+        found = self._found.get(device)
+        if found is None:
+            found = self._found[device] = default_contract(device)
+        return found
+
+
 def check_call(kernel_name: str, layouts: Collection[str], devices: Collection[str], kv_cache_dtype: object,
                kv_cache: object) -> str:
     """Refuse a layout or device the kernel does not claim, before anything else; returns the layout name.

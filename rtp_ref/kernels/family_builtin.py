@@ -16,7 +16,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
-from rtp_ref.kernels.contract import WriteContract, default_contract
+from rtp_ref.kernels.contract import DeviceContracts, WriteContract, default_contract
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
@@ -48,16 +48,12 @@ class _FamilyKernel:
         # the writers that are not lean read values on the host whatever is asked
         self.validation: Validation = check_validation(validation) if lean else "host"
         self.input_flags = InputFlags()
-        self._contracts: dict[torch.device, WriteContract] = {}
+        self._contracts = DeviceContracts()
+        self._checked = LaunchCache()
 
     def contract_for(self, device: torch.device) -> WriteContract:
         """The bound contract, or the platform table of ``device`` when unbound (looked up once per device)."""
-        if self.contract is not None:
-            return self.contract
-        found = self._contracts.get(device)
-        if found is None:
-            found = self._contracts[device] = default_contract(device)
-        return found
+        return self.contract or self._contracts.of(device)
 
     @property
     def graph_safe(self) -> bool:
@@ -75,6 +71,15 @@ class _FamilyKernel:
         if self.lean:
             return cast(Launch, self.writer(layout, *args, flags=self.input_flags.word(args[0].device)))
         return functools.partial(self.writer, layout)
+
+    def _write(self, signature: tuple[object, ...] | None, checked_layout: Callable[[], object], *args: Any) -> None:
+        """Write through the checked launch of ``signature``; without one, ``checked_layout()`` checks the call and
+        returns its layout, and the launch made for it is kept (``args``: what the launch is called with)."""
+        write = self._checked.get(signature)
+        if write is None:
+            write = self._bound(checked_layout(), *args)
+            self._checked.put(signature, write)
+        write(*args)
 
     def _signature(self, *args: object) -> tuple[object, ...] | None:
         """The call's signature (rtp_ref.kernels.call_signature): a lean writer under device validation reuses
@@ -100,7 +105,6 @@ class MhaPagedKernel(_FamilyKernel):
                  validation: Validation = "device") -> None:
         super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract, lean, validation)
         self.writer = writer
-        self._checked = LaunchCache()
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> MhaPagedKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
@@ -110,9 +114,7 @@ class MhaPagedKernel(_FamilyKernel):
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                  v_scale: torch.Tensor) -> None:
-        signature = self._signature(kv_cache_dtype, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-        write = self._checked.get(signature)
-        if write is None:
+        def checked_layout() -> MhaPagedLayout:
             if kv_cache_dtype not in self.kv_cache_dtypes:
                 raise UnsupportedLayoutError(f"{self.name}: kv_cache_dtype {kv_cache_dtype!r}; valid: "
                                              f"{', '.join(self.kv_cache_dtypes)}")
@@ -124,9 +126,10 @@ class MhaPagedKernel(_FamilyKernel):
             if self.lean:  # the lean writers check nothing themselves
                 validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
                                   values=self.validation == "host")
-            write = self._bound(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
-            self._checked.put(signature, write)
-        write(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+            return layout
+
+        tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+        self._write(self._signature(kv_cache_dtype, *tensors), checked_layout, *tensors)
 
 
 class IndexerKernel(_FamilyKernel):
@@ -142,7 +145,6 @@ class IndexerKernel(_FamilyKernel):
                  validation: Validation = "device") -> None:
         super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract, lean, validation)
         self.writer, self.max_quant_block = writer, max_quant_block
-        self._checked = LaunchCache()
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> IndexerKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
@@ -158,9 +160,7 @@ class IndexerKernel(_FamilyKernel):
 
     def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
                  scale_fmt: str) -> None:
-        signature = self._signature(scale_fmt, quant_block_size, k, kv_cache, slot_mapping)
-        write = self._checked.get(signature)
-        if write is None:
+        def checked_layout() -> IndexerLayout:
             if scale_fmt not in self.scale_fmts:
                 raise UnsupportedLayoutError(f"{self.name}: scale_fmt {scale_fmt!r}; valid: "
                                              f"{', '.join(self.scale_fmts)}")
@@ -170,9 +170,10 @@ class IndexerKernel(_FamilyKernel):
             layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
             if self.lean:  # the lean writers check nothing themselves
                 validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=self.validation == "host")
-            write = self._bound(layout, k, kv_cache, slot_mapping, scale_fmt)
-            self._checked.put(signature, write)
-        write(k, kv_cache, slot_mapping, scale_fmt)
+            return layout
+
+        self._write(self._signature(scale_fmt, quant_block_size, k, kv_cache, slot_mapping), checked_layout,
+                    k, kv_cache, slot_mapping, scale_fmt)
 
 
 def _software(contract: WriteContract) -> str:

@@ -18,7 +18,7 @@ import torch
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
-from rtp_ref.kernels.contract import WriteContract, check_call, default_contract
+from rtp_ref.kernels.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.fields import (
@@ -189,7 +189,7 @@ class PlannedKernel(ABC):
         self.validation = check_validation(validation)
         self.input_flags = InputFlags()
         self._plans: dict[tuple[WriteContract, str, int, int], tuple[WritePlan, str | None]] = {}
-        self._device_contracts: dict[torch.device, WriteContract] = {}
+        self._device_contracts = DeviceContracts()
         self._launches = LaunchCache()
 
     @property
@@ -207,7 +207,7 @@ class PlannedKernel(ABC):
         if launch is None:
             check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
             check_value_inputs(self.name, kv_c, k_pe)
-            contract = self.contract or self._device_contract(kv_cache.device)
+            contract = self.contract or self._device_contracts.of(kv_cache.device)
             plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
             validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=host)
             if limit:
@@ -220,12 +220,6 @@ class PlannedKernel(ABC):
     def take_input_errors(self) -> list[str]:
         """What the device-side checks flagged since the last take (one sync per device), and clear it."""
         return self.input_flags.take()
-
-    def _device_contract(self, device: torch.device) -> WriteContract:
-        contract = self._device_contracts.get(device)
-        if contract is None:
-            contract = self._device_contracts[device] = default_contract(device)
-        return contract
 
     def _plan(self, contract: WriteContract, kv_cache_dtype: str, kv_lora_rank: int,
               rope_dim: int) -> tuple[WritePlan, str | None]:

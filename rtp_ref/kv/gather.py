@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kv.cache import read_slots
+from rtp_ref.kv.cache import gather_entries
+from rtp_ref.kv.entries import decode_entries
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.validate import check_input_dtype, check_tensor, dtype_name, validate_cache
 
@@ -101,5 +102,6 @@ def gather_and_maybe_dequant_cache(layout: MlaLayout, kv_cache: torch.Tensor, ds
     slots = sequence_slots(block_table, cu_seq_lens, kv_cache.shape[1], seq_starts)
     if slots.numel() == 0:
         return
-    kv_c, k_pe = read_slots(layout, kv_cache.cpu(), slots, scale.cpu(), input_dtype)
+    # checked above: decode the entries directly (read_slots would check every argument again)
+    kv_c, k_pe = decode_entries(layout, gather_entries(layout, kv_cache.cpu(), slots), scale.cpu(), input_dtype)
     dst[: slots.numel()] = torch.cat([kv_c, k_pe], dim=1).to(dst.dtype).to(dst.device)

@@ -19,6 +19,7 @@ from rtp_ref.certify.report import (
     render_scoreboard,
     verdict,
 )
+from rtp_ref.certify.tiers import declined_reason
 from rtp_ref.errors import RtpRefError
 from tests.certify.reports import case_row, minimal_report
 from tests.zygote import shared_zygote
@@ -280,7 +281,7 @@ def test_the_graph_tier_is_a_graph_safe_column() -> None:
              case_row("u", "fp8", "passed", None, tier="graph", graph_safe="no",
                       graph_checks={"graph.new_values": "12 wrote what the inputs held at capture time give"}),
              case_row("d", "fp8", "passed"),
-             case_row("d", "fp8", "skipped", None, tier="graph", reason="graph tier: d declares graph_safe = False")]
+             case_row("d", "fp8", "skipped", None, tier="graph", reason=declined_reason("d"))]
     report = minimal_report(cases, name="cuda-sm90")
     rows = {r["kernel"]: r for r in report["summary"]["by_kernel_layout"]}
     assert {k: (rows[k]["verdict"], rows[k]["graph_safe"]) for k in "kud"} == {
