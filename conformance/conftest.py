@@ -16,13 +16,14 @@ from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.faults import FaultLog
+from rtp_ref.certify.gather_cases import GatherSpec
 from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_specs
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.certify.tiers import declined_reason, runs_tier
 from rtp_ref.kv.layouts import default_dims
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS, op_cases
+from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS, op_cases
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
 
 from .matrix import KernelUnderTest, matching_deviation, suite
@@ -96,7 +97,7 @@ def large_case_params(config: pytest.Config) -> list[Any]:
         return []
     return [pytest.param(LargeCaseParam(k, spec), marks=[*_skip_marks(k), pytest.mark.large],
                          id=f"{k.name}-{layout}-large")
-            for op in OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for op in WRITE_OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
             for spec in large_specs(op, layout)]
 
 
@@ -125,7 +126,7 @@ def graph_case_params(config: pytest.Config) -> list[Any]:
     if not _runs(config, "graph"):
         return []
     return [pytest.param(GraphCaseParam(k, spec), marks=_graph_marks(k), id=f"{k.name}-{layout}-{spec.case_id}")
-            for op in OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for op in WRITE_OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
             for spec in graph_specs(op, layout)]
 
 
@@ -169,11 +170,76 @@ def family_case_params(config: pytest.Config) -> list[Any]:
     return params
 
 
+@dataclass(frozen=True)
+class GatherCaseParam:
+    """One case of the read op: the bound reader, the case spec, a known deviation."""
+
+    kut: KernelUnderTest
+    spec: GatherSpec
+    deviation: int | None
+
+
+def gather_case_params(config: pytest.Config) -> list[Any]:
+    """Every (reader, layout, case) of ``gather_and_maybe_dequant_cache`` this session certifies."""
+    s = suite(config)
+    if not _runs(config, "regular"):
+        return []
+    params: list[Any] = []
+    for k in s.kernels_of(MLA_GATHER_OP):
+        for layout in s.layouts_by_op[MLA_GATHER_OP]:
+            if layout not in k.claims:
+                continue
+            for spec in op_cases(MLA_GATHER_OP)(layout):
+                marks, deviation = _case_marks(s.platform, k, spec)
+                params.append(pytest.param(GatherCaseParam(k, spec, deviation), marks=marks,
+                                           id=f"{k.name}-{layout}-{spec.case_id}"))
+    return params
+
+
+@dataclass(frozen=True)
+class RoundTripParam:
+    """A writer -> reader round trip: the reader under test, the MLA writer (None: the reference) and the
+    layout."""
+
+    kut: KernelUnderTest
+    writer: KernelUnderTest | None
+    layout: str
+
+    @property
+    def writer_name(self) -> str:
+        """The writer's name (``reference`` for the reference writer)."""
+        return self.writer.name if self.writer is not None else "reference"
+
+
+def round_trip_params(config: pytest.Config) -> list[Any]:
+    """Each reader under test with the reference writer and with every MLA writer of the session that claims the
+    layout and runs on the reader's device."""
+    s = suite(config)
+    if not _runs(config, "regular"):
+        return []
+    params: list[Any] = []
+    for k in s.kernels_of(MLA_GATHER_OP):
+        for layout in s.layouts_by_op[MLA_GATHER_OP]:
+            if layout not in k.claims:
+                continue
+            writers = [None, *(w for w in s.kernels_of(MLA_OP) if layout in w.claims and w.device == k.device
+                               and w.name != "reference")]
+            for w in writers:
+                marks = _skip_marks(k) or (_skip_marks(w) if w is not None else [])
+                param = RoundTripParam(k, w, layout)
+                params.append(pytest.param(param, marks=marks, id=f"{k.name}-{layout}-from-{param.writer_name}"))
+    return params
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "write_case" in metafunc.fixturenames:
         metafunc.parametrize("write_case", write_case_params(metafunc.config))
     if "family_case" in metafunc.fixturenames:
         metafunc.parametrize("family_case", family_case_params(metafunc.config))
+    if "gather_case" in metafunc.fixturenames:
+        metafunc.parametrize("gather_case", gather_case_params(metafunc.config))
+    if "round_trip" in metafunc.fixturenames:
+        metafunc.parametrize("round_trip", round_trip_params(metafunc.config))
     if "large_case" in metafunc.fixturenames:
         metafunc.parametrize("large_case", large_case_params(metafunc.config))
     if "graph_case" in metafunc.fixturenames:
@@ -210,6 +276,14 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     if isinstance(graph, GraphCaseParam):
         return {"kernel": graph.kut.name, "layout": graph.spec.layout, "kind": graph.spec.kind,
                 "case": graph.spec.case_id, "execution": graph.kut.execution, "op": graph.spec.op, "tier": "graph"}
+    gather = params.params.get("gather_case") if params else None
+    if isinstance(gather, GatherCaseParam):
+        return {"kernel": gather.kut.name, "layout": gather.spec.layout, "kind": gather.spec.kind,
+                "case": gather.spec.case_id, "execution": gather.kut.execution, "op": MLA_GATHER_OP}
+    trip = params.params.get("round_trip") if params else None
+    if isinstance(trip, RoundTripParam):
+        return {"kernel": trip.kut.name, "layout": trip.layout, "kind": "round_trip",
+                "case": f"round_trip-from-{trip.writer_name}", "execution": trip.kut.execution, "op": MLA_GATHER_OP}
     family = params.params.get("family_case") if params else None
     if isinstance(family, FamilyCaseParam):
         return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rtp_ref.certify.cases import CaseInputs
 from rtp_ref.certify.device_errors import describe_error, is_device_error, pending_device_error
 from rtp_ref.certify.family_cases import FamilyCase
+from rtp_ref.certify.gather_cases import GatherCase
 from rtp_ref.certify.large_cases import LargeCase
 from rtp_ref.kernels.protocol import KVCacheKernel
 
@@ -50,6 +51,11 @@ def call_kernel(kernel: KVCacheKernel, inputs: CaseInputs, layout: str, device: 
 
 def call_family_kernel(kernel: Callable[..., None], case: FamilyCase, device: str) -> CallResult:
     """Call a kernel of the MHA or indexer write once on ``case``, as ``call_kernel`` does."""
+    return _call(kernel, lambda: case.call(kernel), case.spec.layout, device)
+
+
+def call_gather_kernel(kernel: Callable[..., None], case: GatherCase, device: str) -> CallResult:
+    """Call a reader of ``gather_and_maybe_dequant_cache`` once on ``case``, as ``call_kernel`` does."""
     return _call(kernel, lambda: case.call(kernel), case.spec.layout, device)
 
 

@@ -117,12 +117,18 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
 
 def test_the_suite_generates_cases(pytestconfig: pytest.Config, record_case: Callable[..., None]) -> None:
     """Zero cases is a failure, never a pass: the platform and selection must yield runnable cases (of any op)."""
-    from .conftest import family_case_params, graph_case_params, large_case_params, write_case_params
+    from .conftest import (
+        family_case_params,
+        gather_case_params,
+        graph_case_params,
+        large_case_params,
+        write_case_params,
+    )
 
     record_case(kernel="(suite)", layout="(all)", kind="sanity", case="cases-generated",
                 execution=execution_mode(suite(pytestconfig).platform))
-    params = [*write_case_params(pytestconfig), *family_case_params(pytestconfig), *large_case_params(pytestconfig),
-              *graph_case_params(pytestconfig)]
+    params = [*write_case_params(pytestconfig), *family_case_params(pytestconfig), *gather_case_params(pytestconfig),
+              *large_case_params(pytestconfig), *graph_case_params(pytestconfig)]
     runnable = [p for p in params if not any(m.name == "skip" for m in p.marks)]
     assert runnable, ("no runnable conformance case for this platform and selection "
                       f"(kernels: {[k.name for k in suite(pytestconfig).kernels]}, "

@@ -1,6 +1,6 @@
-"""The cache-write ops rtp-ref certifies, one record each: name, cache family, call signature, variants, the
-reference writer that defines the op and the generator of its cases (the suite and the built-in reference
-kernels take both from the record).
+"""The cache ops rtp-ref certifies (writes, and the gather that reads a cache back), one record each: name, cache
+family, call signature, variants, the reference that defines the op and the generator of its cases (the suite
+and the built-in reference kernels take both from the record).
 
 A kernel names its op in an ``op`` attribute; a kernel without one is a ``concat_and_cache_mla`` kernel
 (every vendor kernel written before the other families joined keeps working). The op says which call the
@@ -9,10 +9,13 @@ suite makes, which attribute lists the variants the kernel claims, and which var
 * ``concat_and_cache_mla`` (family ``mla``): the MLA latent cache; variants are the MLA layouts;
 * ``reshape_and_cache_flash`` (family ``mha``): vLLM's paged K/V write; variants are its cache dtypes;
 * ``indexer_k_quant_and_cache`` (family ``indexer``): DeepSeek V3.2's indexer cache; variants are the
-  ``scale_fmt`` values.
+  ``scale_fmt`` values;
+* ``gather_and_maybe_dequant_cache`` (family ``mla``, a read op): vLLM's MLA gather, sequences read out of the
+  cache through a block table into dense dequantised rows; variants are the MLA layouts.
 
 Built-in kernels of the MLA op are named after their implementation (``triton``); those of the other ops
-carry the family as a suffix (``triton-mha``, ``triton-indexer``), so every kernel name stays unique.
+carry the family as a suffix (``triton-mha``, ``triton-indexer``) and readers ``-gather``, so every kernel name
+stays unique. The large-address and CUDA-graph tiers cover the writes (``OpSpec.reads``: not yet the gather).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
 MLA_OP = "concat_and_cache_mla"
 MHA_OP = "reshape_and_cache_flash"
 INDEXER_OP = "indexer_k_quant_and_cache"
+MLA_GATHER_OP = "gather_and_maybe_dequant_cache"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class OpSpec:
     #: the case generator of one variant, ``module:function`` (``op_cases``); named rather than imported, so
     #: that the records and the modules they name do not import each other
     cases: str
+    #: a read op: it fills a dense output from a cache and leaves the cache as it is
+    reads: bool = False
 
 
 OPS: dict[str, OpSpec] = {
@@ -68,7 +74,13 @@ OPS: dict[str, OpSpec] = {
                        "kernel(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)", "-indexer",
                        "rtp_ref.kv.indexer:reference_indexer_k_quant_and_cache",
                        "rtp_ref.certify.family_cases:indexer_specs"),
+    MLA_GATHER_OP: OpSpec(MLA_GATHER_OP, "mla", "kv_cache_dtypes", MLA_LAYOUT_NAMES,
+                          "kernel(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale, seq_starts)",
+                          "-gather", "rtp_ref.kv.gather:gather_and_maybe_dequant_cache",
+                          "rtp_ref.certify.gather_cases:gather_specs", reads=True),
 }
+#: the ops that write a cache (the large-address and CUDA-graph tiers take these)
+WRITE_OPS = tuple(name for name, spec in OPS.items() if not spec.reads)
 
 
 def _named(path: str) -> Any:
@@ -110,9 +122,10 @@ def claimed_variants(kernel: object) -> tuple[str, ...]:
 
 
 def supported_variants(platform: Platform, op: str) -> tuple[str, ...]:
-    """The variants of ``op`` a platform table supports: its ``supported_layouts`` for the MLA write; every
-    variant of the other ops (their formats are the platform's e4m3 and OCP e5m2, which every table has)."""
-    return tuple(platform.supported_layouts) if op == MLA_OP else OPS[op].variants
+    """The variants of ``op`` a platform table supports: its ``supported_layouts`` for the MLA ops (write and
+    gather); every variant of the other ops (their formats are the platform's e4m3 and OCP e5m2, which every
+    table has)."""
+    return tuple(platform.supported_layouts) if OPS[op].family == "mla" else OPS[op].variants
 
 
 def every_variant(platform: Platform) -> list[str]:

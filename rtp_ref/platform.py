@@ -83,6 +83,27 @@ class Platform:
     source: str
     sha256: str
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    #: how the target's attention reader interprets a written cache (``[reader]``; None: the table states none)
+    reader: ReaderConvention | None = None
+
+
+#: how a reader takes a stored fp32 tile scale: as it is, rounded to bf16 (nearest even), or as an e8m0 power of two
+#: rounded toward zero (the exponent kept, the mantissa dropped)
+TILE_SCALE_READS = ("fp32", "bf16", "e8m0_toward_zero")
+
+
+@dataclass(frozen=True)
+class ReaderConvention:
+    """A platform's attention reader, as data (``[reader]``): what it does with the bytes a writer stored."""
+
+    #: the reader, for messages (``FlashMLA SM100 sparse decode``)
+    name: str
+    #: one of TILE_SCALE_READS
+    tile_scale: str
+    #: the fp8 format it decodes the cache's codes as
+    element_format: Fp8Format
+    #: where this is stated (a public file, issue or PR)
+    source: str
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +208,13 @@ _HARDWARE: dict[str, _Key] = {
     "triton_fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
     "triton_fp8_since": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
 }
+#: ``[reader]``, optional: the target's attention reader (``ReaderConvention``)
+_READER: dict[str, _Key] = {
+    "name": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+    "tile_scale": _Key("string", lambda v: isinstance(v, str), check=_one_of(TILE_SCALE_READS)),
+    "element_format": _Key("string", lambda v: isinstance(v, str), check=_one_of(sorted(FP8_FORMATS))),
+    "source": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+}
 _DEVIATION: dict[str, _Key] = {
     "kernel": _Key("string", lambda v: isinstance(v, str)),
     "layouts": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
@@ -218,7 +246,7 @@ def _validate_table(where: str, table: Mapping[str, Any], keys: Mapping[str, _Ke
 
 
 def _validate(path: str, data: Mapping[str, Any]) -> None:
-    allowed = [*_TOP, *_SECTIONS, "hardware", *_OPEN_SECTIONS, "deviations"]
+    allowed = [*_TOP, *_SECTIONS, "hardware", "reader", *_OPEN_SECTIONS, "deviations"]
     for key in data:
         if key not in allowed:
             raise RtpRefError(f"{path}: unknown key {key!r}; valid keys: {', '.join(allowed)}")
@@ -232,6 +260,10 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         if not isinstance(data["hardware"], dict):
             raise RtpRefError(f"{path}: [hardware] must be a table (keys: {', '.join(_HARDWARE)})")
         _validate_table(f"{path} [hardware]", data["hardware"], _HARDWARE)
+    if "reader" in data:
+        if not isinstance(data["reader"], dict):
+            raise RtpRefError(f"{path}: [reader] must be a table (keys: {', '.join(_READER)})")
+        _validate_table(f"{path} [reader]", data["reader"], _READER)
     check_flag_table(f"{path} [layout_flags]", data.get("layout_flags"))
     stated, supported = set(data["layout_bytes"]), set(data["layouts"]["supported"])
     if stated != supported:
@@ -289,7 +321,15 @@ def parse_platform(text: bytes, source: str) -> Platform:
         source=source,
         sha256=hashlib.sha256(text).hexdigest(),
         raw=data,
+        reader=_reader(data.get("reader")),
     )
+
+
+def _reader(table: Mapping[str, Any] | None) -> ReaderConvention | None:
+    if table is None:
+        return None
+    return ReaderConvention(table["name"], table["tile_scale"], FP8_FORMATS[table["element_format"]],
+                            table["source"])
 
 
 def _bundled_files() -> dict[str, Any]:

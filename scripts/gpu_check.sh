@@ -24,13 +24,16 @@
 #   scripts/gpu_check.sh lean          the built-in kernels' call path: their tests, every op certified natively,
 #                                      rtp-ref bench of their kernels at every size (eager, graph, launch floor)
 #   scripts/gpu_check.sh cudamutant    the large tier against its CUDA C++ int32-offset mutant (built at first use)
+#   scripts/gpu_check.sh reader        the MLA readers (gather_and_maybe_dequant_cache): their kernel tests, the same
+#                                      under compute-sanitizer, certify of the readers with the triton and cuda writers
+#                                      (round trips) on cuda-sm90 (native) and rocm-gfx942 (emulated)
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, lean or cudamutant" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, lean or cudamutant" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -194,6 +197,15 @@ for c in d['cases']:
     bench --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
       --kernel cuda-indexer
     ;;
+  reader)
+    unit_tests tests/kernels/test_gather_kernels.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+      tests/kernels/test_gather_kernels.py -k "cuda or triton" 2>&1 | tail -4 | tee -a "$out/sanitizer.log"
+    echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
+    readers=(--kernel reference-gather --kernel triton-gather --kernel cuda-gather --kernel triton --kernel cuda)
+    certify cuda-sm90 "${readers[@]}"
+    certify rocm-gfx942 "${readers[@]}"
+    ;;
   graph)
     # the CUDA-graph tier: capture, new inputs in place, replay; the reference and torch-eager decline it
     gpu=(--kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer
@@ -207,7 +219,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, lean or cudamutant" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, lean or cudamutant" >&2; exit 2
     ;;
   esac
 done

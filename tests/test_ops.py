@@ -21,6 +21,8 @@ NAMED = {
                  "mha_specs"),
     ops.INDEXER_OP: ("rtp_ref.kv.indexer", "reference_indexer_k_quant_and_cache", "rtp_ref.certify.family_cases",
                      "indexer_specs"),
+    ops.MLA_GATHER_OP: ("rtp_ref.kv.gather", "gather_and_maybe_dequant_cache", "rtp_ref.certify.gather_cases",
+                        "gather_specs"),
 }
 
 

@@ -27,7 +27,7 @@ from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.torch_eager import TorchEagerKernel, write_eager
 from rtp_ref.kernels.write_plan import PlannedKernel, WritePlan
 from rtp_ref.kv.flags import parse_overrides
-from rtp_ref.ops import OPS, every_variant, supported_variants
+from rtp_ref.ops import WRITE_OPS, every_variant, supported_variants
 from rtp_ref.platform import resolve_platform
 
 #: tokens per write, from one decode token to a 2M-token prefill (GPU); smaller on the CPU
@@ -105,7 +105,7 @@ def _bench(args: argparse.Namespace) -> int:
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(valid)}")
     kernels = []
-    for name, entry in discover_kernels(args.kernel or None, ops=OPS).items():
+    for name, entry in discover_kernels(args.kernel or None, ops=WRITE_OPS).items():
         if name.startswith("reference") and not args.kernel:
             continue  # the references are specifications, not contenders
         bind = getattr(entry.kernel, "bind", None)
@@ -120,7 +120,8 @@ def _bench(args: argparse.Namespace) -> int:
     _require_matplotlib()
     report = writable_dir("--report", args.report)
     sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
-    variants = {op: [v for v in supported_variants(platform, op) if not args.layout or v in args.layout] for op in OPS}
+    variants = {op: [v for v in supported_variants(platform, op) if not args.layout or v in args.layout]
+                for op in WRITE_OPS}
     try:
         doc = run_bench(platform, contract, kernels, variants, sizes, device,
                         progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})

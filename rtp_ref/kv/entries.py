@@ -138,3 +138,14 @@ def decode_entries(
         tiled = _padded_tiles(values, tile).reshape(values.shape[0], -1, tile)
         out.append((tiled * s.unsqueeze(-1)).reshape(values.shape[0], -1)[:, : f.count])
     return out[0], out[1]
+
+
+def stored_tile_scales(layout: MlaLayout, entries: torch.Tensor) -> torch.Tensor:
+    """The tile scales of ``kv_c``'s field as ``entries`` (uint8 ``[T, bytes_per_token]``) store them: float32
+    ``[T, tiles]``; RtpRefError for a layout whose ``kv_c`` has no tile scale."""
+    name = layout.value_field(Source.KV_C).scale_field
+    scale_field = layout.field(name) if name else None
+    if scale_field is None or scale_field.tile_scale is None:
+        raise RtpRefError(f"layout {layout.name}: kv_c has no tile scales")
+    start = layout.entry_offset(scale_field)
+    return _scale_values(scale_field, entries[:, start: start + scale_field.size])

@@ -4,9 +4,12 @@
 fills rows ``cu_seq_lens[b]`` to ``cu_seq_lens[b + 1]`` of ``dst``; its token ``i`` sits at position
 ``p = seq_starts[b] + i`` of the sequence (``seq_starts`` absent: 0), in block ``block_table[b, p // block_size]``
 at offset ``p % block_size``. A row is the token's values, ``kv_c`` then ``k_pe`` (``[tokens, R + P]``), as the
-layout defines them: 16-bit fields read as the writer's input dtype, fp8 fields decoded and multiplied by their
-scale (per tile, or the per-tensor ``scale``), in float32, then rounded once to ``dst``'s dtype (bf16, fp16 or
-fp32). Rows past ``cu_seq_lens[-1]`` are left as they are.
+layout defines them: 16-bit fields read as the cache's dtype (``auto``) or, in an fp8 layout's byte cache, as
+bf16 (the rope format of FlashMLA's ds_mla and MODEL1 layouts; ``READ16``); fp8 fields decoded and multiplied by
+their scale (per tile, or the per-tensor ``scale``), in float32, then rounded once, to nearest even, to
+``dst``'s dtype (bf16, fp16 or fp32). A NaN is stored as the dtype's canonical positive NaN (``CANONICAL_NAN``):
+NaN payloads and signs differ between CPU and GPU conversions, and a reader certified bit for bit must not
+depend on them. Rows past ``cu_seq_lens[-1]`` are left as they are.
 
 Every argument is checked before ``dst`` is written (RtpRefError naming it): this is the reference.
 """
@@ -19,10 +22,28 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import decode_entries
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.kv.validate import check_input_dtype, check_tensor, dtype_name, validate_cache
+from rtp_ref.kv.validate import check_tensor, dtype_name, validate_cache
 
 #: dtypes ``dst`` may have
 OUTPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: the bits a NaN is stored as, per ``dst`` dtype (the quiet NaN with sign 0 and the top mantissa bit only)
+CANONICAL_NAN = {torch.bfloat16: 0x7FC0, torch.float16: 0x7E00, torch.float32: 0x7FC00000}
+#: the bits-view dtype of each ``dst`` dtype
+_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+
+
+def read16(kv_cache: torch.Tensor) -> torch.dtype:
+    """How a gather reads a layout's 16-bit fields from ``kv_cache``: as its dtype when it is 16-bit (``auto``),
+    else (a byte cache) as bf16, FlashMLA's rope format."""
+    return kv_cache.dtype if kv_cache.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+
+
+def to_dst_dtype(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 ``values`` rounded once to ``dtype`` (nearest even), every NaN the canonical one (module doc)."""
+    out = values.to(dtype)
+    bits = out.view(_BITS[dtype])
+    bits[torch.isnan(values)] = CANONICAL_NAN[dtype]
+    return out
 
 
 def _int_vector(arg: str, x: object, device: torch.device, length: int | None) -> torch.Tensor:
@@ -47,11 +68,11 @@ def sequence_slots(block_table: torch.Tensor, cu_seq_lens: torch.Tensor, block_s
 
 
 def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block_table: object, cu_seq_lens: object,
-                         scale: object, seq_starts: object, input_dtype: torch.dtype) -> None:
+                         scale: object, seq_starts: object) -> None:
     """Check a gather's arguments (module doc); RtpRefError naming the first bad one. Reads the index tensors'
     values (a device sync): this is the reference's check."""
-    check_input_dtype("input_dtype", input_dtype)
-    cache = validate_cache(layout, kv_cache, input_dtype)
+    cache = check_tensor("kv_cache", kv_cache, None)
+    validate_cache(layout, cache, read16(cache))
     device = cache.device
     out = check_tensor("dst", dst, device)
     width = layout.kv_lora_rank + layout.rope_dim
@@ -94,14 +115,14 @@ def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block
 
 def gather_and_maybe_dequant_cache(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor,
                                    block_table: torch.Tensor, cu_seq_lens: torch.Tensor, scale: torch.Tensor,
-                                   seq_starts: torch.Tensor | None = None,
-                                   input_dtype: torch.dtype = torch.bfloat16) -> None:
-    """Fill ``dst``'s first ``cu_seq_lens[-1]`` rows with the sequences' dequantised values (module doc);
-    ``input_dtype`` is the dtype the writer was given (how 16-bit fields are read)."""
-    validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts, input_dtype)
+                                   seq_starts: torch.Tensor | None = None) -> None:
+    """Fill ``dst``'s first ``cu_seq_lens[-1]`` rows with the sequences' dequantised values (module doc). The
+    op's reference (rtp_ref.ops): called as a gather kernel is, with the layout first and no ``kv_cache_dtype``."""
+    validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
     slots = sequence_slots(block_table, cu_seq_lens, kv_cache.shape[1], seq_starts)
     if slots.numel() == 0:
         return
     # checked above: decode the entries directly (read_slots would check every argument again)
-    kv_c, k_pe = decode_entries(layout, gather_entries(layout, kv_cache.cpu(), slots), scale.cpu(), input_dtype)
-    dst[: slots.numel()] = torch.cat([kv_c, k_pe], dim=1).to(dst.dtype).to(dst.device)
+    entries = gather_entries(layout, kv_cache.cpu(), slots)
+    kv_c, k_pe = decode_entries(layout, entries, scale.cpu(), read16(kv_cache))
+    dst[: slots.numel()] = to_dst_dtype(torch.cat([kv_c, k_pe], dim=1), dst.dtype).to(dst.device)

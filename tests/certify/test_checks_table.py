@@ -12,7 +12,7 @@ from rtp_ref.certify.checks import CHECKS, GRADES, GRAPH, INPUT, Check, grade_re
 
 REPO = Path(__file__).resolve().parents[2]
 #: a check name as a string literal in the code
-LITERAL = re.compile(r"""["'](?:support|input|graph|layout|numerics|bit_exact)\.[a-z_<>{}]+["']""")
+LITERAL = re.compile(r"""["'](?:support|input|graph|read|layout|numerics|bit_exact)\.[a-z_<>{}]+["']""")
 
 
 def test_the_docs_check_table_is_the_code_table() -> None:

@@ -145,6 +145,13 @@ BAD_INPUTS = [
         "unknown kernel(s) 'tritonn'; known kernels: reference, torch-eager"),
     Bad("golden-check-unclaimed-layout", ("golden-check", "{golden}", "--kernel", "mutant-non-saturating-cast"),
         "kernel 'mutant-non-saturating-cast' does not claim layout 'fp8_ds_mla'", env=MUTANTS),
+    # read-check: damaged files, a table without [reader], a [reader] with an unknown reading
+    Bad("read-check-truncated", ("read-check", "{truncated_golden}", "--platform", "cuda-sm100"),
+        "is not a valid safetensors file"),
+    Bad("read-check-no-reader", ("read-check", "{golden}", "--platform", "{no_reader_toml}"),
+        "its table states no [reader]; valid: a table with a [reader] section"),
+    Bad("read-check-bad-reader", ("read-check", "{golden}", "--platform", "{bad_reader_toml}"),
+        "[reader]: key 'tile_scale' has 'fp16'; valid values: fp32, bf16, e8m0_toward_zero"),
     # certify: checked before pytest starts, so no report directory appears
     Bad("certify-unknown-platform", ("certify", "--platform", "sm90", "--report", "{tmp}/rep"),
         "unknown platform 'sm90'; known platforms", output="{tmp}/rep"),
@@ -228,6 +235,15 @@ def _toml_with(path: Path, old: str, new: str) -> Path:
     return path
 
 
+def _toml_without_reader(path: Path) -> Path:
+    """cpu.toml without its ``[reader]`` table (the table before ``[tolerances]``), written to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = CPU_TOML.read_text()
+    before, rest = text.split("[reader]\n")
+    path.write_text(before + rest[rest.index("[tolerances]"):])
+    return path
+
+
 def _rewritten(source: Path, target: Path, change: Callable[[dict[str, torch.Tensor], dict[str, str]], None]) -> Path:
     """``source`` rewritten by the safetensors library after ``change(tensors, metadata)``."""
     with safe_open(str(source), "pt") as handle:
@@ -288,6 +304,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "syntax_toml": syntax_toml,
         "flag_toml": _toml_with(root / "flag" / "cpu.toml", 'lora_alignment = "strict"', "lora_alignment = 3"),
         "golden": golden,
+        "no_reader_toml": _toml_without_reader(root / "no_reader" / "cpu.toml"),
+        "bad_reader_toml": _toml_with(root / "bad_reader" / "cpu.toml", 'tile_scale = "fp32"', 'tile_scale = "fp16"'),
         "truncated_golden": truncated,
         "no_scale_golden": _rewritten(golden, root / "no_scale.safetensors", drop_scale),
         "f64_scale_golden": _rewritten(golden, root / "f64.safetensors", f64_scale),

@@ -7,25 +7,28 @@ import torch
 from rtp_ref.kernels.builtin import available_builtin_kernels, unavailable_builtin_kernels
 from rtp_ref.kernels.cuda_mla import unavailable_reason
 from rtp_ref.kernels.family_builtin import family_kernels
+from rtp_ref.kernels.gather_builtin import gather_kernels
 from rtp_ref.kernels.protocol import check_kernel, device_to_run
 from rtp_ref.ops import OPS
 
 
 def test_every_builtin_is_either_available_or_has_a_reason() -> None:
-    """Every op has torch-eager, triton and cuda kernels (named with the op's suffix): each runs here or has a
-    reason; the other ops' references are kernels too (the MLA one is discovery's)."""
-    available = {k.name for k in [*available_builtin_kernels(), *family_kernels()]}
+    """Every write op has torch-eager, triton and cuda kernels, the read op triton and cuda ones (named with the
+    op's suffix): each runs here or has a reason; the other ops' references are kernels too (the MLA one is
+    discovery's)."""
+    available = {k.name for k in [*available_builtin_kernels(), *family_kernels(), *gather_kernels()]}
     missing = unavailable_builtin_kernels()
-    suffixes = [op.name_suffix for op in OPS.values()]
-    assert {f"torch-eager{s}" for s in suffixes} <= available
-    every = {f"{impl}{s}" for impl in ("torch-eager", "triton", "cuda") for s in suffixes}
-    assert available | set(missing) == every | {"reference-mha", "reference-indexer"}
+    writes = [op.name_suffix for op in OPS.values() if not op.reads]
+    assert {f"torch-eager{s}" for s in writes} <= available
+    every = {f"{impl}{s}" for impl in ("torch-eager", "triton", "cuda") for s in writes} | {
+        f"{impl}{op.name_suffix}" for impl in ("triton", "cuda") for op in OPS.values() if op.reads}
+    assert available | set(missing) == every | {"reference-mha", "reference-indexer", "reference-gather"}
     assert not available & set(missing)
     assert all(isinstance(reason, str) and reason for reason in missing.values())
 
 
 def test_available_builtins_satisfy_the_protocol_and_bind() -> None:
-    for kernel in [*available_builtin_kernels(), *family_kernels()]:
+    for kernel in [*available_builtin_kernels(), *family_kernels(), *gather_kernels()]:
         check_kernel(kernel, "builtin")
         assert callable(getattr(kernel, "bind", None))
 

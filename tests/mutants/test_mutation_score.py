@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 
 from tests.mutants.family_mutants import FAMILY_EXPECTED
+from tests.mutants.gather_mutants import GATHER_EXPECTED
 from tests.mutants.kernels import EXPECTED as MLA_EXPECTED
 from tests.processes import child_env
 from tests.zygote import shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 #: every mutant of every op -> (platform, the check that must catch it)
-EXPECTED: dict[type, tuple[str, str]] = {**MLA_EXPECTED, **FAMILY_EXPECTED}
+EXPECTED: dict[type, tuple[str, str]] = {**MLA_EXPECTED, **FAMILY_EXPECTED, **GATHER_EXPECTED}
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 
 

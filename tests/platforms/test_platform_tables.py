@@ -37,6 +37,12 @@ def test_the_five_targets_are_bundled_and_valid() -> None:
         assert p.element_format.name == EXPECTED_ELEMENT_FORMAT[p.name]
         assert p.conversion_mode.value == "satfinite"
         assert len(p.sha256) == 64
+        # what each target's attention reader does with the cache (rtp-ref read-check): stated, and for the fp8
+        # format the platform's own (the reader of a target decodes the format its writers store)
+        assert p.reader is not None and p.reader.element_format == p.element_format
+    readers = {p.name: p.reader.tile_scale for p in all_platforms() if p.reader is not None}
+    assert readers == {"cpu": "fp32", "cuda-sm90": "bf16", "cuda-sm100": "e8m0_toward_zero", "rocm-gfx942": "fp32",
+                       "rocm-gfx950": "fp32"}
 
 
 def test_the_wheel_carries_exactly_the_repository_tables(tmp_path: Path) -> None:
@@ -88,6 +94,9 @@ def _write_variant(tmp_path: Path, old: str, new: str, name: str = "cpu") -> Pat
             r"valid values: layout, numerics, bit_exact",
         ),
         ("[layouts]", "[layouts", r"not a valid TOML file"),
+        ('tile_scale = "fp32"', 'tile_scale = "e8m0"',
+         r"\[reader\]: key 'tile_scale' has 'e8m0'; valid values: fp32, bf16, e8m0_toward_zero"),
+        ('name = "rtp-ref reference gather"\n', "", r"\[reader\]: missing required key 'name'"),
     ],
 )
 def test_malformed_file_names_file_key_and_valid_values(

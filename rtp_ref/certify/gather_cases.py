@@ -1,0 +1,233 @@
+"""Conformance cases of the read op, ``gather_and_maybe_dequant_cache``: a cache whose every slot the reference
+wrote, sequences laid out in it through a shuffled block table, and a canary-filled ``dst``.
+
+Every slot holds a token (so a reader that reads the wrong slot reads real, different values, never the canary),
+drawn on the CPU from the case's seed; the cache storage and ``dst`` are built on the device under test, each
+inside guard bytes (``dst`` has three rows more than the sequences fill: a reader must leave them). The
+reference reads CPU copies. A case also reads under named wrong hypotheses (the block table ignored, fp8 codes decoded
+as the other e4m3 or e5m2 format, a 16-bit rope decoded as fp8): a reader whose ``dst`` equals one of them fails
+the check that names the fault (a tile read with another tile's scale is found tile by tile:
+rtp_ref.certify.gather_grading).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, cache_view, make_cache
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8 import decode
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ, Fp8Format
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kv.cache import gather_entries, reference_write
+from rtp_ref.kv.fields import ELEMENT_INPUT16, Source
+from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots, to_dst_dtype
+from rtp_ref.kv.layouts import MlaLayout, build_layout, default_dims
+from rtp_ref.ops import MLA_GATHER_OP
+
+#: ``dst`` dtypes by the names case ids use
+OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+#: rows ``dst`` has past the sequences (the reader must leave them)
+EXTRA_ROWS = 3
+#: each fp8 format and the one a reader confuses it with (fnuz bytes read as OCP e4m3: vLLM #45562)
+_CONFUSED = {E4M3FN: E4M3FNUZ, E4M3FNUZ: E4M3FN, E5M2: E5M2FNUZ, E5M2FNUZ: E5M2}
+
+
+@dataclass(frozen=True)
+class GatherSpec(CaseSpec):
+    """One gather case: a CaseSpec (``tokens``: the rows the sequences fill; ``input_dtype``: what the writer of
+    the cache was given) with the batch, ``dst``'s dtype and whether ``seq_starts`` is passed."""
+
+    op: str = MLA_GATHER_OP
+    batch: int = 1
+    out: str = "bf16"
+    starts: bool = False
+    #: rows of one block the cache leaves unused (a padded block stride, as FlashMLA's tests allocate)
+    padded_rows: int = 0
+
+    @property
+    def case_id(self) -> str:
+        """``random-t37-b16-bf16-n3-fp32-starts``."""
+        return (f"{super().case_id}-n{self.batch}-{self.out}{'-starts' if self.starts else ''}"
+                f"{'-padded' if self.padded_rows else ''}")
+
+
+def gather_specs(variant: str) -> Iterator[GatherSpec]:
+    """The cases of one layout: batches of 1-4 sequences, block sizes 16 and 64, every ``dst`` dtype, context
+    chunks (``seq_starts``), a padded block stride, edge values in the cache (NaN, inf, saturated codes, zero
+    tiles), sequences of no tokens, no rows at all."""
+    rows = [  # kind, rows, block, writer dtype, batch, dst dtype, seq_starts, padded rows
+        ("random", 0, 16, torch.bfloat16, 2, "bf16", False, 0),
+        ("random", 1, 16, torch.bfloat16, 1, "bf16", False, 0),
+        ("random", 37, 16, torch.bfloat16, 3, "bf16", False, 0),
+        ("random", 37, 64, torch.float16, 3, "fp16", False, 0),
+        ("random", 37, 16, torch.bfloat16, 3, "fp32", False, 0),
+        ("chunked", 40, 16, torch.bfloat16, 3, "bf16", True, 0),
+        ("chunked", 29, 64, torch.bfloat16, 2, "fp32", True, 1),
+        ("edge", 8, 16, torch.bfloat16, 2, "bf16", False, 0),
+        ("edge", 8, 16, torch.bfloat16, 2, "fp16", False, 0),
+        ("ragged", 20, 16, torch.bfloat16, 4, "bf16", True, 0),
+    ]
+    for seed, (kind, tokens, block, dtype, batch, out, starts, padded) in enumerate(rows, start=1):
+        # a byte cache's 16-bit rope is read as bf16 (rtp_ref.kv.gather): its writer is given bf16
+        writer_dtype = dtype if variant == "auto" else torch.bfloat16
+        yield GatherSpec(variant, kind, tokens, block, 0, writer_dtype, seed, batch=batch, out=out, starts=starts,
+                         padded_rows=padded)
+
+
+def _lengths(g: torch.Generator, spec: GatherSpec) -> list[int]:
+    """Sequence lengths summing to ``spec.tokens``; ``ragged``: the second and last sequences are empty."""
+    if spec.batch == 1:
+        return [spec.tokens]
+    live = [i for i in range(spec.batch) if spec.kind != "ragged" or i not in (1, spec.batch - 1)]
+    cuts = sorted(torch.randint(0, spec.tokens + 1, (len(live) - 1,), generator=g).tolist())
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, spec.tokens], strict=True)]
+    out = [0] * spec.batch
+    for i, n in zip(live, sizes, strict=True):
+        out[i] = n
+    return out
+
+
+def gather_layout_for(spec: CaseSpec, contract: WriteContract) -> MlaLayout:
+    """The layout a case of ``spec`` reads, at the layout's default R and P (a reader's rope is 64 wide)."""
+    r, p = default_dims(spec.layout)
+    return contract.layout(spec.layout, r, p)
+
+
+class GatherCase:
+    """One gather case on a device: the written cache (a view into ``cache_storage``), the index tensors and a
+    canary-filled ``dst`` (a view into ``dst_storage``)."""
+
+    def __init__(self, spec: GatherSpec, contract: WriteContract, device: torch.device | str) -> None:
+        self.spec = spec
+        self.layout = gather_layout_for(spec, contract)
+        g = torch.Generator().manual_seed(spec.seed)
+        lengths = _lengths(g, spec)
+        starts = [int(torch.randint(0, 50, (1,), generator=g)) if spec.starts else 0 for _ in lengths]
+        widths = [-(-(s + n) // spec.block_size) for s, n in zip(starts, lengths, strict=True)]
+        columns = max(widths) + 1  # one column more than any sequence reaches, as a table sized for the batch
+        self.num_blocks = sum(widths) + 3  # three blocks no sequence reads
+        order = torch.randperm(self.num_blocks, generator=g)
+        table = torch.empty(spec.batch, columns, dtype=torch.int64)
+        taken = 0
+        for b, w in enumerate(widths):
+            table[b, :w] = order[taken: taken + w]
+            table[b, w:] = order[-1]  # never reached: the last, unread block
+            taken += w
+        index_dtype = torch.int64 if spec.kind == "ragged" else torch.int32
+        self.block_table = table.to(index_dtype).to(device)
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=index_dtype)
+        self.cu_seq_lens = cu.to(device)
+        self.seq_starts = torch.tensor(starts, dtype=index_dtype).to(device) if spec.starts else None
+        self.scale = torch.tensor([0.5 + 1.5 * float(torch.rand(1, generator=g))], dtype=torch.float32).to(device)
+        host_storage, host_cache = make_cache(self.layout, self.num_blocks, spec.block_size, spec.input_dtype,
+                                              spec.padded_rows, "cpu")
+        self._fill(g, host_cache, table, cu)
+        self.cache_storage = host_storage.to(device)
+        self.kv_cache = self.cache_view(self.cache_storage)
+        self.out_dtype = OUT_DTYPES[spec.out]
+        width = self.layout.kv_lora_rank + self.layout.rope_dim
+        self.dst_rows = spec.tokens + EXTRA_ROWS
+        self.dst_bytes = self.dst_rows * width * self.out_dtype.itemsize
+        self.dst_storage = torch.full((2 * GUARD_BYTES + self.dst_bytes,), CANARY, dtype=torch.uint8, device=device)
+        self.dst = self.dst_view(self.dst_storage)
+
+    def _fill(self, g: torch.Generator, cache: torch.Tensor, table: torch.Tensor, cu: torch.Tensor) -> None:
+        """The reference writes a token into every slot; ``edge``: the first rows read hold edge values."""
+        spec, lay = self.spec, self.layout
+        capacity = self.num_blocks * spec.block_size
+        spread = torch.exp2(torch.randint(-6, 7, (capacity, 1), generator=g).float())
+        kv_c = (torch.randn(capacity, lay.kv_lora_rank, generator=g) * spread).to(spec.input_dtype)
+        k_pe = (torch.randn(capacity, lay.rope_dim, generator=g) * spread).to(spec.input_dtype)
+        slots = torch.arange(capacity)
+        if spec.kind == "edge":  # the edge rows go to the slots the first rows of dst read
+            first = sequence_slots(table, cu, spec.block_size, None)[:4]
+            finfo = torch.finfo(spec.input_dtype)
+            for i, slot in enumerate(first.tolist()):
+                x = [kv_c, k_pe]
+                for t in x:
+                    if i == 0:
+                        t[slot] = 0.0  # an all-zero token: floor scales
+                    elif i == 1:
+                        t[slot, ::2] = finfo.max  # saturated codes
+                    elif i == 2:
+                        t[slot, :2] = torch.tensor([float("inf"), float("-inf")])
+                    else:
+                        t[slot, :1] = float("nan")
+        reference_write(lay, kv_c, k_pe, cache, slots, self.scale.cpu())
+
+    def cache_view(self, storage: torch.Tensor) -> torch.Tensor:
+        """The ``kv_cache`` view over ``storage`` (this case's or a copy)."""
+        return cache_view(self.layout, storage, self.num_blocks, self.spec.block_size, self.spec.input_dtype,
+                          self.spec.padded_rows)
+
+    def dst_view(self, storage: torch.Tensor) -> torch.Tensor:
+        """The ``dst`` view over ``storage`` (this case's or a copy)."""
+        width = self.layout.kv_lora_rank + self.layout.rope_dim
+        region = storage[GUARD_BYTES: GUARD_BYTES + self.dst_bytes]
+        return region.view(self.out_dtype).view(self.dst_rows, width)
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        """Call ``kernel`` the way engines call ``gather_and_maybe_dequant_cache``."""
+        kernel(self.kv_cache, self.dst, self.block_table, self.cu_seq_lens, self.spec.layout, self.scale,
+               self.seq_starts)
+
+    def reference_dst(self, hypothesis: str | None = None) -> torch.Tensor:
+        """The ``dst`` storage the reference (or the named wrong ``hypothesis``) leaves, on the CPU."""
+        storage = torch.full_like(self.dst_storage, CANARY, device="cpu")
+        dst = self.dst_view(storage)
+        cache = self.cache_view(self.cache_storage.cpu())
+        table, cu = self.block_table.cpu(), self.cu_seq_lens.cpu()
+        starts = self.seq_starts.cpu() if self.seq_starts is not None else None
+        layout = self.layout
+        if hypothesis == "read.block_table":  # block j of every sequence read from cache block j
+            table = torch.arange(table.shape[1], dtype=table.dtype).expand_as(table).contiguous()
+        elif hypothesis == "read.fp8_format":
+            layout = _with_format(layout, _CONFUSED[layout.element_format])
+        elif hypothesis not in (None, "read.rope_as_fp8"):
+            raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
+        gather_and_maybe_dequant_cache(layout, cache, dst, table, cu, self.scale.cpu(), starts)
+        if hypothesis == "read.rope_as_fp8":
+            slots = sequence_slots(table, cu, self.spec.block_size, starts)
+            rope = layout.value_field(Source.K_PE)
+            at = layout.entry_offset(rope)
+            codes = gather_entries(layout, cache, slots)[:, at: at + layout.rope_dim]
+            values = decode(codes, layout.element_format) * self.scale.cpu()
+            dst[: slots.numel(), layout.kv_lora_rank:] = to_dst_dtype(values, dst.dtype)
+        return storage
+
+    def read_slots(self) -> torch.Tensor:
+        """The slot each row of the sequences reads (CPU int64)."""
+        starts = self.seq_starts.cpu() if self.seq_starts is not None else None
+        return sequence_slots(self.block_table.cpu(), self.cu_seq_lens.cpu(), self.spec.block_size, starts)
+
+    def tiled(self) -> bool:
+        """Whether ``kv_c`` has more than one tile scale (a reader can take the wrong one)."""
+        name = self.layout.value_field(Source.KV_C).scale_field
+        scale = self.layout.field(name) if name else None
+        return scale is not None and scale.tile_scale is not None and scale.count > 1
+
+    def hypotheses(self) -> list[str]:
+        """The wrong hypotheses this case can tell apart from the contract."""
+        if self.spec.tokens == 0:
+            return []
+        out = ["read.block_table"]
+        nope, rope = self.layout.value_field(Source.KV_C), self.layout.value_field(Source.K_PE)
+        if nope.element != ELEMENT_INPUT16:
+            out.append("read.fp8_format")
+        if rope.element == ELEMENT_INPUT16 and nope.element != ELEMENT_INPUT16:
+            out.append("read.rope_as_fp8")
+        return out
+
+
+def _with_format(layout: MlaLayout, fmt: Fp8Format) -> MlaLayout:
+    return build_layout(layout.name, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim, flags=layout.flags,
+                        element_format=fmt, conversion_mode=layout.conversion_mode)
+
+
+def build_gather_case(spec: GatherSpec, contract: WriteContract, device: torch.device | str) -> GatherCase:
+    """The cache, index tensors and canary-filled ``dst`` of ``spec`` on ``device`` under ``contract``."""
+    return GatherCase(spec, contract, device)

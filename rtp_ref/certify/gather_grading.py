@@ -1,0 +1,119 @@
+"""Grade one ``gather_and_maybe_dequant_cache`` call against the reference read of the same cache.
+
+The footprint is ``dst``'s first ``cu_seq_lens[-1]`` rows; the cache storage (and its guards), ``dst``'s other
+rows and ``dst``'s guards must be left as they were. Inside the footprint, values are compared as numbers
+(``read.values``: within one unit in the last place of ``dst``'s dtype, NaN where NaN) and as bits
+(``bit_exact.bytes``). When the bits are wrong, the case's wrong hypotheses (rtp_ref.certify.gather_cases)
+are read too, and a reader whose ``dst`` equals one fails the check named after it; on a layout with tile scales,
+a tile that holds its codes times another tile's stored scale fails ``read.tile_scale``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rtp_ref.certify.cases import GUARD_BYTES
+from rtp_ref.certify.checks import Check, grade_reached
+from rtp_ref.certify.gather_cases import GatherCase
+from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.value_checks import MAX_EXAMPLES
+from rtp_ref.fp8 import decode
+from rtp_ref.kv.cache import gather_entries
+from rtp_ref.kv.entries import stored_tile_scales
+from rtp_ref.kv.fields import Source
+from rtp_ref.kv.gather import to_dst_dtype
+
+#: the integer view of each ``dst`` dtype, for distances in units in the last place
+_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+
+
+def _check(name: str, ok: bool, detail: str) -> Check:
+    return Check(name, ok, "" if ok else detail)
+
+
+def _ordered(bits: torch.Tensor) -> torch.Tensor:
+    """Sign-magnitude float bits mapped to integers that order like the floats (adjacent floats differ by 1)."""
+    wide = bits.to(torch.int64)
+    return torch.where(wide < 0, -(wide & (2 ** (8 * bits.element_size() - 1) - 1)), wide)
+
+
+def _rows(case: GatherCase, storage: torch.Tensor) -> torch.Tensor:
+    return case.dst_view(storage)[: case.spec.tokens]
+
+
+def _examples(case: GatherCase, mask: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> str:
+    """``row 3 kv_c[17]: reader 1.5 vs 1.25`` for the first few places of ``mask``."""
+    r_width = case.layout.kv_lora_rank
+    return "; ".join(f"row {r} {'kv_c' if c < r_width else 'k_pe'}[{c if c < r_width else c - r_width}]: reader "
+                     f"{float(got[r, c]):.6g} vs {float(want[r, c]):.6g}"
+                     for r, c in torch.nonzero(mask)[:MAX_EXAMPLES].tolist())
+
+
+def _tile_scale(case: GatherCase, got: torch.Tensor, want: torch.Tensor) -> Check:
+    """``read.tile_scale``: a wrong tile of ``kv_c`` holds exactly its codes times another tile's stored scale."""
+    lay = case.layout
+    spec = lay.field(lay.value_field(Source.KV_C).scale_field or "").tile_scale
+    assert spec is not None  # case.tiled()
+    entries = gather_entries(lay, case.cache_view(case.cache_storage.cpu()), case.read_slots())
+    nope = lay.value_field(Source.KV_C)
+    at = lay.entry_offset(nope)
+    values = decode(entries[:, at: at + lay.kv_lora_rank], lay.element_format)
+    scales = stored_tile_scales(lay, entries)
+    n, tile = scales.shape[1], spec.tile
+    pad = n * tile - lay.kv_lora_rank
+    bits = _BITS[got.dtype]
+
+    def tiles(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, pad)).reshape(x.shape[0], n, tile)
+
+    candidates = to_dst_dtype(tiles(values)[:, :, None, :] * scales[:, None, :, None], got.dtype).view(bits)
+    g, w = tiles(got[:, : lay.kv_lora_rank]).view(bits), tiles(want[:, : lay.kv_lora_rank]).view(bits)
+    matches = (candidates == g[:, :, None, :]).all(dim=3) & ~torch.eye(n, dtype=torch.bool)
+    wrong = (g != w).any(dim=2) & matches.any(dim=2)
+    spots = torch.nonzero(wrong)[:MAX_EXAMPLES].tolist()
+    examples = "; ".join(f"row {r} tile {i} with tile {int(torch.nonzero(matches[r, i])[0])}'s" for r, i in spots)
+    return _check("read.tile_scale", not bool(wrong.any()),
+                  f"{int(wrong.sum())} tile(s) of kv_c hold their codes times another tile's stored scale, e.g. "
+                  f"{examples}")
+
+
+def grade_gather(case: GatherCase, cache_before: torch.Tensor, cache_after: torch.Tensor,
+                 dst_before: torch.Tensor, dst_after: torch.Tensor, max_ulp: float = 1.0) -> Grading:
+    """Grade one call: the ``*_before``/``*_after`` tensors are CPU copies of the case's two storages around it."""
+    spec = case.spec
+    ref = case.reference_dst()
+    cache_changed = int((cache_after != cache_before).sum())
+    checks = [_check("read.cache_untouched", cache_changed == 0,
+                     f"{cache_changed} byte(s) of the cache storage (the cache and its guard zones) changed: a reader "
+                     f"must not write its cache")]
+    footprint = torch.zeros_like(dst_before, dtype=torch.bool)
+    footprint[GUARD_BYTES: GUARD_BYTES + spec.tokens * (case.dst_bytes // case.dst_rows)] = True
+    stray = torch.nonzero((dst_after != dst_before) & ~footprint).flatten()
+    checks.append(_check("read.untouched_rows", stray.numel() == 0,
+                         f"{stray.numel()} byte(s) of dst outside its first {spec.tokens} rows (cu_seq_lens[-1]) "
+                         f"changed, e.g. storage byte(s) {stray[:MAX_EXAMPLES].tolist()} (dst sits between guard "
+                         f"zones, with {case.dst_rows - spec.tokens} rows past the sequences)"))
+    got, want = _rows(case, dst_after), _rows(case, ref)
+    gbits, wbits = got.view(_BITS[got.dtype]), want.view(_BITS[got.dtype])
+    exact = torch.equal(gbits, wbits)
+    for name in case.hypotheses():
+        matched = not exact and torch.equal(gbits, _rows(case, case.reference_dst(name)).view(_BITS[got.dtype]))
+        checks.append(_check(name, not matched, f"dst holds exactly what a reader with this fault reads "
+                                                f"({name.split('.')[1].replace('_', ' ')})"))
+    if case.tiled() and spec.tokens:
+        checks.append(_check("read.tile_scale", True, "") if exact else _tile_scale(case, got, want))
+    gnan, wnan = torch.isnan(got.float()), torch.isnan(want.float())
+    steps = (_ordered(gbits) - _ordered(wbits)).abs()
+    off = (gnan != wnan) | (~wnan & (steps > max_ulp))
+    worst = int(steps[~(gnan | wnan)].max()) if bool((~(gnan | wnan)).any()) else 0
+    checks.append(_check("read.values", not bool(off.any()),
+                         f"{int(off.sum())} value(s) are more than {max_ulp:g} unit(s) in the last place of "
+                         f"{str(got.dtype).removeprefix('torch.')} from the contract's (NaN where it is NaN), e.g. "
+                         f"{_examples(case, off, got, want)}"))
+    mismatched = int((dst_after != ref)[footprint].sum())
+    checks.append(_check("bit_exact.bytes", mismatched == 0 and exact,
+                         f"{mismatched} of {int(footprint.sum())} byte(s) of dst's rows differ from the reference's"))
+    stats: dict[str, Any] = {"rows": spec.tokens, "mismatched_bytes": mismatched, "max_ulp": worst}
+    return Grading(checks, grade_reached([c.name for c in checks if not c.passed]), stats)

@@ -1,0 +1,64 @@
+"""``rtp-ref read-check``: what a platform's attention reader will see in a golden file's written cache."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from typing import Any
+
+from rtp_ref.commands._output import add_json_flag, print_json
+from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.golden_read import read_golden
+from rtp_ref.kv.reader_view import reader_changes
+from rtp_ref.platform import resolve_platform
+
+
+def _read_check(args: argparse.Namespace) -> int:
+    platform = resolve_platform(args.platform)
+    reader = platform.reader
+    if reader is None:
+        raise RtpRefError(f"--platform {args.platform!r}: its table states no [reader]; valid: a table with a "
+                          "[reader] section (every bundled table has one)")
+    golden = read_golden(args.file)
+    layout, meta = golden.layout, golden.metadata
+    changes = reader_changes(layout, golden.tensors["kv_cache_expected"], golden.tensors["slot_mapping"], reader)
+    changed = any(c.changed for c in changes)
+    # the flags of this layout's scales (ds_mla_*, model1_*, fp8_*): the rule the file was written under
+    prefix = layout.name.removeprefix("fp8_").removesuffix("_mla")
+    flags = {k: v for k, v in sorted(layout.flags.as_dict().items()) if k.startswith(prefix)}
+    if args.json:
+        print_json({"file": golden.path, "layout": layout.name, "written_for": meta["platform"],
+                    "fp8_format": meta["fp8_format"], "scale_flags": flags, "platform": platform.name,
+                    "reader": {"name": reader.name, "tile_scale": reader.tile_scale,
+                               "element_format": reader.element_format.name, "source": reader.source},
+                    "changes": [asdict(c) for c in changes], "changed": changed})
+        return 1 if changed else 0
+    rule = ", ".join(f"{k} {v}" for k, v in flags.items())
+    print(f"{golden.path}: {layout.name} written for {meta['platform']} ({meta['fp8_format']}"
+          f"{', ' + rule if rule else ''}), read by {reader.name} ({platform.name}: tile scales as "
+          f"{reader.tile_scale}, fp8 as {reader.element_format.name}; {reader.source})")
+    for c in changes:
+        print(f"  {c.describe()}")
+    if not changes:
+        print("  nothing a reader interprets: the layout stores 16-bit values only")
+    verdict = "CHANGES stored values on read" if changed else "reads every stored value as written"
+    print(f"rtp-ref: {reader.name} {verdict}")
+    return 1 if changed else 0
+
+
+def register(sub: Any) -> None:
+    """Add ``read-check``."""
+    parser = sub.add_parser(
+        "read-check",
+        help="what a platform's attention reader sees in a golden file's cache: tile scales and fp8 values it "
+             "takes differently from what was stored",
+        description="Read the written entries of an MLA golden file (rtp-ref golden) as the platform table's "
+        "[reader] takes them (FlashMLA SM90: fp32 tile scales as bf16; SM100: as e8m0 rounded toward zero; AITER: "
+        "as stored, in the platform's fp8 format) and report, per kind of value, how many change on read and by "
+        "how much. Exits 0 when the reader sees every value as stored, 1 when some change, 2 on a bad file or "
+        "argument. Example: rtp-ref read-check ds_mla.safetensors --platform cuda-sm100",
+    )
+    parser.add_argument("file", metavar="FILE", help="the golden .safetensors file (an MLA layout)")
+    parser.add_argument("--platform", required=True, help="platform name or .toml path whose [reader] reads it")
+    add_json_flag(parser)
+    parser.set_defaults(func=_read_check)

@@ -1,0 +1,87 @@
+"""The built-in readers (``reference-gather``, ``triton-gather``, ``cuda-gather``) of ``gather_and_maybe_dequant_cache``
+against the reference, bit for bit, on what the conformance cases do not vary: a ``dst`` that is a strided view,
+int64 index tensors, a cache in another platform's fp8 format, a block size of 1; and their call contract (a
+layout they do not claim raises, a bad ``dst`` is named, nothing is written). Inputs are built on the device
+under test; on a machine without a GPU the Triton reader runs in Triton's interpreter and the CUDA one is
+skipped. Values whose code is -0.0 are in every cache: Triton compiles ``-v`` as ``0 - v``, and a reader
+that negated a decoded zero that way lost the sign on the GPU only (the interpreter kept it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels.gather_builtin import MlaGatherKernel, gather_kernels
+from rtp_ref.kv.cache import reference_write
+from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
+from rtp_ref.ops import MLA_GATHER_OP, op_name
+from rtp_ref.platform import load_platform
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+READERS = {k.name: k for k in gather_kernels()}
+KERNELS = [pytest.param(name, marks=pytest.mark.skipif(name not in READERS or DEVICE not in READERS[name].devices,
+                                                       reason=f"{name} cannot run on {DEVICE} here"))
+           for name in ("reference-gather", "triton-gather", "cuda-gather")]
+
+
+def _case(layout_name: str, platform: str, block: int, index: torch.dtype) -> tuple[object, ...]:
+    contract = WriteContract.for_platform(load_platform(platform))
+    r = 448 if layout_name == "fp8_model1_mla" else 512
+    layout = contract.layout(layout_name, r, 64)
+    g = torch.Generator().manual_seed(block)
+    blocks = 40 // block + 4
+    cache = torch.zeros(layout.cache_shape(blocks, block), dtype=layout.cache_dtype(torch.bfloat16))
+    capacity = blocks * block
+    kv_c = (torch.randn(capacity, r, generator=g) * 5).to(torch.bfloat16)
+    k_pe = (torch.randn(capacity, 64, generator=g) * 5).to(torch.bfloat16)
+    # values whose fp8 code is -0.0 (0x80 in OCP e4m3; fnuz has none): a reader must keep the sign
+    kv_c[:, :4] = k_pe[:, :4] = torch.tensor([-1e-7, -0.0, 1e-7, 0.0]).to(torch.bfloat16)
+    reference_write(layout, kv_c, k_pe, cache, torch.arange(capacity), torch.tensor([0.07]))
+    table = torch.randperm(blocks, generator=g)[: 2 * (blocks // 2)].reshape(2, -1).to(index)
+    cu = torch.tensor([0, 11, 11 + 17], dtype=index)
+    starts = torch.tensor([3, 1], dtype=index)
+    return contract, cache, table, cu, starts
+
+
+@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize(("layout_name", "platform"), [("auto", "cpu"), ("fp8", "rocm-gfx942"),
+                                                       ("fp8_ds_mla", "cuda-sm100"), ("fp8_model1_mla", "cpu")])
+@pytest.mark.parametrize(("block", "index"), [(16, torch.int64), (1, torch.int32)])
+def test_reader_matches_the_reference_into_a_strided_dst(name: str, layout_name: str, platform: str, block: int,
+                                                         index: torch.dtype) -> None:
+    contract, cache, table, cu, starts = _case(layout_name, platform, block, index)
+    width = cache.shape[2] if layout_name == "auto" else (512 if layout_name == "fp8_model1_mla" else 576)
+    want = torch.full((30, 2 * width), 9.0, dtype=torch.float16)
+    gather_and_maybe_dequant_cache(contract.layout(layout_name, width - 64, 64), cache, want[:, 3: 3 + width],
+                                   table, cu, torch.tensor([0.07]), starts)
+    reader = READERS[name].bind(contract)
+    wide = torch.full((30, 2 * width), 9.0, dtype=torch.float16, device=DEVICE)
+    dst = wide[:, 3: 3 + width]  # row stride 2 * width: a view of a wider buffer, built on the device
+    assert not dst.is_contiguous()
+    reader(cache.to(DEVICE), dst, table.to(DEVICE), cu.to(DEVICE), layout_name,
+           torch.tensor([0.07], device=DEVICE), starts.to(DEVICE))
+    assert torch.equal(wide.cpu().view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_reader_refuses_what_it_cannot_read_and_writes_nothing(name: str) -> None:
+    contract, cache, table, cu, _ = _case("fp8", "cpu", 16, torch.int32)
+    reader = READERS[name].bind(contract)
+    args = (table.to(DEVICE), cu.to(DEVICE))
+    scale = torch.tensor([0.07], device=DEVICE)
+    dst = torch.full((30, 576), 5.0, device=DEVICE)
+    with pytest.raises(UnsupportedLayoutError, match="does not support kv_cache_dtype 'fp8_e5m2'"):
+        reader(cache.to(DEVICE), dst, *args, "fp8_e5m2", scale)
+    with pytest.raises(RtpRefError, match=r"dst: torch.Size\(\[30, 64\]\); valid: a tensor \[tokens, kv_lora_rank"):
+        reader(cache.to(DEVICE), dst[:, :64], *args, "fp8", scale)
+    with pytest.raises(RtpRefError, match="dst: 20 rows for 28 tokens"):
+        reader(cache.to(DEVICE), dst[:20], *args, "fp8", scale)
+    assert bool((dst == 5.0).all()) and reader.launch_count == 0
+
+
+def test_the_builtin_readers_name_their_op() -> None:
+    assert "reference-gather" in READERS
+    assert all(op_name(k) == MLA_GATHER_OP and isinstance(k, MlaGatherKernel) and not k.graph_safe
+               for k in READERS.values())

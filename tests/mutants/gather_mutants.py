@@ -1,0 +1,121 @@
+"""Mutants of the read op: each is the reference gather with one fault a real reader had.
+
+They are protocol kernels of ``gather_and_maybe_dequant_cache`` (``op``, claims, ``devices``, ``bind``), certified
+through ``RTP_REF_KERNELS`` with the other mutants (tests/mutants/kernels.py ``mutants``). ``GATHER_EXPECTED`` says
+the platform and the named check that must catch each one. Each is written from the fault's description, not
+from the suite's hypotheses (rtp_ref.certify.gather_cases).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from rtp_ref.fp8 import decode
+from rtp_ref.fp8.formats import E4M3FN
+from rtp_ref.kernels.contract import WriteContract, default_contract
+from rtp_ref.kernels.gather_builtin import gather_layout
+from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kv.cache import gather_entries, scatter_entries
+from rtp_ref.kv.fields import Source
+from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots, to_dst_dtype
+from rtp_ref.kv.layouts import MlaLayout, build_layout
+from rtp_ref.ops import MLA_GATHER_OP
+
+
+class GatherMutant:
+    """The reference gather with one fault injected by a subclass (``read``); CPU only."""
+
+    op = MLA_GATHER_OP
+    name: ClassVar[str]
+    kv_cache_dtypes: ClassVar[tuple[str, ...]]
+    devices = ("cpu",)
+    conversion_path = "decode"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> GatherMutant:
+        return type(self)(contract)
+
+    def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+                 cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
+                 seq_starts: torch.Tensor | None = None) -> None:
+        if kv_cache_dtype not in self.kv_cache_dtypes:
+            raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
+        layout = gather_layout(self.contract or default_contract(kv_cache.device), kv_cache_dtype, dst)
+        self.read(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        gather_and_maybe_dequant_cache(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
+class IgnoresBlockTable(GatherMutant):
+    """Reads a sequence's position p from cache block p // block_size, as if the cache were contiguous."""
+
+    name = "mutant-gather-ignores-block-table"
+    kv_cache_dtypes = ("fp8",)
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        columns = torch.arange(block_table.shape[1], dtype=block_table.dtype).repeat(block_table.shape[0], 1)
+        gather_and_maybe_dequant_cache(layout, kv_cache, dst, columns, cu_seq_lens, scale, seq_starts)
+
+
+class NeighbourTileScale(GatherMutant):
+    """Scales tile i of kv_c by tile i + 1's scale (the last by the first): an off-by-one in the scale index."""
+
+    name = "mutant-gather-neighbour-tile-scale"
+    kv_cache_dtypes = ("fp8_ds_mla",)
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        shifted = kv_cache.clone()
+        slots = torch.arange(kv_cache.shape[0] * kv_cache.shape[1])
+        entries = gather_entries(layout, shifted, slots)
+        field = layout.field(layout.value_field(Source.KV_C).scale_field or "")
+        at, size = layout.entry_offset(field), field.size
+        scales = entries[:, at: at + size].reshape(entries.shape[0], field.count, -1)
+        entries[:, at: at + size] = scales.roll(-1, dims=1).reshape(entries.shape[0], size)
+        scatter_entries(layout, entries, shifted, slots)
+        gather_and_maybe_dequant_cache(layout, shifted, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
+class FnuzReadAsFn(GatherMutant):
+    """Decodes the cache's fp8 codes as OCP e4m3fn whatever the platform stores (vLLM #45562 on fnuz)."""
+
+    name = "mutant-gather-fnuz-read-as-fn"
+    kv_cache_dtypes = ("fp8",)
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        ocp = build_layout(layout.name, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim,
+                           flags=layout.flags, element_format=E4M3FN, conversion_mode=layout.conversion_mode)
+        gather_and_maybe_dequant_cache(ocp, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
+class RopeReadAsFp8(GatherMutant):
+    """Reads the bf16 rope of ds_mla as fp8 codes times the per-tensor scale, as a reader of the ``fp8`` layout."""
+
+    name = "mutant-gather-rope-read-as-fp8"
+    kv_cache_dtypes = ("fp8_ds_mla",)
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        gather_and_maybe_dequant_cache(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+        slots = sequence_slots(block_table, cu_seq_lens, kv_cache.shape[1], seq_starts)
+        rope = layout.entry_offset(layout.value_field(Source.K_PE))
+        codes = gather_entries(layout, kv_cache, slots)[:, rope: rope + layout.rope_dim]
+        dst[: slots.numel(), layout.kv_lora_rank:] = to_dst_dtype(decode(codes, layout.element_format) * scale,
+                                                                  dst.dtype)
+
+
+#: mutant class -> (platform it is certified on, the check that must catch it)
+GATHER_EXPECTED: dict[type[GatherMutant], tuple[str, str]] = {
+    IgnoresBlockTable: ("cpu", "read.block_table"),
+    NeighbourTileScale: ("cpu", "read.tile_scale"),
+    FnuzReadAsFn: ("rocm-gfx942", "read.fp8_format"),
+    RopeReadAsFp8: ("cpu", "read.rope_as_fp8"),
+}
