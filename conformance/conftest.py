@@ -18,12 +18,13 @@ from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.gather_cases import GatherSpec
 from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_specs
+from rtp_ref.certify.indexer_gather_cases import IndexerGatherSpec
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.certify.tiers import declined_reason, runs_tier
 from rtp_ref.kv.layouts import default_dims
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS, op_cases
+from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS, op_cases
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
 
 from .matrix import KernelUnderTest, matching_deviation, suite
@@ -172,27 +173,28 @@ def family_case_params(config: pytest.Config) -> list[Any]:
 
 @dataclass(frozen=True)
 class GatherCaseParam:
-    """One case of the read op: the bound reader, the case spec, a known deviation."""
+    """One case of a read op: the bound reader, the case spec (its op), a known deviation."""
 
     kut: KernelUnderTest
-    spec: GatherSpec
+    spec: GatherSpec | IndexerGatherSpec
     deviation: int | None
 
 
 def gather_case_params(config: pytest.Config) -> list[Any]:
-    """Every (reader, layout, case) of ``gather_and_maybe_dequant_cache`` this session certifies."""
+    """Every (reader, variant, case) of the read ops this session certifies."""
     s = suite(config)
     if not _runs(config, "regular"):
         return []
     params: list[Any] = []
-    for k in s.kernels_of(MLA_GATHER_OP):
-        for layout in s.layouts_by_op[MLA_GATHER_OP]:
-            if layout not in k.claims:
-                continue
-            for spec in op_cases(MLA_GATHER_OP)(layout):
-                marks, deviation = _case_marks(s.platform, k, spec)
-                params.append(pytest.param(GatherCaseParam(k, spec, deviation), marks=marks,
-                                           id=f"{k.name}-{layout}-{spec.case_id}"))
+    for op in (MLA_GATHER_OP, INDEXER_GATHER_OP):
+        for k in s.kernels_of(op):
+            for variant in s.layouts_by_op[op]:
+                if variant not in k.claims:
+                    continue
+                for spec in op_cases(op)(variant):
+                    marks, deviation = _case_marks(s.platform, k, spec)
+                    params.append(pytest.param(GatherCaseParam(k, spec, deviation), marks=marks,
+                                               id=f"{k.name}-{variant}-{spec.case_id}"))
     return params
 
 
@@ -279,7 +281,7 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     gather = params.params.get("gather_case") if params else None
     if isinstance(gather, GatherCaseParam):
         return {"kernel": gather.kut.name, "layout": gather.spec.layout, "kind": gather.spec.kind,
-                "case": gather.spec.case_id, "execution": gather.kut.execution, "op": MLA_GATHER_OP}
+                "case": gather.spec.case_id, "execution": gather.kut.execution, "op": gather.spec.op}
     trip = params.params.get("round_trip") if params else None
     if isinstance(trip, RoundTripParam):
         return {"kernel": trip.kut.name, "layout": trip.layout, "kind": "round_trip",

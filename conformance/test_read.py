@@ -1,5 +1,6 @@
-"""The read op's certification: each reader's ``gather_and_maybe_dequant_cache`` of each case, graded against the
-reference read (rtp_ref.certify.gather_grading), and round trips: tokens written by each MLA writer of the session
+"""The read ops' certification: each reader's ``gather_and_maybe_dequant_cache`` or
+``cp_gather_indexer_k_quant_cache`` of each case, graded against the reference read
+(rtp_ref.certify.gather_grading), and round trips of the MLA cache: tokens written by each MLA writer of the session
 (and the reference writer) and read back by the reader must give the reference's read of the reference's write.
 
 The same grades, deviations and call handling as the writes (outcome.py). Every record carries its ``op``.
@@ -15,9 +16,10 @@ import torch
 
 from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.device_errors import describe_error
-from rtp_ref.certify.gather_cases import GatherSpec, build_gather_case
-from rtp_ref.certify.gather_grading import grade_gather
+from rtp_ref.certify.gather_cases import GatherCase, GatherSpec, build_gather_case
+from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
 from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots
 from rtp_ref.ops import MLA_GATHER_OP
@@ -32,12 +34,14 @@ def test_gather_conforms(gather_case: GatherCaseParam, record_case: Callable[...
                          pytestconfig: pytest.Config) -> None:
     s = suite(pytestconfig)
     k, spec = gather_case.kut, gather_case.spec
-    case = build_gather_case(spec, s.contract, k.device)
-    assert case.kv_cache.device.type == k.device and case.dst.device.type == k.device, \
+    case: GatherCase | IndexerGatherCase = (build_gather_case(spec, s.contract, k.device)
+                                            if isinstance(spec, GatherSpec) else
+                                            IndexerGatherCase(spec, s.contract, k.device))
+    assert case.kv_cache.device.type == k.device and case.dst_storage.device.type == k.device, \
         f"suite error: the case is not on {k.device}"
     cache_before, dst_before = case.cache_storage.cpu().clone(), case.dst_storage.cpu().clone()
     result = call_gather_kernel(k.kernel, case, k.device)
-    base = dict(op=MLA_GATHER_OP, kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
+    base = dict(op=spec.op, kernel=k.name, layout=spec.layout, platform=s.platform.name, case=spec.case_id,
                 kind=spec.kind, seed=spec.seed, device=k.device, execution=k.execution,
                 required_grade=s.platform.required_grade, deviation=gather_case.deviation,
                 worker=os.environ.get("PYTEST_XDIST_WORKER"), visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -46,7 +50,9 @@ def test_gather_conforms(gather_case: GatherCaseParam, record_case: Callable[...
     if settle_call(k.kernel, k.name, result, before, after, case.layout, (), not_covered(s.platform,
                    gather_case.deviation), base, record_case):
         return
-    grading = grade_gather(case, cache_before, cache_after, dst_before, dst_after, s.platform.numerics_max_ulp)
+    grading = (grade_gather(case, cache_before, cache_after, dst_before, dst_after, s.platform.numerics_max_ulp)
+               if isinstance(case, GatherCase) else
+               grade_indexer_gather(case, cache_before, cache_after, dst_before, dst_after))
     grading = with_ran_check(grading, result.calls, result.launched, expect_launch=spec.tokens > 0)
     failed = {c.name: c.detail for c in grading.checks if not c.passed}
     record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats)

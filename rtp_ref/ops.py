@@ -11,7 +11,13 @@ suite makes, which attribute lists the variants the kernel claims, and which var
 * ``indexer_k_quant_and_cache`` (family ``indexer``): DeepSeek V3.2's indexer cache; variants are the
   ``scale_fmt`` values;
 * ``gather_and_maybe_dequant_cache`` (family ``mla``, a read op): vLLM's MLA gather, sequences read out of the
-  cache through a block table into dense dequantised rows; variants are the MLA layouts.
+  cache through a block table into dense dequantised rows; variants are the MLA layouts;
+* ``cp_gather_indexer_k_quant_cache`` (family ``indexer``, a read op): the indexer cache's stored codes and scales
+  gathered into dense rows; its call names no variant, the variants (``scale_fmt``) say how the cache read was
+  written.
+
+The MHA paged caches have no read op: attention kernels read them in place through the block table (no engine
+gathers them into dense rows).
 
 Built-in kernels of the MLA op are named after their implementation (``triton``); those of the other ops
 carry the family as a suffix (``triton-mha``, ``triton-indexer``) and readers ``-gather``, so every kernel name
@@ -35,6 +41,7 @@ MLA_OP = "concat_and_cache_mla"
 MHA_OP = "reshape_and_cache_flash"
 INDEXER_OP = "indexer_k_quant_and_cache"
 MLA_GATHER_OP = "gather_and_maybe_dequant_cache"
+INDEXER_GATHER_OP = "cp_gather_indexer_k_quant_cache"
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,10 @@ OPS: dict[str, OpSpec] = {
                           "kernel(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale, seq_starts)",
                           "-gather", "rtp_ref.kv.gather:gather_and_maybe_dequant_cache",
                           "rtp_ref.certify.gather_cases:gather_specs", reads=True),
+    INDEXER_GATHER_OP: OpSpec(INDEXER_GATHER_OP, "indexer", "scale_fmts", SCALE_FORMATS,
+                              "kernel(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)", "-indexer-gather",
+                              "rtp_ref.kv.indexer_gather:gather_indexer_k_quant_cache",
+                              "rtp_ref.certify.indexer_gather_cases:indexer_gather_specs", reads=True),
 }
 #: the ops that write a cache (the large-address and CUDA-graph tiers take these)
 WRITE_OPS = tuple(name for name, spec in OPS.items() if not spec.reads)

@@ -24,7 +24,7 @@
 #   scripts/gpu_check.sh lean          the built-in kernels' call path: their tests, every op certified natively,
 #                                      rtp-ref bench of their kernels at every size (eager, graph, launch floor)
 #   scripts/gpu_check.sh cudamutant    the large tier against its CUDA C++ int32-offset mutant (built at first use)
-#   scripts/gpu_check.sh reader        the MLA readers (gather_and_maybe_dequant_cache): their kernel tests, the same
+#   scripts/gpu_check.sh reader        the readers (the MLA and indexer gathers): their kernel tests, the same
 #                                      under compute-sanitizer, certify of the readers with the triton and cuda writers
 #                                      (round trips) on cuda-sm90 (native) and rocm-gfx942 (emulated)
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
@@ -202,7 +202,8 @@ for c in d['cases']:
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
       tests/kernels/test_gather_kernels.py -k "cuda or triton" 2>&1 | tail -4 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
-    readers=(--kernel reference-gather --kernel triton-gather --kernel cuda-gather --kernel triton --kernel cuda)
+    readers=(--kernel reference-gather --kernel triton-gather --kernel cuda-gather --kernel triton --kernel cuda
+             --kernel reference-indexer-gather --kernel triton-indexer-gather --kernel cuda-indexer-gather)
     certify cuda-sm90 "${readers[@]}"
     certify rocm-gfx942 "${readers[@]}"
     ;;

@@ -23,6 +23,8 @@ NAMED = {
                      "indexer_specs"),
     ops.MLA_GATHER_OP: ("rtp_ref.kv.gather", "gather_and_maybe_dequant_cache", "rtp_ref.certify.gather_cases",
                         "gather_specs"),
+    ops.INDEXER_GATHER_OP: ("rtp_ref.kv.indexer_gather", "gather_indexer_k_quant_cache",
+                            "rtp_ref.certify.indexer_gather_cases", "indexer_gather_specs"),
 }
 
 

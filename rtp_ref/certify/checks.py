@@ -83,12 +83,14 @@ CHECKS: tuple[CheckSpec, ...] = (
        "passes 2^31 or 2^32 are wrong and those below are right (an offset computed in 32 bits wrapped)"),
     _c("layout.large_entries", "layout", "large-address tier: a target block below 2^31 bytes differs from the "
        "reference's write of it (the regular tier names the fault)"),
-    _c("read.cache_untouched", "layout", "gather: a byte of the cache or of the guard zones around it changed (a "
+    _c("read.cache_untouched", "layout", "read ops: a byte of the cache or of the guard zones around it changed (a "
        "reader must not write its cache)"),
-    _c("read.untouched_rows", "layout", "gather: a byte of `dst` outside its first `cu_seq_lens[-1]` rows changed "
-       "(rows past the sequences, the guard zones)"),
-    _c("read.block_table", "layout", "gather: `dst` holds what a reader that ignores the block table reads (block "
-       "j of every sequence taken from cache block j)"),
+    _c("read.untouched_rows", "layout", "read ops: a byte of the outputs outside their first `cu_seq_lens[-1]` rows "
+       "changed (rows past the sequences, the guard zones)"),
+    _c("read.block_table", "layout", "read ops: the output holds what a reader that ignores the block table reads "
+       "(block j of every sequence taken from cache block j)"),
+    _c("read.scale_placement", "layout", "indexer gather: each token's scales were read right after its own "
+       "values (as if the block had no scale area at its end)"),
     _c("read.rope_as_fp8", "layout", "gather: a layout's 16-bit rope was decoded as fp8 codes (as a reader of the "
        "`fp8` layout would)"),
     _c("graph.capture", GRAPH, "graph tier: the call could not be captured in a CUDA graph (a host sync or a "
@@ -125,7 +127,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     _c("numerics.nan", "numerics", "a NaN input was not stored as NaN"),
     _c("read.fp8_format", "numerics", "gather: the fp8 codes were decoded as another format (fnuz bytes as OCP "
        "e4m3, or the reverse)"),
-    _c("read.tile_scale", "numerics", "gather: every tile of a token was scaled by its first tile's scale"),
+    _c("read.tile_scale", "numerics", "gather: a tile of `kv_c` holds its codes times another tile's stored scale"),
     _c("read.values", "numerics", "gather: a value of `dst` is more than `numerics_max_ulp` units in the last "
        "place of `dst`'s dtype from the reference's read (or NaN where it is not, or not where it is)"),
     _c("read.round_trip", "numerics", "gather: a cache written by a built-in writer and read back by the reader "

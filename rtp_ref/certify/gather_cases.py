@@ -78,17 +78,39 @@ def gather_specs(variant: str) -> Iterator[GatherSpec]:
                          padded_rows=padded)
 
 
-def _lengths(g: torch.Generator, spec: GatherSpec) -> list[int]:
-    """Sequence lengths summing to ``spec.tokens``; ``ragged``: the second and last sequences are empty."""
-    if spec.batch == 1:
-        return [spec.tokens]
-    live = [i for i in range(spec.batch) if spec.kind != "ragged" or i not in (1, spec.batch - 1)]
-    cuts = sorted(torch.randint(0, spec.tokens + 1, (len(live) - 1,), generator=g).tolist())
-    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, spec.tokens], strict=True)]
-    out = [0] * spec.batch
+def _lengths(g: torch.Generator, batch: int, tokens: int, ragged: bool) -> list[int]:
+    """Sequence lengths summing to ``tokens``; ``ragged``: the second and last sequences are empty."""
+    if batch == 1:
+        return [tokens]
+    live = [i for i in range(batch) if not ragged or i not in (1, batch - 1)]
+    cuts = sorted(torch.randint(0, tokens + 1, (len(live) - 1,), generator=g).tolist())
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, tokens], strict=True)]
+    out = [0] * batch
     for i, n in zip(live, sizes, strict=True):
         out[i] = n
     return out
+
+
+def block_table_for(g: torch.Generator, batch: int, tokens: int, block_size: int, ragged: bool,
+                    with_starts: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
+    """Sequences of ``tokens`` rows in all laid out in a cache: ``(block_table, cu_seq_lens, seq_starts or None,
+    num_blocks)``. Each sequence gets its own shuffled blocks, the table one column more than any sequence reaches
+    (filled with a block no sequence reads), the cache three blocks more than the sequences use; ``ragged``:
+    empty sequences and int64 index tensors (int32 otherwise); ``with_starts``: a start of 0-49 per sequence."""
+    lengths = _lengths(g, batch, tokens, ragged)
+    starts = [int(torch.randint(0, 50, (1,), generator=g)) if with_starts else 0 for _ in lengths]
+    widths = [-(-(s + n) // block_size) for s, n in zip(starts, lengths, strict=True)]
+    num_blocks = sum(widths) + 3
+    order = torch.randperm(num_blocks, generator=g)
+    table = torch.empty(batch, max(widths) + 1, dtype=torch.int64)
+    taken = 0
+    for b, w in enumerate(widths):
+        table[b, :w] = order[taken: taken + w]
+        table[b, w:] = order[-1]  # never reached: the last, unread block
+        taken += w
+    index = torch.int64 if ragged else torch.int32
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=index)
+    return table.to(index), cu, torch.tensor(starts, dtype=index) if with_starts else None, num_blocks
 
 
 def gather_layout_for(spec: CaseSpec, contract: WriteContract) -> MlaLayout:
@@ -105,23 +127,10 @@ class GatherCase:
         self.spec = spec
         self.layout = gather_layout_for(spec, contract)
         g = torch.Generator().manual_seed(spec.seed)
-        lengths = _lengths(g, spec)
-        starts = [int(torch.randint(0, 50, (1,), generator=g)) if spec.starts else 0 for _ in lengths]
-        widths = [-(-(s + n) // spec.block_size) for s, n in zip(starts, lengths, strict=True)]
-        columns = max(widths) + 1  # one column more than any sequence reaches, as a table sized for the batch
-        self.num_blocks = sum(widths) + 3  # three blocks no sequence reads
-        order = torch.randperm(self.num_blocks, generator=g)
-        table = torch.empty(spec.batch, columns, dtype=torch.int64)
-        taken = 0
-        for b, w in enumerate(widths):
-            table[b, :w] = order[taken: taken + w]
-            table[b, w:] = order[-1]  # never reached: the last, unread block
-            taken += w
-        index_dtype = torch.int64 if spec.kind == "ragged" else torch.int32
-        self.block_table = table.to(index_dtype).to(device)
-        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=index_dtype)
-        self.cu_seq_lens = cu.to(device)
-        self.seq_starts = torch.tensor(starts, dtype=index_dtype).to(device) if spec.starts else None
+        table, cu, starts, self.num_blocks = block_table_for(g, spec.batch, spec.tokens, spec.block_size,
+                                                             spec.kind == "ragged", spec.starts)
+        self.block_table, self.cu_seq_lens = table.to(device), cu.to(device)
+        self.seq_starts = starts.to(device) if starts is not None else None
         self.scale = torch.tensor([0.5 + 1.5 * float(torch.rand(1, generator=g))], dtype=torch.float32).to(device)
         host_storage, host_cache = make_cache(self.layout, self.num_blocks, spec.block_size, spec.input_dtype,
                                               spec.padded_rows, "cpu")

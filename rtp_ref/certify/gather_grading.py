@@ -1,4 +1,5 @@
-"""Grade one ``gather_and_maybe_dequant_cache`` call against the reference read of the same cache.
+"""Grade one read-op call against the reference read of the same cache: ``gather_and_maybe_dequant_cache``
+(``grade_gather``) and ``cp_gather_indexer_k_quant_cache`` (``grade_indexer_gather``: bytes only, nothing decoded).
 
 The footprint is ``dst``'s first ``cu_seq_lens[-1]`` rows; the cache storage (and its guards), ``dst``'s other
 rows and ``dst``'s guards must be left as they were. Inside the footprint, values are compared as numbers
@@ -18,6 +19,7 @@ from rtp_ref.certify.cases import GUARD_BYTES
 from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.gather_cases import GatherCase
 from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
 from rtp_ref.certify.value_checks import MAX_EXAMPLES
 from rtp_ref.fp8 import decode
 from rtp_ref.kv.cache import gather_entries
@@ -79,15 +81,41 @@ def _tile_scale(case: GatherCase, got: torch.Tensor, want: torch.Tensor) -> Chec
                   f"{examples}")
 
 
+def _cache_untouched(cache_before: torch.Tensor, cache_after: torch.Tensor) -> Check:
+    changed = int((cache_after != cache_before).sum())
+    return _check("read.cache_untouched", changed == 0,
+                  f"{changed} byte(s) of the cache storage (the cache and its guard zones) changed: a reader must not "
+                  f"write its cache")
+
+
+def grade_indexer_gather(case: IndexerGatherCase, cache_before: torch.Tensor, cache_after: torch.Tensor,
+                         dst_before: torch.Tensor, dst_after: torch.Tensor) -> Grading:
+    """Grade one indexer gather: the ``*_before``/``*_after`` tensors are CPU copies of the case's cache and
+    output storages around the call."""
+    ref, footprint = case.reference_dst(), case.footprint()
+    checks = [_cache_untouched(cache_before, cache_after)]
+    stray = torch.nonzero((dst_after != dst_before) & ~footprint).flatten()
+    checks.append(_check("read.untouched_rows", stray.numel() == 0,
+                         f"{stray.numel()} byte(s) of dst_k/dst_scale outside their first {case.spec.tokens} rows "
+                         f"changed, e.g. storage byte(s) {stray[:MAX_EXAMPLES].tolist()}"))
+    exact = torch.equal(dst_after[footprint], ref[footprint])
+    for name in case.hypotheses():
+        matched = not exact and torch.equal(dst_after[footprint], case.reference_dst(name)[footprint])
+        checks.append(_check(name, not matched, f"dst_k and dst_scale hold exactly what a reader with this fault "
+                                                f"reads ({name.split('.')[1].replace('_', ' ')})"))
+    mismatched = int((dst_after != ref)[footprint].sum())
+    checks.append(_check("bit_exact.bytes", mismatched == 0,
+                         f"{mismatched} of {int(footprint.sum())} byte(s) of the rows differ from the reference's"))
+    stats: dict[str, Any] = {"rows": case.spec.tokens, "mismatched_bytes": mismatched}
+    return Grading(checks, grade_reached([c.name for c in checks if not c.passed]), stats)
+
+
 def grade_gather(case: GatherCase, cache_before: torch.Tensor, cache_after: torch.Tensor,
                  dst_before: torch.Tensor, dst_after: torch.Tensor, max_ulp: float = 1.0) -> Grading:
     """Grade one call: the ``*_before``/``*_after`` tensors are CPU copies of the case's two storages around it."""
     spec = case.spec
     ref = case.reference_dst()
-    cache_changed = int((cache_after != cache_before).sum())
-    checks = [_check("read.cache_untouched", cache_changed == 0,
-                     f"{cache_changed} byte(s) of the cache storage (the cache and its guard zones) changed: a reader "
-                     f"must not write its cache")]
+    checks = [_cache_untouched(cache_before, cache_after)]
     footprint = torch.zeros_like(dst_before, dtype=torch.bool)
     footprint[GUARD_BYTES: GUARD_BYTES + spec.tokens * (case.dst_bytes // case.dst_rows)] = True
     stray = torch.nonzero((dst_after != dst_before) & ~footprint).flatten()

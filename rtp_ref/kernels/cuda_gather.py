@@ -1,5 +1,6 @@
-"""The MLA cache read in CUDA C++ (``csrc/gather.cu``), for CUDA GPUs: ``gather_and_maybe_dequant_cache`` for
-every MLA layout, from the layout's plan (rtp_ref.kernels.write_plan) and the fp8 format's traits."""
+"""The cache reads in CUDA C++ (``csrc/gather.cu``), for CUDA GPUs: ``gather_and_maybe_dequant_cache`` for every MLA
+layout, from the layout's plan (rtp_ref.kernels.write_plan) and the fp8 format's traits, and
+``cp_gather_indexer_k_quant_cache`` (bytes copied)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rtp_ref.kernels.call_signature import on_device
 from rtp_ref.kernels.cuda_build import arch_of, build_library
 from rtp_ref.kernels.write_plan import WritePlan
 from rtp_ref.kv.gather import read16
+from rtp_ref.kv.indexer import IndexerLayout
 from rtp_ref.kv.layouts import MlaLayout
 
 #: ``dst`` dtype -> the kernel's ``out`` selector
@@ -30,11 +32,20 @@ class _GatherParams(ctypes.Structure):
         "man_bits", "emin", "max_code", "neg_zero", "has_inf", "inf_code")]
 
 
+class _IndexerGatherParams(ctypes.Structure):
+    """Mirror of ``struct RtpRefIndexerGatherParams`` in gather.cu: int64 fields, no padding."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "cache", "dst_k", "dst_scale", "table", "cu", "rows", "batch", "block_size", "block_bytes", "table_row",
+        "table_col", "k_row", "scale_row", "table_i32", "cu_i32", "head_dim", "scale_bytes")]
+
+
 @functools.cache
 def _library(arch: str) -> ctypes.CDLL:
     lib = build_library("gather.cu", arch)
     lib.rtp_ref_mla_gather.argtypes = [ctypes.POINTER(_GatherParams), ctypes.c_void_p]
-    lib.rtp_ref_mla_gather.restype = ctypes.c_int
+    lib.rtp_ref_indexer_gather.argtypes = [ctypes.POINTER(_IndexerGatherParams), ctypes.c_void_p]
+    lib.rtp_ref_mla_gather.restype = lib.rtp_ref_indexer_gather.restype = ctypes.c_int
     lib.rtp_ref_gather_error_string.argtypes = [ctypes.c_int]
     lib.rtp_ref_gather_error_string.restype = ctypes.c_char_p
     return lib
@@ -61,8 +72,28 @@ def cuda_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, bl
         out=_OUT[dst.dtype], man_bits=t.man_bits, emin=t.emin, max_code=t.max_code, neg_zero=t.negative_zero,
         has_inf=t.has_inf, inf_code=t.inf_code,
     )
-    lib = _library(arch_of(kv_cache.device))
-    with on_device(kv_cache.device.index):
-        code = lib.rtp_ref_mla_gather(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    _launch("rtp_ref_mla_gather", params, kv_cache.device)
+
+
+def cuda_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
+                        dst_scale: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+    """The indexer gather of rtp_ref.kv.indexer_gather on checked arguments (columns contiguous), in one CUDA
+    launch on the current stream; nothing is launched for no rows."""
+    params = _IndexerGatherParams(
+        cache=kv_cache.data_ptr(), dst_k=dst_k.data_ptr(), dst_scale=dst_scale.data_ptr(),
+        table=block_table.data_ptr(), cu=cu_seq_lens.data_ptr(), rows=dst_k.shape[0], batch=block_table.shape[0],
+        block_size=kv_cache.shape[1], block_bytes=kv_cache.stride(0), table_row=block_table.stride(0),
+        table_col=block_table.stride(1), k_row=dst_k.stride(0), scale_row=dst_scale.stride(0),
+        table_i32=block_table.dtype == torch.int32, cu_i32=cu_seq_lens.dtype == torch.int32,
+        head_dim=layout.head_dim, scale_bytes=4 * layout.scales_per_token,
+    )
+    _launch("rtp_ref_indexer_gather", params, kv_cache.device)
+
+
+def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
+    """Call ``entry`` of the library with ``params`` on the current stream of ``device``."""
+    lib = _library(arch_of(device))
+    with on_device(device.index):
+        code = getattr(lib, entry)(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
     if code != 0:
         raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_gather_error_string(code).decode()}")

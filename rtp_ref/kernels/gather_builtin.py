@@ -1,6 +1,7 @@
-"""rtp-ref's built-in readers of the MLA cache (``gather_and_maybe_dequant_cache``, rtp_ref.ops), as protocol
-kernels: ``reference-gather`` (the reference, on any device through the CPU), ``triton-gather`` and
-``cuda-gather``.
+"""rtp-ref's built-in readers (rtp_ref.ops), as protocol kernels: of the MLA cache (``gather_and_maybe_dequant_cache``:
+``reference-gather``, the reference on any device through the CPU, ``triton-gather``, ``cuda-gather``) and of the
+indexer cache (``cp_gather_indexer_k_quant_cache``: ``reference-indexer-gather``, ``triton-indexer-gather``,
+``cuda-indexer-gather``).
 
 A reader works its layout out from the bound contract (fp8 format, conversion mode, layout flags) and the call:
 ``kv_cache_dtype`` names the layout, ``dst``'s width is ``kv_lora_rank + rope_dim`` with ``rope_dim`` 64 (DeepSeek's
@@ -15,11 +16,14 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from rtp_ref.errors import RtpRefError
+from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.kernels.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, validate_gather_args
+from rtp_ref.kv.indexer import SCALE_FORMATS, indexer_layout_for
+from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache, quant_block_of, validate_indexer_gather_args
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.ops import MLA_GATHER_OP, OPS
+from rtp_ref.kv.validate import check_tensor
+from rtp_ref.ops import INDEXER_GATHER_OP, MLA_GATHER_OP, OPS
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 #: the rope width a reader assumes (``dst``'s last 64 columns are ``k_pe``)
@@ -70,20 +74,65 @@ class MlaGatherKernel:
         self.launch_count += 1
 
 
-def gather_kernels() -> list[MlaGatherKernel]:
-    """The built-in readers that can run here, unbound: the reference always, triton and cuda where the writers
+class IndexerGatherKernel:
+    """``cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)`` by one reader:
+    ``head_dim`` is ``dst_k``'s width, the quant block ``head_dim * 4 / dst_scale.shape[1]``
+    (rtp_ref.kv.indexer_gather). Every call is checked on the host (values included); the columns of ``dst_k``
+    and ``dst_scale`` must be contiguous (engines allocate them so)."""
+
+    op = INDEXER_GATHER_OP
+    scale_fmts: Collection[str] = SCALE_FORMATS
+    graph_safe = False
+    conversion_path = "decode"
+
+    def __init__(self, impl: str, reader: Reader, devices: Collection[str],
+                 contract: WriteContract | None = None) -> None:
+        self.impl, self.name = impl, f"{impl}{OPS[INDEXER_GATHER_OP].name_suffix}"
+        self.reader, self.devices, self.contract = reader, tuple(devices), contract
+        self.launch_count = 0
+        self._contracts = DeviceContracts()
+
+    def bind(self, contract: WriteContract) -> IndexerGatherKernel:
+        """This reader following ``contract``."""
+        return IndexerGatherKernel(self.impl, self.reader, self.devices, contract)
+
+    def __call__(self, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+                 block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+        cache = check_tensor("kv_cache", kv_cache, None)
+        if cache.device.type not in self.devices:
+            raise UnsupportedLayoutError(f"kernel {self.name} does not run on device type {cache.device.type!r}; "
+                                         f"it runs on {', '.join(self.devices)}")
+        quant = quant_block_of(dst_k, dst_scale)
+        for name, t in (("dst_k", dst_k), ("dst_scale", dst_scale)):
+            if t.stride(1) != 1:
+                raise RtpRefError(f"{name}: strides {t.stride()}; valid: contiguous columns (stride(1) == 1)")
+        contract = self.contract or self._contracts.of(cache.device)
+        layout = indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant)
+        validate_indexer_gather_args(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
+        self.reader(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
+        self.launch_count += 1
+
+
+def gather_kernels() -> list[MlaGatherKernel | IndexerGatherKernel]:
+    """The built-in readers that can run here, unbound: the references always, triton and cuda where the writers
     of those names can run."""
     from rtp_ref.kernels.builtin import unavailable_builtin_kernels
 
-    kernels = [MlaGatherKernel("reference", gather_and_maybe_dequant_cache, ("cpu", "cuda"))]
+    everywhere = ("cpu", "cuda")
+    kernels: list[MlaGatherKernel | IndexerGatherKernel] = [
+        MlaGatherKernel("reference", gather_and_maybe_dequant_cache, everywhere),
+        IndexerGatherKernel("reference", gather_indexer_k_quant_cache, everywhere)]
     missing = unavailable_builtin_kernels()
     if "triton" not in missing:
         from rtp_ref.kernels.triton_fp8 import interpreted
-        from rtp_ref.kernels.triton_gather import triton_gather
+        from rtp_ref.kernels.triton_gather import triton_gather, triton_indexer_gather
 
-        kernels.append(MlaGatherKernel("triton", triton_gather, ("cpu",) if interpreted() else ("cuda",)))
+        devices = ("cpu",) if interpreted() else ("cuda",)
+        kernels += [MlaGatherKernel("triton", triton_gather, devices),
+                    IndexerGatherKernel("triton", triton_indexer_gather, devices)]
     if "cuda" not in missing:
-        from rtp_ref.kernels.cuda_gather import cuda_gather
+        from rtp_ref.kernels.cuda_gather import cuda_gather, cuda_indexer_gather
 
-        kernels.append(MlaGatherKernel("cuda", cuda_gather, ("cuda",)))
+        kernels += [MlaGatherKernel("cuda", cuda_gather, ("cuda",)),
+                    IndexerGatherKernel("cuda", cuda_indexer_gather, ("cuda",))]
     return kernels

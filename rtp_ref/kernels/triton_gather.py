@@ -1,7 +1,8 @@
 # Triton ships no type information: every @triton.jit is an untyped decorator to mypy.
 # mypy: disable-error-code="untyped-decorator"
 """The ``triton-gather`` built-in reader: ``gather_and_maybe_dequant_cache`` for every MLA layout in one Triton
-kernel family, on CUDA, ROCm and Triton's interpreter.
+kernel family, on CUDA, ROCm and Triton's interpreter; and ``triton-indexer-gather``
+(``cp_gather_indexer_k_quant_cache``: the indexer cache's bytes, copied row by row).
 
 One program fills one row of ``dst``. It finds its sequence by counting the ``cu_seq_lens`` entries at or before
 its row (every program reads the whole, short, vector: no host-side search, no per-sequence launch), its cache
@@ -27,6 +28,7 @@ from rtp_ref.kernels.call_signature import on_device
 from rtp_ref.kernels.triton_fp8 import interpreted
 from rtp_ref.kernels.write_plan import WritePlan
 from rtp_ref.kv.gather import CANONICAL_NAN, read16
+from rtp_ref.kv.indexer import IndexerLayout
 from rtp_ref.kv.layouts import MlaLayout
 
 #: ``dst`` dtype -> the kernel's OUT selector
@@ -202,3 +204,45 @@ def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, 
             cache, out, block_table, cu_seq_lens, starts, scale, block_table.shape[0], kv_cache.shape[1],
             kv_cache.stride(0) * kv_cache.element_size(), block_table.stride(0), block_table.stride(1),
             out.stride(0), out.stride(1), **constexprs)
+
+
+@triton.jit
+def _indexer_gather(
+    cache: tl.tensor, dst_k: tl.tensor, dst_scale: tl.tensor, table: tl.tensor, cu: tl.tensor, batch: tl.tensor,
+    block_size: tl.tensor, block_bytes: tl.tensor, table_row: tl.tensor, table_col: tl.tensor, k_row: tl.tensor,
+    scale_row: tl.tensor, D: tl.constexpr, D_PAD: tl.constexpr, S: tl.constexpr, S_PAD: tl.constexpr,
+    BATCH_PAD: tl.constexpr,
+) -> None:
+    """Copy row ``program_id(0)``'s token: its ``D`` value bytes to ``dst_k``, its ``S`` scale bytes (after the
+    block's values) to ``dst_scale``; a row at or past ``cu[batch]`` is left alone."""
+    r = tl.program_id(0).to(tl.int64)
+    seqs = tl.arange(0, BATCH_PAD)
+    ends = tl.load(cu + 1 + seqs, mask=seqs < batch, other=0).to(tl.int64)
+    b = tl.sum(((ends <= r) & (seqs < batch)).to(tl.int32), axis=0)
+    if b < batch:
+        pos = r - tl.load(cu + b).to(tl.int64)
+        logical = pos // block_size
+        block = tl.load(table + b * table_row + logical * table_col).to(tl.int64)
+        offset = pos - logical * block_size
+        base = block * block_bytes
+        cols = tl.arange(0, D_PAD)
+        values = tl.load(cache + base + offset * D + cols, mask=cols < D)
+        tl.store(dst_k + r * k_row + cols, values, mask=cols < D)
+        scols = tl.arange(0, S_PAD)
+        scales = tl.load(cache + base + block_size * D + offset * S + scols, mask=scols < S)
+        tl.store(dst_scale + r * scale_row + scols, scales, mask=scols < S)
+
+
+def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
+                          dst_scale: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+    """The indexer gather of rtp_ref.kv.indexer_gather on checked arguments, one program per row of ``dst_k``
+    (columns contiguous: ``IndexerGatherKernel`` checks that); nothing is launched for no rows."""
+    if dst_k.shape[0] == 0:
+        return
+    d, s = layout.head_dim, 4 * layout.scales_per_token
+    with on_device(kv_cache.device.index if kv_cache.is_cuda else None):
+        _indexer_gather[(dst_k.shape[0],)](
+            kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, block_table.shape[0], kv_cache.shape[1],
+            kv_cache.stride(0), block_table.stride(0), block_table.stride(1), dst_k.stride(0), dst_scale.stride(0),
+            D=d, D_PAD=_pow2_at_least(d), S=s, S_PAD=_pow2_at_least(s),
+            BATCH_PAD=_pow2_at_least(max(block_table.shape[0], 1)))

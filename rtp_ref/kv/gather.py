@@ -67,18 +67,12 @@ def sequence_slots(block_table: torch.Tensor, cu_seq_lens: torch.Tensor, block_s
     return blocks * block_size + position % block_size
 
 
-def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block_table: object, cu_seq_lens: object,
-                         scale: object, seq_starts: object) -> None:
-    """Check a gather's arguments (module doc); RtpRefError naming the first bad one. Reads the index tensors'
-    values (a device sync): this is the reference's check."""
-    cache = check_tensor("kv_cache", kv_cache, None)
-    validate_cache(layout, cache, read16(cache))
+def check_sequences(cache: torch.Tensor, block_table: object, cu_seq_lens: object, seq_starts: object,
+                    rows: int, dst_name: str) -> None:
+    """Check a gather's index arguments against ``cache`` (``[num_blocks, block_size, ...]``) and an output of
+    ``rows`` rows named ``dst_name``: the table, ``cu_seq_lens`` starting at 0 and never decreasing, the starts,
+    every block read inside the cache; RtpRefError naming the first bad one. Reads their values (a device sync)."""
     device = cache.device
-    out = check_tensor("dst", dst, device)
-    width = layout.kv_lora_rank + layout.rope_dim
-    if out.dim() != 2 or out.shape[1] != width or out.dtype not in OUTPUT_DTYPES:
-        raise RtpRefError(f"dst: {dtype_name(out.dtype)} {list(out.shape)}; valid: bfloat16, float16 or float32 "
-                          f"[tokens, {width}] (kv_lora_rank + rope_dim)")
     table = check_tensor("block_table", block_table, device)
     if table.dim() != 2 or table.dtype not in (torch.int32, torch.int64):
         raise RtpRefError(f"block_table: {dtype_name(table.dtype)} {list(table.shape)}; valid: int32 or int64 "
@@ -88,8 +82,8 @@ def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block
     lens = cu[1:] - cu[:-1]
     if int(cu[0]) != 0 or bool((lens < 0).any()):
         raise RtpRefError(f"cu_seq_lens: {cu.tolist()}; valid: starts at 0 and never decreases")
-    if int(cu[-1]) > out.shape[0]:
-        raise RtpRefError(f"dst: {out.shape[0]} rows for {int(cu[-1])} tokens (cu_seq_lens[-1]); valid: >= "
+    if int(cu[-1]) > rows:
+        raise RtpRefError(f"{dst_name}: {rows} rows for {int(cu[-1])} tokens (cu_seq_lens[-1]); valid: >= "
                           f"{int(cu[-1])} rows")
     starts = torch.zeros(batch, dtype=torch.int64)
     if seq_starts is not None:
@@ -106,8 +100,23 @@ def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block
     used = sequence_slots(table, cu, block_size, starts) // block_size
     bad = torch.nonzero((used < 0) | (used >= cache.shape[0])).flatten()
     if bad.numel():
-        raise RtpRefError(f"block_table: row {int(bad[0])} of dst reads block {int(used[bad[0]])}; valid: "
+        raise RtpRefError(f"block_table: row {int(bad[0])} of {dst_name} reads block {int(used[bad[0]])}; valid: "
                           f"0..{cache.shape[0] - 1}")
+
+
+def validate_gather_args(layout: MlaLayout, kv_cache: object, dst: object, block_table: object, cu_seq_lens: object,
+                         scale: object, seq_starts: object) -> None:
+    """Check a gather's arguments (module doc); RtpRefError naming the first bad one. Reads the index tensors'
+    values (a device sync): this is the reference's check."""
+    cache = check_tensor("kv_cache", kv_cache, None)
+    validate_cache(layout, cache, read16(cache))
+    device = cache.device
+    out = check_tensor("dst", dst, device)
+    width = layout.kv_lora_rank + layout.rope_dim
+    if out.dim() != 2 or out.shape[1] != width or out.dtype not in OUTPUT_DTYPES:
+        raise RtpRefError(f"dst: {dtype_name(out.dtype)} {list(out.shape)}; valid: bfloat16, float16 or float32 "
+                          f"[tokens, {width}] (kv_lora_rank + rope_dim)")
+    check_sequences(cache, block_table, cu_seq_lens, seq_starts, out.shape[0], "dst")
     s = check_tensor("scale", scale, device)
     if s.dtype != torch.float32 or s.numel() != 1:
         raise RtpRefError(f"scale: {dtype_name(s.dtype)} with {s.numel()} elements; valid: float32 with 1 element")

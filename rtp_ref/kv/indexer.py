@@ -171,3 +171,14 @@ def _block_columns(layout: IndexerLayout, f: Field, token: torch.Tensor, block_s
     data, trailing = layout.data_bytes_per_token, layout.trailing_bytes_per_token
     start = token * data if f.placement is Placement.PER_TOKEN else block_size * data + token * trailing
     return start[:, None] + f.offset + torch.arange(f.size)
+
+
+def stored_tokens(layout: IndexerLayout, kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                               torch.Tensor]:
+    """The bytes stored for the tokens at ``slots`` (all >= 0) of ``kv_cache`` (CPU): their fp8 values uint8
+    ``[n, head_dim]`` and their scales' bytes uint8 ``[n, 4 * scales_per_token]`` (the module doc's places)."""
+    num_blocks, block_size, row = kv_cache.shape
+    blocks = torch.as_strided(kv_cache, (num_blocks, block_size * row), (kv_cache.stride(0), 1))
+    block, token = slots // block_size, slots % block_size
+    return tuple(blocks[block[:, None], _block_columns(layout, layout.field(source), token, block_size)]
+                 for source in (Source.KEY, Source.SCALE))  # type: ignore[return-value]

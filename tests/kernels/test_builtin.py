@@ -22,7 +22,8 @@ def test_every_builtin_is_either_available_or_has_a_reason() -> None:
     assert {f"torch-eager{s}" for s in writes} <= available
     every = {f"{impl}{s}" for impl in ("torch-eager", "triton", "cuda") for s in writes} | {
         f"{impl}{op.name_suffix}" for impl in ("triton", "cuda") for op in OPS.values() if op.reads}
-    assert available | set(missing) == every | {"reference-mha", "reference-indexer", "reference-gather"}
+    assert available | set(missing) == every | {"reference-mha", "reference-indexer", "reference-gather",
+                                                "reference-indexer-gather"}
     assert not available & set(missing)
     assert all(isinstance(reason, str) and reason for reason in missing.values())
 

@@ -1,7 +1,8 @@
-"""The built-in readers (``reference-gather``, ``triton-gather``, ``cuda-gather``) of ``gather_and_maybe_dequant_cache``
-against the reference, bit for bit, on what the conformance cases do not vary: a ``dst`` that is a strided view,
-int64 index tensors, a cache in another platform's fp8 format, a block size of 1; and their call contract (a
-layout they do not claim raises, a bad ``dst`` is named, nothing is written). Inputs are built on the device
+"""The built-in readers of ``gather_and_maybe_dequant_cache`` (``reference-gather``, ``triton-gather``,
+``cuda-gather``) and of ``cp_gather_indexer_k_quant_cache`` (``*-indexer-gather``) against the reference, bit
+for bit, on what the conformance cases do not vary: a ``dst`` that is a strided view (rows wider than needed for
+the indexer), int64 index tensors, a cache in another platform's fp8 format, a block size of 1; and their call
+contract (a layout they do not claim raises, a bad ``dst`` is named, nothing is written). Inputs are built on the device
 under test; on a machine without a GPU the Triton reader runs in Triton's interpreter and the CUDA one is
 skipped. Values whose code is -0.0 are in every cache: Triton compiles ``-v`` as ``0 - v``, and a reader
 that negated a decoded zero that way lost the sign on the GPU only (the interpreter kept it)."""
@@ -16,7 +17,9 @@ from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.gather_builtin import MlaGatherKernel, gather_kernels
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
-from rtp_ref.ops import MLA_GATHER_OP, op_name
+from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
+from rtp_ref.ops import INDEXER_GATHER_OP, MLA_GATHER_OP, op_name
 from rtp_ref.platform import load_platform
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -82,6 +85,35 @@ def test_reader_refuses_what_it_cannot_read_and_writes_nothing(name: str) -> Non
 
 
 def test_the_builtin_readers_name_their_op() -> None:
-    assert "reference-gather" in READERS
-    assert all(op_name(k) == MLA_GATHER_OP and isinstance(k, MlaGatherKernel) and not k.graph_safe
-               for k in READERS.values())
+    assert {"reference-gather", "reference-indexer-gather"} <= set(READERS)
+    for k in READERS.values():
+        want = MLA_GATHER_OP if isinstance(k, MlaGatherKernel) else INDEXER_GATHER_OP
+        assert op_name(k) == want and not k.graph_safe
+
+
+INDEXER_KERNELS = [pytest.param(name, marks=pytest.mark.skipif(
+    name not in READERS or DEVICE not in READERS[name].devices, reason=f"{name} cannot run on {DEVICE} here"))
+    for name in ("reference-indexer-gather", "triton-indexer-gather", "cuda-indexer-gather")]
+
+
+@pytest.mark.parametrize("name", INDEXER_KERNELS)
+@pytest.mark.parametrize(("head_dim", "quant", "block"), [(128, 128, 16), (128, 64, 1), (256, 128, 64)])
+def test_indexer_reader_matches_the_reference_into_wider_rows(name: str, head_dim: int, quant: int,
+                                                              block: int) -> None:
+    contract = WriteContract.for_platform(load_platform("rocm-gfx942"))
+    layout = indexer_layout_for(contract, contract.flags, head_dim, quant)
+    blocks = 40 // block + 4
+    g = torch.Generator().manual_seed(block)
+    cache = torch.zeros(blocks, block, layout.bytes_per_token, dtype=torch.uint8)
+    k = (torch.randn(blocks * block, head_dim, generator=g) * 5).to(torch.bfloat16)
+    reference_indexer_k_quant_and_cache(layout, k, cache, torch.arange(blocks * block), "ue8m0")
+    table = torch.randperm(blocks, generator=g)[: 2 * (blocks // 2)].reshape(2, -1)
+    cu = torch.tensor([0, 11, 28])
+    n = 4 * head_dim // quant
+    want_k, want_s = torch.full((30, head_dim + 8), 3, dtype=torch.uint8), torch.full((30, n + 8), 3, dtype=torch.uint8)
+    gather_indexer_k_quant_cache(layout, cache, want_k[:, :head_dim], want_s[:, :n], table, cu)
+    wide_k = torch.full((30, head_dim + 8), 3, dtype=torch.uint8, device=DEVICE)  # rows 8 bytes wider than needed
+    wide_s = torch.full((30, n + 8), 3, dtype=torch.uint8, device=DEVICE)
+    READERS[name].bind(contract)(cache.to(DEVICE), wide_k[:, :head_dim], wide_s[:, :n], table.to(DEVICE),
+                                 cu.to(DEVICE))
+    assert torch.equal(wide_k.cpu(), want_k) and torch.equal(wide_s.cpu(), want_s)

@@ -20,8 +20,10 @@ from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import gather_entries, scatter_entries
 from rtp_ref.kv.fields import Source
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots, to_dst_dtype
+from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for
+from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache, quant_block_of
 from rtp_ref.kv.layouts import MlaLayout, build_layout
-from rtp_ref.ops import MLA_GATHER_OP
+from rtp_ref.ops import INDEXER_GATHER_OP, MLA_GATHER_OP
 
 
 class GatherMutant:
@@ -112,8 +114,61 @@ class RopeReadAsFp8(GatherMutant):
                                                                   dst.dtype)
 
 
+class IndexerGatherMutant:
+    """The reference indexer gather with one fault injected by a subclass (``read``); CPU only."""
+
+    op = INDEXER_GATHER_OP
+    name: ClassVar[str]
+    scale_fmts = ("none",)
+    devices = ("cpu",)
+    conversion_path = "decode"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> IndexerGatherMutant:
+        return type(self)(contract)
+
+    def __call__(self, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+                 block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+        contract = self.contract or default_contract(kv_cache.device)
+        layout = indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant_block_of(dst_k, dst_scale))
+        self.read(layout, kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)
+
+    def read(self, layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+             block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+        gather_indexer_k_quant_cache(layout, kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)
+
+
+class IndexerIgnoresBlockTable(IndexerGatherMutant):
+    """Reads a sequence's position p from cache block p // block_size."""
+
+    name = "mutant-indexer-gather-ignores-block-table"
+
+    def read(self, layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+             block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+        columns = torch.arange(block_table.shape[1], dtype=block_table.dtype).repeat(block_table.shape[0], 1)
+        gather_indexer_k_quant_cache(layout, kv_cache, dst_k, dst_scale, columns, cu_seq_lens)
+
+
+class IndexerScalesAfterValues(IndexerGatherMutant):
+    """Reads each token's scales from the bytes right after its values: the cache's rows taken as whole entries
+    (``[values, scales]`` one token after the other), the block's scale area ignored."""
+
+    name = "mutant-indexer-gather-scales-after-values"
+
+    def read(self, layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
+             block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
+        slots = sequence_slots(block_table, cu_seq_lens, kv_cache.shape[1])
+        entries = kv_cache.reshape(-1, kv_cache.shape[2])[slots]
+        dst_k[: slots.numel()] = entries[:, : layout.head_dim]
+        dst_scale[: slots.numel()] = entries[:, layout.head_dim:]
+
+
 #: mutant class -> (platform it is certified on, the check that must catch it)
-GATHER_EXPECTED: dict[type[GatherMutant], tuple[str, str]] = {
+GATHER_EXPECTED: dict[type[GatherMutant] | type[IndexerGatherMutant], tuple[str, str]] = {
+    IndexerIgnoresBlockTable: ("cpu", "read.block_table"),
+    IndexerScalesAfterValues: ("cpu", "read.scale_placement"),
     IgnoresBlockTable: ("cpu", "read.block_table"),
     NeighbourTileScale: ("cpu", "read.tile_scale"),
     FnuzReadAsFn: ("rocm-gfx942", "read.fp8_format"),

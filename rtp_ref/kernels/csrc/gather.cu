@@ -1,5 +1,6 @@
-// The MLA cache read in CUDA C++ (rtp_ref/kernels/cuda_gather.py): gather_and_maybe_dequant_cache, contract in
-// rtp_ref/kv/gather.py. One thread block per row of dst; its threads stride over the row's columns. Each block
+// The cache reads in CUDA C++ (rtp_ref/kernels/cuda_gather.py): gather_and_maybe_dequant_cache (contract in
+// rtp_ref/kv/gather.py) and cp_gather_indexer_k_quant_cache (rtp_ref/kv/indexer_gather.py: bytes copied).
+// MLA: One thread block per row of dst; its threads stride over the row's columns. Each block
 // finds its sequence by a binary search of cu_seq_lens (no host-side search), its slot through the block table,
 // and decodes the entry from the layout's field table (the plan of rtp_ref/kernels/write_plan.py: offsets,
 // modes, tile scales). Bytes are read one at a time, so no field needs alignment. fp8 codes are decoded
@@ -20,6 +21,12 @@ struct RtpRefGatherParams {
   int64_t r, p, nope_mode, rope_mode, nope_off, rope_off, data_bytes, trail_bytes;
   int64_t tile, scale_ue8m0, scale_trailing, scale_off, in_bf16, out;  // out: 0 fp32, 1 bf16, 2 fp16
   int64_t man_bits, emin, max_code, neg_zero, has_inf, inf_code;
+};
+
+struct RtpRefIndexerGatherParams {
+  int64_t cache, dst_k, dst_scale, table, cu;  // device addresses
+  int64_t rows, batch, block_size, block_bytes, table_row, table_col, k_row, scale_row, table_i32, cu_i32;
+  int64_t head_dim, scale_bytes;  // a token's value bytes and scale bytes
 };
 
 namespace {
@@ -90,16 +97,20 @@ __device__ __forceinline__ void store(const RtpRefGatherParams& p, int64_t r, in
   }
 }
 
-__global__ void __launch_bounds__(kThreads) mla_gather(const RtpRefGatherParams p) {
-  const int64_t r = blockIdx.x;
-  // the sequence: the first b with cu[b + 1] > r (cu never decreases)
-  int64_t lo = 0, hi = p.batch;
+// The sequence row r belongs to: the first b with cu[b + 1] > r (cu never decreases); batch when r is past them.
+__device__ __forceinline__ int64_t sequence_of(int64_t r, int64_t cu, int64_t batch, int64_t cu_i32) {
+  int64_t lo = 0, hi = batch;
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
-    if (index_at(p.cu, mid + 1, p.cu_i32) <= r) lo = mid + 1; else hi = mid;
+    if (index_at(cu, mid + 1, cu_i32) <= r) lo = mid + 1; else hi = mid;
   }
-  if (lo >= p.batch) return;  // a row past cu[batch]: left alone
-  const int64_t b = lo;
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads) mla_gather(const RtpRefGatherParams p) {
+  const int64_t r = blockIdx.x;
+  const int64_t b = sequence_of(r, p.cu, p.batch, p.cu_i32);
+  if (b >= p.batch) return;  // a row past cu[batch]: left alone
   int64_t pos = r - index_at(p.cu, b, p.cu_i32);
   if (p.starts) pos += index_at(p.starts, b, p.starts_i32);
   const int64_t logical = pos / p.block_size, offset = pos - logical * p.block_size;
@@ -116,9 +127,31 @@ __global__ void __launch_bounds__(kThreads) mla_gather(const RtpRefGatherParams 
   }
 }
 
+__global__ void __launch_bounds__(kThreads) indexer_gather(const RtpRefIndexerGatherParams p) {
+  const int64_t r = blockIdx.x;
+  const int64_t b = sequence_of(r, p.cu, p.batch, p.cu_i32);
+  if (b >= p.batch) return;
+  const int64_t pos = r - index_at(p.cu, b, p.cu_i32);
+  const int64_t logical = pos / p.block_size, offset = pos - logical * p.block_size;
+  const int64_t block = index_at(p.table, b * p.table_row + logical * p.table_col, p.table_i32);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(p.cache) + block * p.block_bytes;
+  uint8_t* k = reinterpret_cast<uint8_t*>(p.dst_k) + r * p.k_row;
+  uint8_t* s = reinterpret_cast<uint8_t*>(p.dst_scale) + r * p.scale_row;
+  for (int64_t i = threadIdx.x; i < p.head_dim; i += blockDim.x) k[i] = base[offset * p.head_dim + i];
+  for (int64_t i = threadIdx.x; i < p.scale_bytes; i += blockDim.x) {
+    s[i] = base[p.block_size * p.head_dim + offset * p.scale_bytes + i];
+  }
+}
+
 }  // namespace
 
 extern "C" {
+
+int rtp_ref_indexer_gather(const RtpRefIndexerGatherParams* p, void* stream) {
+  if (p->rows == 0) return 0;
+  indexer_gather<<<static_cast<unsigned>(p->rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(*p);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int rtp_ref_mla_gather(const RtpRefGatherParams* p, void* stream) {
   if (p->rows == 0) return 0;
