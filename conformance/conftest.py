@@ -200,8 +200,8 @@ def gather_case_params(config: pytest.Config) -> list[Any]:
 
 @dataclass(frozen=True)
 class RoundTripParam:
-    """A writer -> reader round trip: the reader under test, the MLA writer (None: the reference) and the
-    layout."""
+    """A writer -> reader round trip: the reader under test, the writer of its cache (None: the reference writer)
+    and the variant."""
 
     kut: KernelUnderTest
     writer: KernelUnderTest | None
@@ -213,23 +213,30 @@ class RoundTripParam:
         return self.writer.name if self.writer is not None else "reference"
 
 
+#: each read op and the write op whose caches it reads
+READS_FROM = {MLA_GATHER_OP: MLA_OP, INDEXER_GATHER_OP: INDEXER_OP}
+#: the built-in references of the write ops (the round trips' own reference writer stands for them)
+REFERENCE_WRITERS = ("reference", "reference-indexer")
+
+
 def round_trip_params(config: pytest.Config) -> list[Any]:
-    """Each reader under test with the reference writer and with every MLA writer of the session that claims the
-    layout and runs on the reader's device."""
+    """Each reader under test with the reference writer and with every writer of the session (of the op whose
+    caches it reads) that claims the variant and runs on the reader's device."""
     s = suite(config)
     if not _runs(config, "regular"):
         return []
     params: list[Any] = []
-    for k in s.kernels_of(MLA_GATHER_OP):
-        for layout in s.layouts_by_op[MLA_GATHER_OP]:
-            if layout not in k.claims:
-                continue
-            writers = [None, *(w for w in s.kernels_of(MLA_OP) if layout in w.claims and w.device == k.device
-                               and w.name != "reference")]
-            for w in writers:
-                marks = _skip_marks(k) or (_skip_marks(w) if w is not None else [])
-                param = RoundTripParam(k, w, layout)
-                params.append(pytest.param(param, marks=marks, id=f"{k.name}-{layout}-from-{param.writer_name}"))
+    for op, write_op in READS_FROM.items():
+        for k in s.kernels_of(op):
+            for variant in s.layouts_by_op[op]:
+                if variant not in k.claims:
+                    continue
+                writers = [None, *(w for w in s.kernels_of(write_op) if variant in w.claims
+                                   and w.device == k.device and w.name not in REFERENCE_WRITERS)]
+                for w in writers:
+                    marks = _skip_marks(k) or (_skip_marks(w) if w is not None else [])
+                    param = RoundTripParam(k, w, variant)
+                    params.append(pytest.param(param, marks=marks, id=f"{k.name}-{variant}-from-{param.writer_name}"))
     return params
 
 
@@ -285,7 +292,7 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     trip = params.params.get("round_trip") if params else None
     if isinstance(trip, RoundTripParam):
         return {"kernel": trip.kut.name, "layout": trip.layout, "kind": "round_trip",
-                "case": f"round_trip-from-{trip.writer_name}", "execution": trip.kut.execution, "op": MLA_GATHER_OP}
+                "case": f"round_trip-from-{trip.writer_name}", "execution": trip.kut.execution, "op": trip.kut.op}
     family = params.params.get("family_case") if params else None
     if isinstance(family, FamilyCaseParam):
         return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,

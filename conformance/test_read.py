@@ -1,7 +1,8 @@
 """The read ops' certification: each reader's ``gather_and_maybe_dequant_cache`` or
 ``cp_gather_indexer_k_quant_cache`` of each case, graded against the reference read
-(rtp_ref.certify.gather_grading), and round trips of the MLA cache: tokens written by each MLA writer of the session
-(and the reference writer) and read back by the reader must give the reference's read of the reference's write.
+(rtp_ref.certify.gather_grading), and round trips: tokens written by each writer of the session (of the op whose
+caches the reader reads) and by the reference writer, read back by the reader, must give the reference's read of
+the reference's write.
 
 The same grades, deviations and call handling as the writes (outcome.py). Every record carries its ``op``.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -19,9 +21,12 @@ from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.gather_cases import GatherCase, GatherSpec, build_gather_case
 from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
 from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
+from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
+from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots
+from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache
+from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
 from rtp_ref.ops import MLA_GATHER_OP
 
 from .conftest import GatherCaseParam, RoundTripParam
@@ -59,55 +64,100 @@ def test_gather_conforms(gather_case: GatherCaseParam, record_case: Callable[...
     judge(grading, k.name, s.platform, gather_case.deviation)
 
 
+@dataclass
+class _Trip:
+    """One round trip's setting: the read case, the tokens' writes (the reference's and a kernel's) onto its cache,
+    the bytes the read must give back and how to get what it gave."""
+
+    case: GatherCase | IndexerGatherCase
+    #: the cache storage the reference's write leaves (CPU)
+    want_cache: torch.Tensor
+    #: the output bytes the reference's read of it gives (CPU uint8)
+    want: torch.Tensor
+    write: Callable[[Callable[..., None] | None], None]
+    got: Callable[[], torch.Tensor]
+
+
+def _mla_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
+    spec = GatherSpec(variant, "random", 37, 16, 0, torch.bfloat16, 101, batch=3, out="bf16")
+    case = build_gather_case(spec, contract, device)
+    lay = case.layout
+    g = torch.Generator().manual_seed(spec.seed)
+    kv_c = (torch.randn(spec.tokens, lay.kv_lora_rank, generator=g) * 4).to(torch.bfloat16)
+    k_pe = (torch.randn(spec.tokens, lay.rope_dim, generator=g) * 4).to(torch.bfloat16)
+    slots, scale = case.read_slots(), case.scale.cpu()
+    want_storage = case.cache_storage.cpu().clone()
+    reference_write(lay, kv_c, k_pe, case.cache_view(want_storage), slots, scale)
+    want = torch.zeros(spec.tokens, lay.kv_lora_rank + lay.rope_dim, dtype=torch.bfloat16)
+    starts = case.seq_starts.cpu() if case.seq_starts is not None else None
+    gather_and_maybe_dequant_cache(lay, case.cache_view(want_storage), want, case.block_table.cpu(),
+                                   case.cu_seq_lens.cpu(), scale, starts)
+
+    def write(kernel: Callable[..., None] | None) -> None:
+        args = (kv_c.to(device), k_pe.to(device), case.kv_cache, slots.to(device))
+        if kernel is None:
+            reference_write(lay, *args, case.scale)
+        else:
+            kernel(*args, variant, case.scale)
+
+    return _Trip(case, want_storage, want.view(torch.uint8), write,
+                 lambda: case.dst[: spec.tokens].cpu().view(torch.uint8))
+
+
+def _indexer_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
+    spec = IndexerGatherSpec(variant, "random", 37, 16, 0, torch.bfloat16, 101, batch=3)
+    case = IndexerGatherCase(spec, contract, device)
+    g = torch.Generator().manual_seed(spec.seed)
+    k = (torch.randn(spec.tokens, spec.head_dim, generator=g) * 4).to(torch.bfloat16)
+    slots = sequence_slots(case.block_table.cpu(), case.cu_seq_lens.cpu(), spec.block_size)
+    want_storage = case.cache_storage.cpu().clone()
+    reference_indexer_k_quant_and_cache(case.layout, k, case.cache_view(want_storage), slots, variant)
+    dst_k, dst_scale = torch.zeros_like(case.dst_k, device="cpu"), torch.zeros_like(case.dst_scale, device="cpu")
+    gather_indexer_k_quant_cache(case.layout, case.cache_view(want_storage), dst_k, dst_scale,
+                                 case.block_table.cpu(), case.cu_seq_lens.cpu())
+    want = torch.cat([dst_k[: spec.tokens].flatten(), dst_scale[: spec.tokens].flatten()])
+
+    def write(kernel: Callable[..., None] | None) -> None:
+        args = (k.to(device), case.kv_cache, slots.to(device))
+        if kernel is None:
+            reference_indexer_k_quant_and_cache(case.layout, *args, variant)
+        else:
+            kernel(*args, spec.quant_block, variant)
+
+    return _Trip(case, want_storage, want, write, lambda: torch.cat(
+        [case.dst_k[: spec.tokens].cpu().flatten(), case.dst_scale[: spec.tokens].cpu().flatten()]))
+
+
 def test_round_trip(round_trip: RoundTripParam, record_case: Callable[..., None], pytestconfig: pytest.Config) -> None:
     """Tokens written by the writer, read back by the reader, equal the reference's read of the reference's
     write of them, bit for bit."""
     s = suite(pytestconfig)
     k = round_trip.kut
-    spec = GatherSpec(round_trip.layout, "random", 37, 16, 0, torch.bfloat16, 101, batch=3, out="bf16")
-    case = build_gather_case(spec, s.contract, k.device)
-    lay = case.layout
-    g = torch.Generator().manual_seed(spec.seed)
-    kv_c = (torch.randn(spec.tokens, lay.kv_lora_rank, generator=g) * 4).to(torch.bfloat16)
-    k_pe = (torch.randn(spec.tokens, lay.rope_dim, generator=g) * 4).to(torch.bfloat16)
-    starts = case.seq_starts.cpu() if case.seq_starts is not None else None
-    slots = sequence_slots(case.block_table.cpu(), case.cu_seq_lens.cpu(), spec.block_size, starts)
-    # what the contract says the reader gives back: the reference's read of the reference's write
-    want_cache = case.cache_view(case.cache_storage.cpu().clone())
-    reference_write(lay, kv_c, k_pe, want_cache, slots, case.scale.cpu())
-    want = torch.zeros(spec.tokens, lay.kv_lora_rank + lay.rope_dim, dtype=torch.bfloat16)
-    gather_and_maybe_dequant_cache(lay, want_cache, want, case.block_table.cpu(), case.cu_seq_lens.cpu(),
-                                   case.scale.cpu(), starts)
-    base = dict(op=MLA_GATHER_OP, kernel=k.name, layout=spec.layout, platform=s.platform.name,
+    trip = (_mla_trip if k.op == MLA_GATHER_OP else _indexer_trip)(round_trip.layout, s.contract, k.device)
+    base = dict(op=k.op, kernel=k.name, layout=round_trip.layout, platform=s.platform.name,
                 case=f"round_trip-from-{round_trip.writer_name}", kind="round_trip", device=k.device,
                 execution=k.execution, required_grade=s.platform.required_grade)
-    if round_trip.writer is None:
-        reference_write(lay, kv_c.to(k.device), k_pe.to(k.device), case.kv_cache, slots.to(k.device), case.scale)
-    else:
-        try:
-            round_trip.writer.kernel(kv_c.to(k.device), k_pe.to(k.device), case.kv_cache, slots.to(k.device),
-                                     spec.layout, case.scale)
-            if k.device == "cuda":
-                torch.cuda.synchronize()
-        except Exception as exc:  # the writer's failure: its own cases name it
-            why = f"the writer {round_trip.writer_name} raised: {describe_error(exc)}"
-            record_case(**base, grade="none", failed_checks=["read.round_trip"], checks={"read.round_trip": why})
-            pytest.fail(f"round trip: {why}", pytrace=False)
-    writer_exact = torch.equal(case.cache_view(case.cache_storage.cpu()).view(torch.uint8),
-                               want_cache.view(torch.uint8))
-    result = call_gather_kernel(k.kernel, case, k.device)
+    try:
+        trip.write(round_trip.writer.kernel if round_trip.writer is not None else None)
+        if k.device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:  # the writer's failure: its own cases name it
+        why = f"the writer {round_trip.writer_name} raised: {describe_error(exc)}"
+        record_case(**base, grade="none", failed_checks=["read.round_trip"], checks={"read.round_trip": why})
+        pytest.fail(f"round trip: {why}", pytrace=False)
+    writer_exact = torch.equal(trip.case.cache_storage.cpu(), trip.want_cache)
+    result = call_gather_kernel(k.kernel, trip.case, k.device)
     if result.device_error is not None or result.error is not None:
         check = "support.device_error" if result.device_error is not None else "support.kernel_raised"
         detail = result.device_error or describe_error(result.error)
         record_case(**base, grade="none", failed_checks=[check], checks={check: detail})
         pytest.fail(f"{k.name} failed the round trip's read: {detail}", pytrace=False)
-    got = case.dst[: spec.tokens].cpu()
-    same = torch.equal(got.view(torch.int16), want.view(torch.int16))
+    got = trip.got()
+    bad = int((got != trip.want).sum())
     blame = (f"the writer {round_trip.writer_name}'s bytes differ from the reference's (its own cases say how)"
              if not writer_exact else "the writer's bytes are the reference's: the reader read them wrongly")
-    bad = int((got.view(torch.int16) != want.view(torch.int16)).sum())
-    checks = [Check("read.round_trip", same, "" if same else f"{bad} value(s) of {got.numel()} read back differ from "
-                                                              f"the reference's round trip; {blame}")]
+    why = f"{bad} of {got.numel()} byte(s) read back differ from the reference's round trip; {blame}"
+    checks = [Check("read.round_trip", bad == 0, "" if bad == 0 else why)]
     grading = with_ran_check(Grading(checks, grade_reached([c.name for c in checks if not c.passed]), {}),
                              result.calls, result.launched, expect_launch=True)
     failed = {c.name: c.detail for c in grading.checks if not c.passed}

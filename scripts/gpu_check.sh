@@ -27,13 +27,16 @@
 #   scripts/gpu_check.sh reader        the readers (the MLA and indexer gathers): their kernel tests, the same
 #                                      under compute-sanitizer, certify of the readers with the triton and cuda writers
 #                                      (round trips) on cuda-sm90 (native) and rocm-gfx942 (emulated)
+#   scripts/gpu_check.sh mhaperf       after an MHA kernel change: the family kernel tests, the same under
+#                                      compute-sanitizer, cuda-mha certified (cuda-sm90 native, rocm-gfx942 emulated)
+#                                      and in the graph tier, and rtp-ref bench of the MHA kernels at every size
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, lean or cudamutant" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, lean or cudamutant" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -197,6 +200,15 @@ for c in d['cases']:
     bench --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
       --kernel cuda-indexer
     ;;
+  mhaperf)
+    unit_tests tests/kernels/test_family_kernels.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+      tests/kernels/test_family_kernels.py -k "cuda and mha" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
+    echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
+    certify cuda-sm90 --kernel cuda-mha --tier all
+    certify rocm-gfx942 --kernel cuda-mha
+    bench --kernel cuda-mha --tokens 64 16384 2097152
+    ;;
   reader)
     unit_tests tests/kernels/test_gather_kernels.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
@@ -220,7 +232,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, lean or cudamutant" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, lean or cudamutant" >&2; exit 2
     ;;
   esac
 done

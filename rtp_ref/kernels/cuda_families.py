@@ -3,7 +3,8 @@
 fp8 conversion: ``hardware`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``) for OCP e4m3 under
 ``satfinite`` where the GPU's platform table lists it under ``[hardware] fp8_conversion``; ``software``
 (integer round-half-even) for every other format or mode, e.g. fnuz of a ROCm table emulated on an
-NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension. """
+NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension. The MHA kernel moves up to 8 values a lane
+at once, as wide as the call's alignment allows (``mha_vector_width``). """
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class _MhaParams(ctypes.Structure):
         "key", "value", "key_cache", "value_cache", "slots", "k_scale", "v_scale",
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
-        "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags")]
+        "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags",
+        "vec")]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -70,6 +72,26 @@ def _launcher(entry: str, params: ctypes.Structure, device: torch.device) -> Cal
     return launch
 
 
+def mha_vector_width(head_size: int, inputs: tuple[torch.Tensor, ...], caches: tuple[torch.Tensor, ...],
+                     cache_element: int) -> int:
+    """The values a lane of the MHA kernel moves at once: the widest of 8, 4, 2 (for an fp8 cache, at most
+    ``head_size / 32``) that divides ``head_size`` and for
+    which every input (16-bit) and cache (``cache_element`` bytes) start address and token/head stride is aligned
+    to the access (the call signature keys launches on start addresses modulo 16, so this holds for every call of
+    the launch); 1 otherwise."""
+    def aligned(t: torch.Tensor, element: int, width: int) -> bool:
+        return t.data_ptr() % width == 0 and all(stride * element % width == 0 for stride in t.stride()[:-1])
+
+    # fp8 values are converted one by one: a lane then takes no more than its share of the head, so that every lane
+    # of the warp converts (8 a lane would leave half of a 128-wide head's warp idle); 16-bit values are only moved
+    widest = 8 if cache_element == 2 else max(1, head_size // 32)
+    for vec in (8, 4, 2):
+        if vec <= widest and head_size % vec == 0 and all(aligned(t, 2, 2 * vec) for t in inputs) \
+                and all(aligned(c, cache_element, cache_element * vec) for c in caches):
+            return vec
+    return 1
+
+
 def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                      value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor,
                      v_scale: torch.Tensor, flags: torch.Tensor) -> Launch:
@@ -91,6 +113,7 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
         input_fp16=key.dtype == torch.float16,
         hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode, key_cache.device), **traits,
         capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(),
+        vec=mha_vector_width(layout.head_size, (key, value), (key_cache, value_cache), 1 if fmt is not None else 2),
     )
     run = _launcher("rtp_ref_mha_paged_write", params, key_cache.device)
 

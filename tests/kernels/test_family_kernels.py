@@ -213,3 +213,25 @@ def test_the_device_path_skips_and_flags_a_slot_past_the_cache(kernel: str) -> N
     indexer(torch.ones(2, 128, dtype=torch.bfloat16, device=DEVICE), cache, torch.tensor([32, -1], device=DEVICE),
             128, "none")
     assert bool((cache == 7).all()) and len(indexer.take_input_errors()) == 1
+
+
+def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:
+    """8 values a lane where everything is 16-byte aligned; narrower as soon as one input, cache or stride is not
+    (a key view one element in, a cache view one fp8 element in, an odd head size)."""
+    from rtp_ref.kernels.cuda_families import mha_vector_width
+
+    key = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
+    cache = torch.zeros(3, 16, 2, 128, dtype=torch.uint8)
+    assert mha_vector_width(128, (key, key), (cache, cache), 1) == 4  # fp8: 32 lanes x 4 values, none idle
+    assert mha_vector_width(256, (key, key), (cache, cache), 1) == 8
+    assert mha_vector_width(64, (key, key), (cache, cache), 1) == 2
+    shifted = torch.zeros(4 * 2 * 128 + 1, dtype=torch.bfloat16)[1:].view(4, 2, 128)
+    assert mha_vector_width(128, (key, shifted), (cache, cache), 1) == 1
+    two_in = torch.zeros(4 * 2 * 128 + 2, dtype=torch.bfloat16)[2:].view(4, 2, 128)
+    assert mha_vector_width(128, (two_in, key), (cache, cache), 1) == 2
+    odd_cache = torch.zeros(3 * 16 * 2 * 256 + 4, dtype=torch.uint8)[4:].view(3, 16, 2, 256)
+    key256 = torch.zeros(4, 2, 256, dtype=torch.bfloat16)
+    assert mha_vector_width(256, (key256, key256), (odd_cache, odd_cache), 1) == 4
+    wide = torch.zeros(3, 16, 2, 128, dtype=torch.bfloat16)
+    assert mha_vector_width(100, (key, key), (wide, wide), 2) == 4  # 100 = 4 x 25
+    assert mha_vector_width(128, (key, key), (wide, wide), 2) == 8  # 16-bit: moved 16 bytes a lane

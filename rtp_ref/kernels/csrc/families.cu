@@ -2,10 +2,11 @@
 // (reshape_and_cache_flash, contract in rtp_ref/kv/mha_paged.py) and the DeepSeek indexer write
 // (indexer_k_quant_and_cache, contract in rtp_ref/kv/indexer.py).
 //
-// MHA: one thread block per (token, head); its threads stride over the head's values. The cache order
-// (NHD or HND) is only strides, in elements. auto moves the 16-bit bits; fp8 stores the codes of
-// __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale), by the hardware's saturating e4m3
-// conversion or the software encoder of fp8_convert.cuh.
+// MHA: one warp per (token, head), kMhaRows of them a thread block; each lane takes V consecutive values
+// (V = 8, 4, 2 or 1, the widest the host finds every address and stride aligned for), one vector load and one
+// vector store each, striding over the head. The cache order (NHD or HND) is only strides, in elements. auto
+// moves the 16-bit bits; fp8 stores the codes of __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale),
+// by the hardware's saturating e4m3 conversion or the software encoder of fp8_convert.cuh.
 // Indexer: one thread block per (token, quant slice) of QUANT threads, one value each; the slice's amax
 // folds with fmaxf (NaN dropped, as vLLM's kernel), scale = __fdiv_rn(fmaxf(amax, floor), divisor), a
 // power of two for ue8m0; thread 0 stores the four scale bytes one by one (no alignment asked).
@@ -27,6 +28,7 @@ struct RtpRefMhaParams {
   int64_t fp8, k_scale_step, v_scale_step, input_fp16, hardware;  // a scale step: 1 per head, 0 per tensor
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;  // slots in the caches; a device int32 set to 1 when a slot >= capacity is skipped
+  int64_t vec;              // values a lane moves at once: 8, 4, 2 or 1 (every address and stride aligned for it)
 };
 
 struct RtpRefIndexerParams {
@@ -42,7 +44,7 @@ namespace {
 
 using namespace rtp_ref_fp8;
 
-constexpr int kMhaThreads = 128;
+constexpr int kMhaRows = 4;  // (token, head) rows of one thread block, one warp each
 
 __device__ __forceinline__ float widen(uint16_t bits, bool fp16) {
   return fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
@@ -67,31 +69,50 @@ __device__ __forceinline__ Fmt fmt_of(int64_t man_bits, int64_t emin, int64_t ma
              static_cast<int>(nan_code), static_cast<int>(inf_code), neg_zero != 0, has_inf != 0, satfinite != 0};
 }
 
-__device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, const float* scale, int64_t step,
-                                         const Fmt& f, const RtpRefMhaParams& p, int64_t head) {
-  const float s = p.fp8 ? scale[head * step] : 1.0f;
-  for (int64_t d = threadIdx.x; d < p.head_size; d += blockDim.x) {
+// N bytes moved as one access (the host checked the alignment)
+template <int N>
+struct alignas(N) Chunk {
+  uint8_t b[N];
+};
+
+// One head's values of one token, V at a time per lane: src 16-bit values, dst the cache's (fp8 or 16-bit).
+template <int V>
+__device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, float s, const Fmt& f,
+                                         const RtpRefMhaParams& p) {
+  for (int64_t d = static_cast<int64_t>(threadIdx.x) * V; d < p.head_size; d += 32 * V) {
+    const Chunk<2 * V> in = *reinterpret_cast<const Chunk<2 * V>*>(src + d);
     if (p.fp8) {
-      dst[d] = fp8_code(__fdiv_rn(widen(src[d], p.input_fp16), s), p.hardware, f);
+      Chunk<V> out;
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const uint16_t bits = static_cast<uint16_t>(in.b[2 * i] | (in.b[2 * i + 1] << 8));
+        out.b[i] = fp8_code(__fdiv_rn(widen(bits, p.input_fp16), s), p.hardware, f);
+      }
+      *reinterpret_cast<Chunk<V>*>(dst + d) = out;
     } else {
-      reinterpret_cast<uint16_t*>(dst)[d] = src[d];
+      *reinterpret_cast<Chunk<2 * V>*>(dst + 2 * d) = in;
     }
   }
 }
 
-__global__ void mha_paged_write(const RtpRefMhaParams p) {
-  const int64_t t = blockIdx.x, h = blockIdx.y;
+template <int V>
+__global__ void __launch_bounds__(32 * kMhaRows) mha_paged_write(const RtpRefMhaParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMhaRows + threadIdx.y;
+  if (row >= p.num_tokens * p.heads) return;
+  const int64_t t = row / p.heads, h = row - t * p.heads;
   const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
   if (!slot_written(slot, p.capacity, p.flags)) return;
-  const int64_t block = slot / p.block_size, row = slot % p.block_size;
+  const int64_t block = slot / p.block_size, page = slot % p.block_size;
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
   const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
   const auto* key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
   const auto* value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
-  auto* kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + row * p.kc_page + h * p.kc_head) * elem;
-  auto* vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + row * p.vc_page + h * p.vc_head) * elem;
-  mha_head(key, kc, reinterpret_cast<const float*>(p.k_scale), p.k_scale_step, f, p, h);
-  mha_head(value, vc, reinterpret_cast<const float*>(p.v_scale), p.v_scale_step, f, p, h);
+  auto* kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page + h * p.kc_head) * elem;
+  auto* vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page + h * p.vc_head) * elem;
+  const float ks = p.fp8 ? reinterpret_cast<const float*>(p.k_scale)[h * p.k_scale_step] : 1.0f;
+  const float vs = p.fp8 ? reinterpret_cast<const float*>(p.v_scale)[h * p.v_scale_step] : 1.0f;
+  mha_head<V>(key, kc, ks, f, p);
+  mha_head<V>(value, vc, vs, f, p);
 }
 
 __global__ void indexer_write(const RtpRefIndexerParams p) {
@@ -130,9 +151,15 @@ extern "C" {
 
 int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  const int threads = p->head_size < kMhaThreads ? static_cast<int>(p->head_size) : kMhaThreads;
-  mha_paged_write<<<dim3(static_cast<unsigned>(p->num_tokens), static_cast<unsigned>(p->heads)), threads, 0,
-                    static_cast<cudaStream_t>(stream)>>>(*p);
+  const int64_t rows = p->num_tokens * p->heads;
+  const dim3 grid(static_cast<unsigned>((rows + kMhaRows - 1) / kMhaRows)), block(32, kMhaRows);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (p->vec) {
+    case 8: mha_paged_write<8><<<grid, block, 0, s>>>(*p); break;
+    case 4: mha_paged_write<4><<<grid, block, 0, s>>>(*p); break;
+    case 2: mha_paged_write<2><<<grid, block, 0, s>>>(*p); break;
+    default: mha_paged_write<1><<<grid, block, 0, s>>>(*p); break;
+  }
   return static_cast<int>(cudaGetLastError());
 }
 
