@@ -14,7 +14,7 @@ from rtp_ref.errors import RtpRefError
 #: Subcommand modules, in help order. Each defines ``register(subparsers)`` which adds its parser
 #: and sets ``func`` (a callable taking the parsed namespace and returning an exit code).
 COMMAND_MODULES = ("platforms", "fp8", "layouts", "golden", "golden_check", "read_check", "certify", "report", "bench",
-                   "memcheck")
+                   "memcheck", "check_suites")
 
 
 def build_parser() -> argparse.ArgumentParser:

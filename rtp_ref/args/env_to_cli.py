@@ -1,7 +1,7 @@
 """Environment -> command line: the flags that say what a parser's environment variables say.
 
 Parsing the generated tokens with those variables unset gives the namespace that parsing ``[]``
-with them set gives (tests/args/test_args_properties.py checks this over random parsers). Unlike
+with them set gives (rtp_ref/suites/args/test_args_properties.py checks this over random parsers). Unlike
 rtp-llm's ``generate_args_from_env_clean.py`` it writes string values, writes booleans as the flag
 itself, leaves unset variables out, never writes command-line-only arguments, and fails (exit 2)
 on a malformed value instead of printing the error and exiting 0.

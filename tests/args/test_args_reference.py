@@ -24,7 +24,7 @@ from rtp_ref.args import (
     str2bool,
 )
 from rtp_ref.errors import RtpRefError
-from tests.args.helpers import PREFIX, RootConfig, env_var, optional_int
+from rtp_ref.suites.args.helpers import PREFIX, RootConfig, env_var, optional_int
 
 
 def _parser(**kwargs: object) -> EnvArgumentParser:
@@ -417,8 +417,8 @@ def test_str2bool_words_and_error() -> None:
     ("spec", "message"),
     [
         ("no_colon", "form"),
-        ("tests.args.no_such_module:x", "cannot import"),
-        ("tests.args.helpers:nope", "no attribute"),
+        ("rtp_ref.suites.args.no_such_module:x", "cannot import"),
+        ("rtp_ref.suites.args.helpers:nope", "no attribute"),
     ],
 )
 def test_resolve_object_errors(spec: str, message: str) -> None:
@@ -440,7 +440,7 @@ def _run_command(rootdir: Path, spec: str, environ: dict[str, str]) -> subproces
 
 def test_command_prints_the_flags_and_fails_on_bad_input(pytestconfig: pytest.Config) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith(f"{PREFIX}_")}
-    spec = "tests.args.helpers:demo_parser"
+    spec = "rtp_ref.suites.args.helpers:demo_parser"
     good = _run_command(
         pytestconfig.rootpath, spec, {**base, env_var("model_type"): "qwen 2", env_var("tp_size"): "2"}
     )
@@ -448,6 +448,6 @@ def test_command_prints_the_flags_and_fails_on_bad_input(pytestconfig: pytest.Co
     bad = _run_command(pytestconfig.rootpath, spec, {**base, env_var("tp_size"): "two"})
     assert bad.returncode == 2
     assert f"{env_var('tp_size')}='two'" in bad.stderr
-    missing = _run_command(pytestconfig.rootpath, "tests.args.helpers:nope", base)
+    missing = _run_command(pytestconfig.rootpath, "rtp_ref.suites.args.helpers:nope", base)
     assert missing.returncode == 2
     assert "no attribute" in missing.stderr

@@ -13,6 +13,7 @@ interrupts ``certify --platform all`` (bench's is in tests/bench).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -152,6 +153,12 @@ BAD_INPUTS = [
         "its table states no [reader]; valid: a table with a [reader] section"),
     Bad("read-check-bad-reader", ("read-check", "{golden}", "--platform", "{bad_reader_toml}"),
         "[reader]: key 'tile_scale' has 'fp16'; valid values: fp32, bf16, e8m0_toward_zero"),
+    # check-args, check-plugins: the kit and the report directory are checked before the suite runs
+    Bad("check-args-impl-format", ("check-args", "--impl", "my_adapters"),
+        "--impl 'my_adapters': not MODULE:CALLABLE; valid: e.g. my_adapters:rtp_llm_args_kit"),
+    Bad("check-plugins-impl-missing", ("check-plugins", "--impl", "no_such_adapter_module:kit"),
+        "--impl 'no_such_adapter_module:kit': cannot load it (ModuleNotFoundError"),
+    Bad("check-args-report-file", ("check-args", "--report", "{report}"), "is a file; valid: a directory"),
     # certify: checked before pytest starts, so no report directory appears
     Bad("certify-unknown-platform", ("certify", "--platform", "sm90", "--report", "{tmp}/rep"),
         "unknown platform 'sm90'; known platforms", output="{tmp}/rep"),
@@ -354,9 +361,11 @@ def test_bad_input_exits_2_with_one_clear_line(bad: Bad, inputs: dict[str, str],
 
 
 def test_every_command_has_bad_input_rows() -> None:
-    from rtp_ref.cli import COMMAND_MODULES
+    from rtp_ref.cli import build_parser
 
-    commands = {name.replace("_", "-") for name in COMMAND_MODULES}
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    commands = set(sub.choices)
+    assert {"check-args", "check-plugins", "read-check", "certify"} <= commands
     assert commands - {b.argv[0] for b in BAD_INPUTS} == set()
 
 

@@ -32,7 +32,7 @@ from rtp_ref.plugins import (
     validate_package_name,
 )
 from rtp_ref.plugins.model_args import PROPOSE_OWN_FIELDS, PROPOSE_RESET_FIELDS
-from tests.plugins.helpers import PackageDir
+from rtp_ref.suites.plugins.helpers import PackageDir
 
 
 class Builtin:

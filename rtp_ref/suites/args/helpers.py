@@ -54,8 +54,10 @@ class Parse:
     def _run(self, parser: Any, args: Sequence[str]) -> argparse.Namespace:
         if self.how == "argv":
             self._monkeypatch.setattr(sys, "argv", ["prog", *args])
-            return parser.parse_args()
-        return parser.parse_args(list(args))
+            parsed: argparse.Namespace = parser.parse_args()
+        else:
+            parsed = parser.parse_args(list(args))
+        return parsed
 
     def __call__(self, parser: Any, args: Sequence[str] = ()) -> argparse.Namespace:
         """The namespace; an exit of the parser fails the test with its message."""
@@ -75,7 +77,7 @@ class Parse:
 
 
 def demo_parser() -> EnvArgumentParser:
-    """The parser ``python -m rtp_ref.args tests.args.helpers:demo_parser`` translates."""
+    """The parser ``python -m rtp_ref.args rtp_ref.suites.args.helpers:demo_parser`` translates."""
     parser = EnvArgumentParser(prog="demo", env_prefix=PREFIX)
     parser.add_argument("--model_type")
     parser.add_argument("--tp_size", type=int)

@@ -17,14 +17,14 @@ import string
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.args.helpers import PREFIX, env_var
-from tests.args.kit import ArgsKit
+from rtp_ref.suites.args.helpers import PREFIX, env_var
+from rtp_ref.suites.args.kit import ArgsKit
 
 # The autouse environment fixture runs once per test, not per example: each example sets and
 # restores its own variables and resets the kit itself. One bug per report, and no "explain" phase
@@ -67,8 +67,10 @@ def _store_true(group: Any, flag: str, default: Any, kit: ArgsKit) -> None:
     group.add_argument(flag, action="store_true")
 
 
+#: surrogates cannot be encoded (and an environment cannot hold them)
+_SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
 _TEXT = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=10
+    alphabet=st.characters(codec="utf-8", exclude_categories=_SURROGATES, exclude_characters="\x00"), max_size=10
 ).filter(lambda s: s != "--")  # argparse reads a lone "--" value as the end of options, on any path
 
 KINDS = (
@@ -152,8 +154,10 @@ def _parse(parser: Any, argv: list[str], environ: dict[str, str], via_sys_argv: 
         try:
             if via_sys_argv:
                 patch.setattr(sys, "argv", ["prog", *argv])
-                return parser.parse_args()
-            return parser.parse_args(argv)
+                parsed: argparse.Namespace = parser.parse_args()
+            else:
+                parsed = parser.parse_args(argv)
+            return parsed
         except SystemExit as exc:
             pytest.fail(f"parser exited with {exc.code} for argv={argv} environ={environ}")
 

@@ -2,7 +2,7 @@
 
 The rules: split on commas, strip blanks, drop duplicates keeping the first, and each item must be
 dotted parts that are identifiers and not keywords; an invalid item is named in the error, and a
-text with no item at all is an error. Runs through the kit (tests/plugins/kit.py).
+text with no item at all is an error. Runs through the kit (rtp_ref/suites/plugins/kit.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.plugins.kit import PluginsKit
+from rtp_ref.suites.plugins.kit import PluginsKit
 
 IDENTIFIER = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True)
 VALID_PART = IDENTIFIER.filter(lambda part: not keyword.iskeyword(part))

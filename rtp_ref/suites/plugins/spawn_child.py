@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tests.plugins.kit import load_plugins_kit
+from rtp_ref.suites.plugins.kit import load_plugins_kit
 
 
 def resolve_in_worker(args: Any, package: str) -> dict[str, Any]:

@@ -197,9 +197,10 @@ class LegacyEnvArgumentParser(argparse.ArgumentParser):
                     continue
                 raw = os.environ[env_name]
                 value: Any = raw
-                if action.type is not None:
+                convert: Any = action.type  # argparse's stubs allow a str here; a parser's types are callables
+                if convert is not None:
                     try:
-                        value = action.type(raw)
+                        value = convert(raw)
                     except argparse.ArgumentTypeError as exc:
                         self.error(f"{env_name} ({dest}): {exc}")
                     except (ValueError, TypeError):
@@ -300,7 +301,7 @@ def generator_main(
 
 
 class LegacyArgsKit:
-    """The behaviour tests' kit (tests/args/kit.py) over this emulation."""
+    """The behaviour tests' kit (rtp_ref/suites/args/kit.py) over this emulation."""
 
     name = "legacy rtp-llm emulation"
 
@@ -331,5 +332,5 @@ class LegacyArgsKit:
 
 
 def legacy_args_kit() -> LegacyArgsKit:
-    """Factory for ``RTP_REF_ARGS_IMPL=tests.args.legacy_rtp_llm:legacy_args_kit``."""
+    """Factory for ``RTP_REF_ARGS_IMPL=rtp_ref.suites.args.legacy_rtp_llm:legacy_args_kit``."""
     return LegacyArgsKit()

@@ -2,7 +2,7 @@
 
 The behaviour tests (test_args_behaviour.py, test_args_properties.py) touch an implementation only
 through a kit. By default it is the reference (``rtp_ref.args``); ``RTP_REF_ARGS_IMPL=module:callable``
-names a callable returning another kit, e.g. ``tests.args.legacy_rtp_llm:legacy_args_kit`` (the
+names a callable returning another kit, e.g. ``rtp_ref.suites.args.legacy_rtp_llm:legacy_args_kit`` (the
 emulation of rtp-llm that must fail every bug test) or an adapter around rtp-llm's real parser.
 docs/args-and-plugins.md describes the protocol.
 """
@@ -35,7 +35,7 @@ class ArgsKit(Protocol):
 
     #: the implementation's boolean argument type, its own object (a generator that compares ``type is
     #: str2bool`` must see it; a wrapper would silently send it down another branch)
-    str2bool: Callable[[str], bool]
+    str2bool: Callable[..., bool]
 
     def env_to_cli(self, parser: Any, environ: Mapping[str, str]) -> list[str]:
         """Command-line tokens equivalent to ``environ``."""

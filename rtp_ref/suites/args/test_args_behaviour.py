@@ -1,9 +1,9 @@
 """Behaviour of an env/CLI argument parser: rtp-llm's contract where it is sound, its bugs fixed.
 
-Everything here goes through the kit (``args_kit``, tests/args/kit.py), so the module can be run
+Everything here goes through the kit (``args_kit``, rtp_ref/suites/args/kit.py), so the module can be run
 against another implementation (``RTP_REF_ARGS_IMPL``). Tests named after a bug of
 docs/sources.md#rtp-llm-server-arguments or a review finding fail on the emulation of rtp-llm
-(tests/args/legacy_rtp_llm.py); test_legacy_emulation.py checks that, and lists the mapping.
+(rtp_ref/suites/args/legacy_rtp_llm.py); test_legacy_emulation.py checks that, and lists the mapping.
 The other tests state the contract both share.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.args.helpers import PREFIX, Parse, RootConfig, env_var, optional_int
-from tests.args.kit import ArgsKit
+from rtp_ref.suites.args.helpers import PREFIX, Parse, RootConfig, env_var, optional_int
+from rtp_ref.suites.args.kit import ArgsKit
 
 # -- the contract both implementations keep -------------------------------------------------------
 

@@ -1,9 +1,9 @@
-"""Behaviour of external model package loading, through the kit (``plugins_kit``, tests/plugins/kit.py).
+"""Behaviour of external model package loading, through the kit (``plugins_kit``, rtp_ref/suites/plugins/kit.py).
 
 Real boundaries only: packages are written to a temporary directory and imported by the import
 system; the worker test spawns a real ``multiprocessing`` 'spawn' child. Tests named after a bug
 of docs/sources.md#rtp-llm-model-registry-and-plugins or a review finding fail on the emulation of rtp-llm
-(tests/plugins/legacy_rtp_llm_plugins.py); tests/args/test_legacy_emulation.py checks that.
+(rtp_ref/suites/plugins/legacy_rtp_llm_plugins.py); tests/args/test_legacy_emulation.py checks that.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.plugins.helpers import PackageDir
-from tests.plugins.kit import PluginsKit
-from tests.plugins.spawn_child import resolve_in_worker
+from rtp_ref.suites.plugins.helpers import PackageDir
+from rtp_ref.suites.plugins.kit import PluginsKit
+from rtp_ref.suites.plugins.spawn_child import resolve_in_worker
 
 T = TypeVar("T")
 SPAWN_TIMEOUT_S = 120

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.args.helpers import PREFIX, Parse
-from tests.args.kit import ArgsKit, load_args_kit
+from rtp_ref.suites.args.helpers import PREFIX, Parse
+from rtp_ref.suites.args.kit import ArgsKit, load_args_kit
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tests.args.legacy_rtp_llm import LegacyEnvArgumentParser
+from rtp_ref.suites.args.legacy_rtp_llm import LegacyEnvArgumentParser
 
 
 def parse_external_model_packages(value: str) -> list[str]:
@@ -198,7 +198,7 @@ def create_propose_model_args(main: LegacyModelArgs, ckpt_path: str, model_type:
 
 
 class LegacyPluginsKit:
-    """The plugins behaviour tests' kit (tests/plugins/kit.py) over this emulation."""
+    """The plugins behaviour tests' kit (rtp_ref/suites/plugins/kit.py) over this emulation."""
 
     name = "legacy rtp-llm emulation"
 
@@ -218,7 +218,8 @@ class LegacyPluginsKit:
         if importer is None:
             load_external_model_packages(names)
         else:  # rtp-llm's loader has no importer parameter; its tests patch importlib instead
-            load_external_model_packages(names, importer=importer)
+            # fails as rtp-llm's loader does (TypeError: no such parameter): the finding this emulation shows
+            load_external_model_packages(names, importer=importer)  # type: ignore[call-arg]
 
     def new_registry(self) -> LegacyModelRegistry:
         return LegacyModelRegistry()
@@ -270,7 +271,7 @@ class LegacyPluginsKit:
 
     def plugin_source(self, model_type: str, class_name: str, architectures: Sequence[str]) -> str:
         return (
-            "from tests.plugins.legacy_rtp_llm_plugins import register_model\n\n\n"
+            "from rtp_ref.suites.plugins.legacy_rtp_llm_plugins import register_model\n\n\n"
             f"class {class_name}:\n    pass\n\n\n"
             f"register_model({model_type!r}, {class_name}, {list(architectures)!r})\n"
         )
@@ -292,5 +293,5 @@ class LegacyPluginsKit:
 
 
 def legacy_plugins_kit() -> LegacyPluginsKit:
-    """Factory for ``RTP_REF_PLUGINS_IMPL=tests.plugins.legacy_rtp_llm_plugins:legacy_plugins_kit``."""
+    """Factory for ``RTP_REF_PLUGINS_IMPL=rtp_ref.suites.plugins.legacy_rtp_llm_plugins:legacy_plugins_kit``."""
     return LegacyPluginsKit()

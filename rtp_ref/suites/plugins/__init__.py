@@ -1,0 +1,1 @@
+"""The plugins behaviour suite: its kit, helpers, fixtures and test modules, and the emulation of rtp-llm's loader."""

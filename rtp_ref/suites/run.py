@@ -1,0 +1,102 @@
+"""Running a shipped suite against an implementation, in a pytest process of its own, and reading its outcomes.
+
+A suite is the behaviour and property modules of ``args`` or ``plugins`` (``SUITES``); the implementation is a
+``module:callable`` returning a kit (``--impl``; none: the reference), given to the child through the suite's
+environment variable. The child runs in a temporary directory with its own hypothesis storage and pytest's cache
+off, so nothing is written into the directory the command runs in; its JUnit XML gives each test's outcome.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+from rtp_ref.errors import RtpRefError
+from rtp_ref.suites.args.kit import KIT_ENV as ARGS_KIT_ENV
+from rtp_ref.suites.plugins.kit import KIT_ENV as PLUGINS_KIT_ENV
+
+SUITE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One shipped suite: its test modules (relative to rtp_ref/suites) and the variable naming its kit."""
+
+    name: str
+    modules: tuple[str, ...]
+    impl_env: str
+
+
+SUITES = {
+    "args": Suite("args", ("args/test_args_behaviour.py", "args/test_args_properties.py"), ARGS_KIT_ENV),
+    "plugins": Suite("plugins", ("plugins/test_plugins_behaviour.py", "plugins/test_plugins_properties.py"),
+                     PLUGINS_KIT_ENV),
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One test's outcome: ``passed``, ``failure``, ``error`` or ``skipped``, and pytest's message."""
+
+    test: str
+    outcome: str
+    message: str
+
+
+def check_impl(option: str, spec: str) -> None:
+    """RtpRefError naming ``option`` unless ``spec`` is ``module:callable`` whose module imports and has it."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise RtpRefError(f"{option} {spec!r}: not MODULE:CALLABLE; valid: e.g. my_adapters:rtp_llm_args_kit")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except Exception as exc:  # the adapter's own import error is what the user needs to see
+        raise RtpRefError(f"{option} {spec!r}: cannot load it ({type(exc).__name__}: {exc}); valid: an importable "
+                          "MODULE:CALLABLE returning a kit") from None
+    if not callable(found):
+        raise RtpRefError(f"{option} {spec!r}: {type(found).__name__} is not callable; valid: a callable "
+                          "returning a kit")
+
+
+def junit_outcomes(path: Path) -> list[Outcome]:
+    """Each test's outcome (``module::name[params]``) from a JUnit XML report."""
+    outcomes = []
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        test = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            element = case.find(tag)
+            if element is not None:
+                outcome, message = tag, element.get("message") or ""
+        outcomes.append(Outcome(test, outcome, message))
+    return outcomes
+
+
+def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900) -> list[Outcome]:
+    """Run ``suite`` against ``impl`` (None: the reference) in a child pytest; its JUnit XML goes to ``junit``.
+    RtpRefError when the child wrote no report (it could not start, or the kit broke collection)."""
+    with tempfile.TemporaryDirectory(prefix="rtp-ref-suite-") as work:
+        # the child takes its kit from --impl only, and none of an outer pytest's (an xdist worker's) variables
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("PYTEST_") and k not in (ARGS_KIT_ENV, PLUGINS_KIT_ENV)}
+        env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path(work) / "hypothesis")
+        if impl:
+            env[suite.impl_env] = impl
+        (Path(work) / "pytest.ini").write_text("[pytest]\n")
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(Path(work) / "pytest.ini"),
+                   "--rootdir", str(SUITE_DIR), f"--junitxml={junit}", *(str(SUITE_DIR / m) for m in suite.modules)]
+        try:
+            run = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
+                                 check=False)
+        except subprocess.TimeoutExpired:
+            raise RtpRefError(f"the {suite.name} suite did not finish within {timeout:g} s") from None
+    if not junit.exists():
+        raise RtpRefError(f"the {suite.name} suite wrote no report (pytest exit {run.returncode}): "
+                          f"{(run.stdout + run.stderr).strip().splitlines()[-1:]}")
+    return junit_outcomes(junit)
