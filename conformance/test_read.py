@@ -70,7 +70,7 @@ class _Trip:
     the bytes the read must give back and how to get what it gave."""
 
     case: GatherCase | IndexerGatherCase
-    #: the cache storage the reference's write leaves (CPU)
+    #: the cache storage the reference's write leaves (CPU); what ``write(None)`` puts on the device
     want_cache: torch.Tensor
     #: the output bytes the reference's read of it gives (CPU uint8)
     want: torch.Tensor
@@ -94,11 +94,10 @@ def _mla_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
                                    case.cu_seq_lens.cpu(), scale, starts)
 
     def write(kernel: Callable[..., None] | None) -> None:
-        args = (kv_c.to(device), k_pe.to(device), case.kv_cache, slots.to(device))
-        if kernel is None:
-            reference_write(lay, *args, case.scale)
+        if kernel is None:  # the reference writer's bytes (it is defined on the CPU)
+            case.cache_storage.copy_(want_storage)
         else:
-            kernel(*args, variant, case.scale)
+            kernel(kv_c.to(device), k_pe.to(device), case.kv_cache, slots.to(device), variant, case.scale)
 
     return _Trip(case, want_storage, want.view(torch.uint8), write,
                  lambda: case.dst[: spec.tokens].cpu().view(torch.uint8))
@@ -118,11 +117,10 @@ def _indexer_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
     want = torch.cat([dst_k[: spec.tokens].flatten(), dst_scale[: spec.tokens].flatten()])
 
     def write(kernel: Callable[..., None] | None) -> None:
-        args = (k.to(device), case.kv_cache, slots.to(device))
-        if kernel is None:
-            reference_indexer_k_quant_and_cache(case.layout, *args, variant)
+        if kernel is None:  # the reference writer's bytes (it is defined on the CPU)
+            case.cache_storage.copy_(want_storage)
         else:
-            kernel(*args, spec.quant_block, variant)
+            kernel(k.to(device), case.kv_cache, slots.to(device), spec.quant_block, variant)
 
     return _Trip(case, want_storage, want, write, lambda: torch.cat(
         [case.dst_k[: spec.tokens].cpu().flatten(), case.dst_scale[: spec.tokens].cpu().flatten()]))

@@ -126,6 +126,14 @@ def _decode_part(cache: tl.tensor, row: tl.tensor, block_base: tl.tensor, offset
 
 
 @triton.jit
+def _sequence_of(r: tl.tensor, cu: tl.tensor, batch: tl.tensor, BATCH_PAD: tl.constexpr) -> tl.tensor:
+    """The sequence row ``r`` belongs to: how many ``cu[1..batch]`` are at or before it (``batch``: past them)."""
+    seqs = tl.arange(0, BATCH_PAD)
+    ends = tl.load(cu + 1 + seqs, mask=seqs < batch, other=0).to(tl.int64)
+    return tl.sum(((ends <= r) & (seqs < batch)).to(tl.int32), axis=0)
+
+
+@triton.jit
 def _mla_gather(
     cache: tl.tensor, dst: tl.tensor, table: tl.tensor, cu: tl.tensor, starts: tl.tensor, scale_ptr: tl.tensor,
     batch: tl.tensor, block_size: tl.tensor, block_bytes: tl.tensor, table_row: tl.tensor, table_col: tl.tensor,
@@ -139,9 +147,7 @@ def _mla_gather(
 ) -> None:
     """Fill row ``program_id(0)`` of ``dst`` (module doc); a row at or past ``cu[batch]`` is left alone."""
     r = tl.program_id(0).to(tl.int64)
-    seqs = tl.arange(0, BATCH_PAD)
-    ends = tl.load(cu + 1 + seqs, mask=seqs < batch, other=0).to(tl.int64)
-    b = tl.sum(((ends <= r) & (seqs < batch)).to(tl.int32), axis=0)
+    b = _sequence_of(r, cu, batch, BATCH_PAD)
     if b < batch:
         pos = r - tl.load(cu + b).to(tl.int64)
         if HAS_STARTS:
@@ -216,9 +222,7 @@ def _indexer_gather(
     """Copy row ``program_id(0)``'s token: its ``D`` value bytes to ``dst_k``, its ``S`` scale bytes (after the
     block's values) to ``dst_scale``; a row at or past ``cu[batch]`` is left alone."""
     r = tl.program_id(0).to(tl.int64)
-    seqs = tl.arange(0, BATCH_PAD)
-    ends = tl.load(cu + 1 + seqs, mask=seqs < batch, other=0).to(tl.int64)
-    b = tl.sum(((ends <= r) & (seqs < batch)).to(tl.int32), axis=0)
+    b = _sequence_of(r, cu, batch, BATCH_PAD)
     if b < batch:
         pos = r - tl.load(cu + b).to(tl.int64)
         logical = pos // block_size
