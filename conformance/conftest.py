@@ -259,6 +259,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                  for k in s.kernels_of(op) for v in OPS[op].variants if v not in k.claims
                  if _runs(metafunc.config, "regular")]
         metafunc.parametrize("unclaimed_family_pair", pairs)
+    if "unclaimed_reader_pair" in metafunc.fixturenames:
+        # the MLA gather names its layout in the call, so it can refuse one (the indexer gather's call names none)
+        s = suite(metafunc.config)
+        pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for k in s.kernels_of(MLA_GATHER_OP)
+                 for v in OPS[MLA_GATHER_OP].variants if v not in k.claims if _runs(metafunc.config, "regular")]
+        metafunc.parametrize("unclaimed_reader_pair", pairs)
     if "claimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("claimed_pair", _pairs(metafunc.config, claimed=True))
     if "unclaimed_pair" in metafunc.fixturenames:
@@ -297,9 +303,11 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     if isinstance(family, FamilyCaseParam):
         return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,
                 "case": family.spec.case_id, "execution": family.kut.execution, "op": family.spec.op}
-    pair = pair or (params.params.get("unclaimed_family_pair") if params else None)
+    pair = pair or (params.params.get("unclaimed_family_pair") or params.params.get("unclaimed_reader_pair")
+                    if params else None)
     if isinstance(pair, tuple) and params is not None:
-        unclaimed = "unclaimed_pair" in params.params or "unclaimed_family_pair" in params.params
+        unclaimed = any(name in params.params for name in ("unclaimed_pair", "unclaimed_family_pair",
+                                                            "unclaimed_reader_pair"))
         kind = "unclaimed" if unclaimed else PAIR_TEST_KINDS[getattr(item, "originalname", "")]
         return {"kernel": pair[0].name, "layout": pair[1], "kind": kind, "execution": pair[0].execution,
                 "op": pair[0].op}

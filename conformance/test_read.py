@@ -27,10 +27,10 @@ from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots
 from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
-from rtp_ref.ops import MLA_GATHER_OP
+from rtp_ref.ops import MLA_GATHER_OP, op_cases
 
 from .conftest import GatherCaseParam, RoundTripParam
-from .matrix import suite
+from .matrix import KernelUnderTest, suite
 from .outcome import judge, not_covered, settle_call, with_ran_check
 from .runner import call_gather_kernel
 
@@ -162,3 +162,20 @@ def test_round_trip(round_trip: RoundTripParam, record_case: Callable[..., None]
     record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed,
                 writer=round_trip.writer_name)
     judge(grading, f"{round_trip.writer_name} -> {k.name}", s.platform, None)
+
+
+def test_reader_unclaimed_layout_raises(unclaimed_reader_pair: tuple[KernelUnderTest, str],
+                                        pytestconfig: pytest.Config, record_case: Callable[..., None]) -> None:
+    """A layout the reader does not claim must raise, and leave the cache and dst untouched."""
+    k, variant = unclaimed_reader_pair
+    spec = next(s for s in op_cases(k.op)(variant) if s.tokens > 1)
+    case = build_gather_case(spec, suite(pytestconfig).contract, k.device)
+    before = torch.cat([case.cache_storage.cpu(), case.dst_storage.cpu()])
+    result = call_gather_kernel(k.kernel, case, k.device)
+    untouched = torch.equal(before, torch.cat([case.cache_storage.cpu(), case.dst_storage.cpu()]))
+    ok = result.device_error is None and result.error is not None and untouched
+    record_case(op=k.op, kernel=k.name, layout=variant, kind="unclaimed", case="unclaimed-layout",
+                execution=k.execution, failed_checks=[] if ok else ["support.unclaimed_layout_raises"])
+    assert result.device_error is None, f"{k.name} left a device error: {result.device_error}"
+    assert result.error is not None, f"{k.name} does not claim {variant} but read it without an error"
+    assert untouched, f"{k.name} raised for unclaimed {variant} but had already written"

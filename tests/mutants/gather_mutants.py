@@ -114,6 +114,19 @@ class RopeReadAsFp8(GatherMutant):
                                                                   dst.dtype)
 
 
+class ReadsUnclaimedLayouts(GatherMutant):
+    """Claims ``fp8`` only, and reads whatever layout it is called with instead of raising."""
+
+    name = "mutant-gather-reads-unclaimed-layouts"
+    kv_cache_dtypes = ("fp8",)
+
+    def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+                 cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
+                 seq_starts: torch.Tensor | None = None) -> None:
+        layout = gather_layout(self.contract or default_contract(kv_cache.device), kv_cache_dtype, dst)
+        self.read(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
 class IndexerGatherMutant:
     """The reference indexer gather with one fault injected by a subclass (``read``); CPU only."""
 
@@ -173,4 +186,5 @@ GATHER_EXPECTED: dict[type[GatherMutant] | type[IndexerGatherMutant], tuple[str,
     NeighbourTileScale: ("cpu", "read.tile_scale"),
     FnuzReadAsFn: ("rocm-gfx942", "read.fp8_format"),
     RopeReadAsFp8: ("cpu", "read.rope_as_fp8"),
+    ReadsUnclaimedLayouts: ("cpu", "support.unclaimed_layout_raises"),
 }
