@@ -18,7 +18,7 @@ import torch
 
 from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.device_errors import describe_error
-from rtp_ref.certify.gather_cases import GatherCase, GatherSpec, build_gather_case
+from rtp_ref.certify.gather_cases import GatherCase, GatherSpec
 from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
 from rtp_ref.certify.grading import Grading
 from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
@@ -39,7 +39,7 @@ def test_gather_conforms(gather_case: GatherCaseParam, record_case: Callable[...
                          pytestconfig: pytest.Config) -> None:
     s = suite(pytestconfig)
     k, spec = gather_case.kut, gather_case.spec
-    case: GatherCase | IndexerGatherCase = (build_gather_case(spec, s.contract, k.device)
+    case: GatherCase | IndexerGatherCase = (GatherCase(spec, s.contract, k.device)
                                             if isinstance(spec, GatherSpec) else
                                             IndexerGatherCase(spec, s.contract, k.device))
     assert case.kv_cache.device.type == k.device and case.dst_storage.device.type == k.device, \
@@ -80,7 +80,7 @@ class _Trip:
 
 def _mla_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
     spec = GatherSpec(variant, "random", 37, 16, 0, torch.bfloat16, 101, batch=3, out="bf16")
-    case = build_gather_case(spec, contract, device)
+    case = GatherCase(spec, contract, device)
     lay = case.layout
     g = torch.Generator().manual_seed(spec.seed)
     kv_c = (torch.randn(spec.tokens, lay.kv_lora_rank, generator=g) * 4).to(torch.bfloat16)
@@ -169,7 +169,7 @@ def test_reader_unclaimed_layout_raises(unclaimed_reader_pair: tuple[KernelUnder
     """A layout the reader does not claim must raise, and leave the cache and dst untouched."""
     k, variant = unclaimed_reader_pair
     spec = next(s for s in op_cases(k.op)(variant) if s.tokens > 1)
-    case = build_gather_case(spec, suite(pytestconfig).contract, k.device)
+    case = GatherCase(spec, suite(pytestconfig).contract, k.device)
     before = torch.cat([case.cache_storage.cpu(), case.dst_storage.cpu()])
     result = call_gather_kernel(k.kernel, case, k.device)
     untouched = torch.equal(before, torch.cat([case.cache_storage.cpu(), case.dst_storage.cpu()]))

@@ -20,8 +20,9 @@ The MHA paged caches have no read op: attention kernels read them in place throu
 gathers them into dense rows).
 
 Built-in kernels of the MLA op are named after their implementation (``triton``); those of the other ops
-carry the family as a suffix (``triton-mha``, ``triton-indexer``) and readers ``-gather``, so every kernel name
-stays unique. The large-address and CUDA-graph tiers cover the writes (``OpSpec.reads``: not yet the gather).
+carry the family as a suffix (``triton-mha``, ``triton-indexer``), readers ``-gather`` and ``-indexer-gather``, so
+every kernel name stays unique. The large-address and CUDA-graph tiers cover the writes (``OpSpec.reads``: not yet
+the reads).
 """
 
 from __future__ import annotations

@@ -7,6 +7,15 @@ import importlib
 from rtp_ref.errors import RtpRefError
 
 
+def call_named(spec: str) -> object:
+    """What the callable ``spec`` names (``resolve_object``) returns when called with no argument; RtpRefError
+    naming the spec when it names no callable."""
+    found = resolve_object(spec)
+    if not callable(found):
+        raise RtpRefError(f"{spec!r} names a {type(found).__name__}, not a callable")
+    return found()
+
+
 def resolve_object(spec: str) -> object:
     """The object ``spec`` names: ``"package.module:attribute"`` (the attribute may be dotted).
 

@@ -156,8 +156,7 @@ class GatherCase:
             first = sequence_slots(table, cu, spec.block_size, None)[:4]
             finfo = torch.finfo(spec.input_dtype)
             for i, slot in enumerate(first.tolist()):
-                x = [kv_c, k_pe]
-                for t in x:
+                for t in (kv_c, k_pe):
                     if i == 0:
                         t[slot] = 0.0  # an all-zero token: floor scales
                     elif i == 1:
@@ -200,7 +199,7 @@ class GatherCase:
             raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
         gather_and_maybe_dequant_cache(layout, cache, dst, table, cu, self.scale.cpu(), starts)
         if hypothesis == "read.rope_as_fp8":
-            slots = sequence_slots(table, cu, self.spec.block_size, starts)
+            slots = self.read_slots()
             rope = layout.value_field(Source.K_PE)
             at = layout.entry_offset(rope)
             codes = gather_entries(layout, cache, slots)[:, at: at + layout.rope_dim]
@@ -236,7 +235,3 @@ def _with_format(layout: MlaLayout, fmt: Fp8Format) -> MlaLayout:
     return build_layout(layout.name, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim, flags=layout.flags,
                         element_format=fmt, conversion_mode=layout.conversion_mode)
 
-
-def build_gather_case(spec: GatherSpec, contract: WriteContract, device: torch.device | str) -> GatherCase:
-    """The cache, index tensors and canary-filled ``dst`` of ``spec`` on ``device`` under ``contract``."""
-    return GatherCase(spec, contract, device)

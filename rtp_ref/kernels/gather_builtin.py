@@ -13,6 +13,7 @@ on the device, so none of them claims ``graph_safe``.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import TypeVar
 
 import torch
 
@@ -40,12 +41,14 @@ def gather_layout(contract: WriteContract, kv_cache_dtype: str, dst: object) -> 
     return contract.layout(kv_cache_dtype, dst.shape[1] - ROPE_DIM, ROPE_DIM)
 
 
-class MlaGatherKernel:
-    """``gather_and_maybe_dequant_cache(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale,
-    seq_starts=None)`` by one reader (module doc). Unbound, it follows the platform table of the cache's device."""
+_R = TypeVar("_R", bound="_Reader")
 
-    op = MLA_GATHER_OP
-    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
+
+class _Reader:
+    """What the readers of both ops share: a name (the implementation and the op's suffix), devices, the contract
+    they follow (the platform table of the cache's device when unbound) and a launch counter."""
+
+    op: str
     #: every call reads its index tensors' values on the host
     graph_safe = False
     #: decoding has one path: exact integer arithmetic (no fp8 conversion instruction is involved)
@@ -53,28 +56,39 @@ class MlaGatherKernel:
 
     def __init__(self, impl: str, reader: Reader, devices: Collection[str],
                  contract: WriteContract | None = None) -> None:
-        self.impl, self.name = impl, f"{impl}{OPS[MLA_GATHER_OP].name_suffix}"
+        self.impl, self.name = impl, f"{impl}{OPS[self.op].name_suffix}"
         self.reader, self.devices, self.contract = reader, tuple(devices), contract
         self.launch_count = 0
         self._contracts = DeviceContracts()
 
-    def bind(self, contract: WriteContract) -> MlaGatherKernel:
+    def bind(self: _R, contract: WriteContract) -> _R:
         """This reader following ``contract``."""
-        return MlaGatherKernel(self.impl, self.reader, self.devices, contract)
+        return type(self)(self.impl, self.reader, self.devices, contract)
+
+    def contract_for(self, device: torch.device) -> WriteContract:
+        """The bound contract, or the platform table of ``device`` when unbound."""
+        return self.contract or self._contracts.of(device)
+
+
+class MlaGatherKernel(_Reader):
+    """``gather_and_maybe_dequant_cache(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale,
+    seq_starts=None)`` by one reader (module doc)."""
+
+    op = MLA_GATHER_OP
+    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
 
     def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
                  cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
                  seq_starts: torch.Tensor | None = None) -> None:
         name = check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        if not isinstance(kv_cache, torch.Tensor):
-            raise RtpRefError(f"kv_cache: {kv_cache!r}; valid: a tensor [num_blocks, block_size, entry]")
-        layout = gather_layout(self.contract or self._contracts.of(kv_cache.device), name, dst)
+        cache = check_tensor("kv_cache", kv_cache, None)
+        layout = gather_layout(self.contract_for(cache.device), name, dst)
         validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
         self.reader(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
         self.launch_count += 1
 
 
-class IndexerGatherKernel:
+class IndexerGatherKernel(_Reader):
     """``cp_gather_indexer_k_quant_cache(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)`` by one reader:
     ``head_dim`` is ``dst_k``'s width, the quant block ``head_dim * 4 / dst_scale.shape[1]``
     (rtp_ref.kv.indexer_gather). Every call is checked on the host (values included); the columns of ``dst_k``
@@ -82,19 +96,6 @@ class IndexerGatherKernel:
 
     op = INDEXER_GATHER_OP
     scale_fmts: Collection[str] = SCALE_FORMATS
-    graph_safe = False
-    conversion_path = "decode"
-
-    def __init__(self, impl: str, reader: Reader, devices: Collection[str],
-                 contract: WriteContract | None = None) -> None:
-        self.impl, self.name = impl, f"{impl}{OPS[INDEXER_GATHER_OP].name_suffix}"
-        self.reader, self.devices, self.contract = reader, tuple(devices), contract
-        self.launch_count = 0
-        self._contracts = DeviceContracts()
-
-    def bind(self, contract: WriteContract) -> IndexerGatherKernel:
-        """This reader following ``contract``."""
-        return IndexerGatherKernel(self.impl, self.reader, self.devices, contract)
 
     def __call__(self, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
                  block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
@@ -106,7 +107,7 @@ class IndexerGatherKernel:
         for name, t in (("dst_k", dst_k), ("dst_scale", dst_scale)):
             if t.stride(1) != 1:
                 raise RtpRefError(f"{name}: strides {t.stride()}; valid: contiguous columns (stride(1) == 1)")
-        contract = self.contract or self._contracts.of(cache.device)
+        contract = self.contract_for(cache.device)
         layout = indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant)
         validate_indexer_gather_args(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
         self.reader(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)

@@ -5,7 +5,7 @@ fills rows ``cu_seq_lens[b]`` to ``cu_seq_lens[b + 1]`` of ``dst``; its token ``
 ``p = seq_starts[b] + i`` of the sequence (``seq_starts`` absent: 0), in block ``block_table[b, p // block_size]``
 at offset ``p % block_size``. A row is the token's values, ``kv_c`` then ``k_pe`` (``[tokens, R + P]``), as the
 layout defines them: 16-bit fields read as the cache's dtype (``auto``) or, in an fp8 layout's byte cache, as
-bf16 (the rope format of FlashMLA's ds_mla and MODEL1 layouts; ``READ16``); fp8 fields decoded and multiplied by
+bf16 (the rope format of FlashMLA's ds_mla and MODEL1 layouts; ``read16``); fp8 fields decoded and multiplied by
 their scale (per tile, or the per-tensor ``scale``), in float32, then rounded once, to nearest even, to
 ``dst``'s dtype (bf16, fp16 or fp32). A NaN is stored as the dtype's canonical positive NaN (``CANONICAL_NAN``):
 NaN payloads and signs differ between CPU and GPU conversions, and a reader certified bit for bit must not

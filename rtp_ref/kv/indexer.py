@@ -111,18 +111,25 @@ def indexer_layout_for(source: FormatSource, flags: LayoutFlags, head_dim: int, 
     return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor, fields)
 
 
-def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,
-                          scale_fmt: str, values: bool = True) -> None:
-    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid); without
-    ``values``, metadata only (no device sync: the slots' values are not checked)."""
-    if scale_fmt not in SCALE_FORMATS:
-        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+def check_indexer_cache(layout: IndexerLayout, kv_cache: object) -> torch.Tensor:
+    """``kv_cache`` when it is an indexer cache of ``layout`` (uint8 ``[num_blocks, block_size, bytes_per_token]``
+    with contiguous rows); RtpRefError naming it otherwise. The writer's and the gather's check."""
     cache = check_tensor("kv_cache", kv_cache, None)
     row = layout.bytes_per_token
     if (cache.dim() != 3 or cache.dtype != torch.uint8 or cache.shape[2] != row or cache.stride(2) != 1
             or cache.stride(1) != row):
         raise RtpRefError(f"kv_cache: shape {tuple(cache.shape)}, dtype {dtype_name(cache.dtype)}, strides "
                           f"{cache.stride()}; valid: uint8 [num_blocks, block_size, {row}] with contiguous rows")
+    return cache
+
+
+def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,
+                          scale_fmt: str, values: bool = True) -> None:
+    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid); without
+    ``values``, metadata only (no device sync: the slots' values are not checked)."""
+    if scale_fmt not in SCALE_FORMATS:
+        raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    cache = check_indexer_cache(layout, kv_cache)
     x = check_tensor("k", k, cache.device)
     check_input_dtype("k", x.dtype)
     slots = check_slot_mapping(slot_mapping, cache.device, cache.shape[0], cache.shape[1], values)
@@ -148,7 +155,7 @@ def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, 
     """Write ``k`` into ``kv_cache`` as the module doc states (CPU tensors; in place); bad arguments raise
     RtpRefError before anything is written (validate_indexer_args)."""
     validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
-    num_blocks, block_size, row = kv_cache.shape
+    block_size = kv_cache.shape[1]
     slots = slot_mapping.to(torch.int64)
     valid = torch.nonzero(slots >= 0).flatten()
     if valid.numel() == 0:
@@ -157,12 +164,19 @@ def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, 
     scales = slice_scales(layout, x, scale_fmt)
     per_value = scales.repeat_interleave(layout.quant_block_size, dim=1)
     codes = encode(x.to(torch.float32) / per_value, layout.element_format, layout.conversion_mode)
-    blocks = torch.as_strided(kv_cache, (num_blocks, block_size * row), (kv_cache.stride(0), 1))
+    blocks = _blocks(kv_cache)
     block, token = slots[valid] // block_size, slots[valid] % block_size
     values, scale = layout.field(Source.KEY), layout.field(Source.SCALE)
     blocks[block[:, None], _block_columns(layout, values, token, block_size)] = codes
     scale_bytes = scales.contiguous().view(torch.uint8).reshape(-1, scale.size)
     blocks[block[:, None], _block_columns(layout, scale, token, block_size)] = scale_bytes
+
+
+def _blocks(kv_cache: torch.Tensor) -> torch.Tensor:
+    """The cache as one byte row per block ``[num_blocks, block_size * bytes_per_token]`` (a view: rows are not
+    tokens, the module doc says where each byte is)."""
+    num_blocks, block_size, row = kv_cache.shape
+    return torch.as_strided(kv_cache, (num_blocks, block_size * row), (kv_cache.stride(0), 1))
 
 
 def _block_columns(layout: IndexerLayout, f: Field, token: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -177,8 +191,11 @@ def stored_tokens(layout: IndexerLayout, kv_cache: torch.Tensor, slots: torch.Te
                                                                                                torch.Tensor]:
     """The bytes stored for the tokens at ``slots`` (all >= 0) of ``kv_cache`` (CPU): their fp8 values uint8
     ``[n, head_dim]`` and their scales' bytes uint8 ``[n, 4 * scales_per_token]`` (the module doc's places)."""
-    num_blocks, block_size, row = kv_cache.shape
-    blocks = torch.as_strided(kv_cache, (num_blocks, block_size * row), (kv_cache.stride(0), 1))
+    block_size = kv_cache.shape[1]
+    blocks = _blocks(kv_cache)
     block, token = slots // block_size, slots % block_size
-    return tuple(blocks[block[:, None], _block_columns(layout, layout.field(source), token, block_size)]
-                 for source in (Source.KEY, Source.SCALE))  # type: ignore[return-value]
+
+    def part(source: Source) -> torch.Tensor:
+        return blocks[block[:, None], _block_columns(layout, layout.field(source), token, block_size)]
+
+    return part(Source.KEY), part(Source.SCALE)

@@ -17,7 +17,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.gather import check_sequences, sequence_slots
-from rtp_ref.kv.indexer import IndexerLayout, stored_tokens
+from rtp_ref.kv.indexer import IndexerLayout, check_indexer_cache, stored_tokens
 from rtp_ref.kv.validate import check_tensor, dtype_name
 
 
@@ -39,12 +39,7 @@ def validate_indexer_gather_args(layout: IndexerLayout, kv_cache: object, dst_k:
                                  block_table: object, cu_seq_lens: object) -> None:
     """Check one call against ``layout`` (module doc); RtpRefError naming the first bad argument. Reads the index
     tensors' values (a device sync): the reference's check."""
-    cache = check_tensor("kv_cache", kv_cache, None)
-    row = layout.bytes_per_token
-    if cache.dim() != 3 or cache.dtype != torch.uint8 or cache.shape[2] != row or cache.stride(2) != 1 \
-            or cache.stride(1) != row:
-        raise RtpRefError(f"kv_cache: shape {tuple(cache.shape)}, dtype {dtype_name(cache.dtype)}; valid: uint8 "
-                          f"[num_blocks, block_size, {row}] with contiguous rows")
+    cache = check_indexer_cache(layout, kv_cache)
     k = check_tensor("dst_k", dst_k, cache.device)
     quant = quant_block_of(k, dst_scale)
     if (k.shape[1], quant) != (layout.head_dim, layout.quant_block_size):

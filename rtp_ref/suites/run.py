@@ -8,7 +8,6 @@ off, so nothing is written into the directory the command runs in; its JUnit XML
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
+from rtp_ref.args import resolve_object
 from rtp_ref.errors import RtpRefError
 from rtp_ref.suites.args.kit import KIT_ENV as ARGS_KIT_ENV
 from rtp_ref.suites.plugins.kit import KIT_ENV as PLUGINS_KIT_ENV
@@ -50,18 +50,15 @@ class Outcome:
 
 
 def check_impl(option: str, spec: str) -> None:
-    """RtpRefError naming ``option`` unless ``spec`` is ``module:callable`` whose module imports and has it."""
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise RtpRefError(f"{option} {spec!r}: not MODULE:CALLABLE; valid: e.g. my_adapters:rtp_llm_args_kit")
+    """RtpRefError naming ``option`` unless ``spec`` names a callable that imports (the kit itself is made in the
+    suite's own process)."""
     try:
-        found = getattr(importlib.import_module(module), attr)
-    except Exception as exc:  # the adapter's own import error is what the user needs to see
-        raise RtpRefError(f"{option} {spec!r}: cannot load it ({type(exc).__name__}: {exc}); valid: an importable "
-                          "MODULE:CALLABLE returning a kit") from None
+        found = resolve_object(spec)
+    except RtpRefError as exc:  # the adapter's own import error is what the user needs to see
+        raise RtpRefError(f"{option} {exc}; valid: an importable MODULE:CALLABLE returning a kit, e.g. "
+                          "my_adapters:rtp_llm_args_kit") from None
     if not callable(found):
-        raise RtpRefError(f"{option} {spec!r}: {type(found).__name__} is not callable; valid: a callable "
-                          "returning a kit")
+        raise RtpRefError(f"{option} {spec!r} names a {type(found).__name__}; valid: a callable returning a kit")
 
 
 def junit_outcomes(path: Path) -> list[Outcome]:

@@ -155,9 +155,11 @@ BAD_INPUTS = [
         "[reader]: key 'tile_scale' has 'fp16'; valid values: fp32, bf16, e8m0_toward_zero"),
     # check-args, check-plugins: the kit and the report directory are checked before the suite runs
     Bad("check-args-impl-format", ("check-args", "--impl", "my_adapters"),
-        "--impl 'my_adapters': not MODULE:CALLABLE; valid: e.g. my_adapters:rtp_llm_args_kit"),
+        "--impl 'my_adapters' is not of the form 'package.module:callable'; valid: an importable MODULE:CALLABLE"),
     Bad("check-plugins-impl-missing", ("check-plugins", "--impl", "no_such_adapter_module:kit"),
-        "--impl 'no_such_adapter_module:kit': cannot load it (ModuleNotFoundError"),
+        "--impl 'no_such_adapter_module:kit': cannot import 'no_such_adapter_module': ModuleNotFoundError"),
+    Bad("check-args-impl-not-callable", ("check-args", "--impl", "json:__name__"),
+        "--impl 'json:__name__' names a str; valid: a callable returning a kit"),
     Bad("check-args-report-file", ("check-args", "--report", "{report}"), "is a file; valid: a directory"),
     # certify: checked before pytest starts, so no report directory appears
     Bad("certify-unknown-platform", ("certify", "--platform", "sm90", "--report", "{tmp}/rep"),

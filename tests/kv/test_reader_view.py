@@ -6,6 +6,7 @@ toward zero, ml_dtypes for bf16 and for the fp8 formats), and the command on gol
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import ml_dtypes
@@ -77,8 +78,8 @@ def test_fnuz_codes_read_as_ocp_change_by_exactly_2x_where_finite() -> None:
 
 
 @pytest.mark.parametrize(("rule", "code", "says"), [
-    ("amax_div", 1, "tile scales: {n} of 96 change on read, by up to 1."),
-    ("pow2_ceil", 0, "tile scales: none of 96 change on read"),
+    ("amax_div", 1, r"tile scales: \d+ of 96 change on read, by up to 1\.\d+x \(slot"),
+    ("pow2_ceil", 0, r"tile scales: none of 96 change on read"),
 ])
 def test_read_check_on_golden_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], rule: str, code: int,
                                     says: str) -> None:
@@ -89,4 +90,4 @@ def test_read_check_on_golden_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["read-check", str(path), "--platform", "cuda-sm100"]) == code
     out = capsys.readouterr().out
     assert f"ds_mla_scale_rule {rule}" in out and "FlashMLA SM100" in out
-    assert says.split("{n}")[0] in out and says.split("{n}")[-1] in out, out
+    assert re.search(says, out), out

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, cast
 
-from rtp_ref.args import EnvArgumentParser, env_to_cli, resolve_object, str2bool, write_command_line
+from rtp_ref.args import EnvArgumentParser, env_to_cli, str2bool, write_command_line
+from rtp_ref.args.objects import call_named
 
 KIT_ENV = "RTP_REF_ARGS_IMPL"
 
@@ -79,8 +80,4 @@ def load_args_kit() -> ArgsKit:
     spec = os.environ.get(KIT_ENV)
     if not spec:
         return ReferenceArgsKit()
-    factory = resolve_object(spec)
-    if not callable(factory):
-        raise TypeError(f"{KIT_ENV}={spec!r} does not name a callable")
-    kit: ArgsKit = factory()
-    return kit
+    return cast(ArgsKit, call_named(spec))

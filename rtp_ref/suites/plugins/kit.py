@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from rtp_ref.args import EnvArgumentParser, resolve_object
+from rtp_ref.args import EnvArgumentParser
+from rtp_ref.args.objects import call_named
 from rtp_ref.plugins import (
     ModelArgs,
     ModelRegistry,
@@ -165,8 +166,4 @@ def load_plugins_kit() -> PluginsKit:
     spec = os.environ.get(KIT_ENV)
     if not spec:
         return ReferencePluginsKit()
-    factory = resolve_object(spec)
-    if not callable(factory):
-        raise TypeError(f"{KIT_ENV}={spec!r} does not name a callable")
-    kit: PluginsKit = factory()
-    return kit
+    return cast(PluginsKit, call_named(spec))
