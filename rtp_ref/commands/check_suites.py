@@ -50,8 +50,8 @@ def register(sub: Any) -> None:
             f"own against --impl (the reference without it) and print each failing test under the bug or review "
             f"finding it pins, then 'N passed, M failed'. Exits 0 when every test passes, 1 when any fails (or "
             f"none ran), 2 on bad input. Nothing is written into the current directory. Example: rtp-ref "
-            f"check-{name} --impl rtp_ref.suites.{name}.legacy_rtp_llm"
-            f"{'' if name == 'args' else '_plugins'}:legacy_{name}_kit",
+            f"check-{name} --impl rtp_ref.suites.{name}.legacy_{'' if name == 'args' else 'plugins_'}adapter"
+            f":legacy_{name}_kit",
         )
         parser.add_argument("--impl", metavar="MODULE:CALLABLE",
                             help=f"a callable returning a kit ({_PROTOCOL[name]}) over the implementation to check")

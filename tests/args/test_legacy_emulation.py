@@ -3,8 +3,9 @@
 ``FINDINGS`` (rtp_ref.suites.findings) maps every bug of docs/sources.md (rtp-llm sections) and every review
 finding about args and plugins (docs/sources.md#rtp-llm-plugin-pr-review) to the behaviour tests that cover it.
 The meta-test runs the shipped suites (rtp_ref/suites) through ``rtp-ref check-args`` and ``check-plugins``, real
-processes, with the emulation as the implementation (rtp_ref/suites/args/legacy_rtp_llm.py,
-rtp_ref/suites/plugins/legacy_rtp_llm_plugins.py) and checks that
+processes, with the emulation as the implementation (rtp_ref/suites/args/legacy_rtp_llm.py and
+rtp_ref/suites/plugins/legacy_rtp_llm_plugins.py, through their adapters legacy_adapter.py and
+legacy_plugins_adapter.py, the generator a real command) and checks that
 
 * the failing tests are exactly the ``failing`` tests of all findings (no more: the emulation is
   faithful to the sound part of the contract; no fewer: every bug test can fail),
@@ -31,8 +32,8 @@ from tests.processes import child_env
 from tests.zygote import shared_zygote
 
 LEGACY_KITS = {
-    "args": "rtp_ref.suites.args.legacy_rtp_llm:legacy_args_kit",
-    "plugins": "rtp_ref.suites.plugins.legacy_rtp_llm_plugins:legacy_plugins_kit",
+    "args": "rtp_ref.suites.args.legacy_adapter:legacy_args_kit",
+    "plugins": "rtp_ref.suites.plugins.legacy_plugins_adapter:legacy_plugins_kit",
 }
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "args-and-plugins.md"
 
@@ -54,8 +55,11 @@ def _check(suite: str, impl: str | None, cwd: Path, report: Path | None = None) 
 
 
 def test_the_reference_passes_both_shipped_suites_and_writes_nothing_where_it_runs(tmp_path: Path) -> None:
-    for suite in SUITES:
-        code, out = _check(suite, None, tmp_path)
+    """Also with the reference's generator run as a command (``python -m rtp_ref.args``): the positive control of
+    the command form the emulation's generator takes."""
+    runs = [(suite, None) for suite in SUITES] + [("args", "rtp_ref.suites.args.kit:reference_command_kit")]
+    for suite, impl in runs:
+        code, out = _check(suite, impl, tmp_path)
         assert code == 0, out[-3000:]
         assert re.search(r"^\d+ passed, 0 failed$", out, flags=re.MULTILINE), out[-500:]
     assert list(tmp_path.iterdir()) == []  # no .hypothesis, no .pytest_cache, nothing

@@ -2,19 +2,21 @@
 
 The behaviour tests (test_args_behaviour.py, test_args_properties.py) touch an implementation only
 through a kit. By default it is the reference (``rtp_ref.args``); ``RTP_REF_ARGS_IMPL=module:callable``
-names a callable returning another kit, e.g. ``rtp_ref.suites.args.legacy_rtp_llm:legacy_args_kit`` (the
-emulation of rtp-llm that must fail every bug test) or an adapter around rtp-llm's real parser.
-docs/args-and-plugins.md describes the protocol.
+names a callable returning another kit, e.g. ``rtp_ref.suites.args.legacy_adapter:legacy_args_kit`` (the
+emulation of rtp-llm that must fail every bug test, adapted as an engine's code would be) or an adapter around
+rtp-llm's real parser. docs/args-and-plugins.md describes the protocol and how to write an adapter.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TextIO, cast
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from rtp_ref.args import EnvArgumentParser, env_to_cli, str2bool, write_command_line
 from rtp_ref.args.objects import call_named
+from rtp_ref.suites.args.generator import CommandGenerator, FunctionGenerator, Generator
 
 KIT_ENV = "RTP_REF_ARGS_IMPL"
 
@@ -38,11 +40,9 @@ class ArgsKit(Protocol):
     #: str2bool`` must see it; a wrapper would silently send it down another branch)
     str2bool: Callable[..., bool]
 
-    def env_to_cli(self, parser: Any, environ: Mapping[str, str]) -> list[str]:
-        """Command-line tokens equivalent to ``environ``."""
-
-    def run_env_to_cli(self, parser: Any, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO) -> int:
-        """The generator's command: print the command line, return the exit code."""
+    #: the env -> CLI generator: a function of ``(parser, environ)``, or a command run with the environment
+    #: (rtp_ref/suites/args/generator.py)
+    generator: Generator
 
     def reset(self) -> None:
         """Forget state kept between parsers, as the implementation's own tests do before each test."""
@@ -63,16 +63,25 @@ class ReferenceArgsKit:
 
     str2bool = staticmethod(str2bool)
 
-    def env_to_cli(self, parser: EnvArgumentParser, environ: Mapping[str, str]) -> list[str]:
-        return env_to_cli(parser, environ)
-
-    def run_env_to_cli(
-        self, parser: EnvArgumentParser, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO
-    ) -> int:
-        return write_command_line(parser, environ, stdout, stderr)
+    generator: Generator = FunctionGenerator(env_to_cli, write_command_line)
 
     def reset(self) -> None:
         """Nothing to forget: each parser owns its state."""
+
+
+class ReferenceCommandArgsKit(ReferenceArgsKit):
+    """The reference with its generator run as the command ``python -m rtp_ref.args``: the suite's positive
+    control for generators given as commands."""
+
+    name = "reference, generator as a command"
+    generator: Generator = CommandGenerator(
+        (sys.executable, "-m", "rtp_ref.args", "rtp_ref.suites.args.generator:reference_parser_from_environment")
+    )
+
+
+def reference_command_kit() -> ReferenceCommandArgsKit:
+    """Factory for ``--impl rtp_ref.suites.args.kit:reference_command_kit``."""
+    return ReferenceCommandArgsKit()
 
 
 def load_args_kit() -> ArgsKit:

@@ -6,6 +6,10 @@ Written for this test suite from the measured behaviour in the behaviour spec
 ``generate_args_from_env_clean.py``); it is not rtp-llm's code. Line numbers in the comments are
 rtp-llm's own, at those commits. Its one job: run the behaviour tests against it and check that exactly the tests
 covering listed bugs fail (tests/args/test_legacy_emulation.py). Keep it faithful; do not fix it.
+
+It is shaped like the engine's code, not like the suite's kit: the parser keeps its mappings at class level, the
+generator is a command that builds its own parser and reads ``os.environ``, and the boolean type is compared by
+identity. rtp_ref/suites/args/legacy_adapter.py adapts it to the kit as an engine team would adapt theirs.
 """
 
 from __future__ import annotations
@@ -287,6 +291,15 @@ def generate_args_from_env(parser: LegacyEnvArgumentParser, environ: Mapping[str
     return args
 
 
+def setup_server_parser() -> LegacyEnvArgumentParser:
+    """What the generator parses the environment with: rtp-llm's builds the server's full parser here. The
+    emulated server has two options; an adapter points this hook at the parser under test."""
+    parser = LegacyEnvArgumentParser(prog="generate_args_from_env_clean")
+    parser.add_argument_group("model").add_argument("--model_type", default="")
+    parser.add_argument_group("parallelism").add_argument("--tp_size", type=int, default=1)
+    return parser
+
+
 def generator_main(
     parser: LegacyEnvArgumentParser, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO
 ) -> int:
@@ -300,37 +313,10 @@ def generator_main(
     return 0
 
 
-class LegacyArgsKit:
-    """The behaviour tests' kit (rtp_ref/suites/args/kit.py) over this emulation."""
-
-    name = "legacy rtp-llm emulation"
-
-    def new_parser(
-        self, *, env_prefix: str = "", config_root: object | None = None, version: str | None = None
-    ) -> LegacyEnvArgumentParser:
-        parser = LegacyEnvArgumentParser(prog="prog", env_prefix=env_prefix)
-        if config_root is not None:
-            parser.set_config_root(config_root)
-        if version is not None:
-            parser.add_argument("--version", action="version", version=version)
-        return parser
-
-    #: the emulation's own function: its generator compares ``type_ is str2bool``
-    str2bool = staticmethod(str2bool)
-
-    def env_to_cli(self, parser: LegacyEnvArgumentParser, environ: Mapping[str, str]) -> list[str]:
-        return generate_args_from_env(parser, environ)
-
-    def run_env_to_cli(
-        self, parser: LegacyEnvArgumentParser, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO
-    ) -> int:
-        return generator_main(parser, environ, stdout, stderr)
-
-    def reset(self) -> None:
-        """rtp-llm's tests reload the module before each test to empty the class-level mappings."""
-        LegacyEnvArgumentParser._env_mappings.clear()
+def main() -> int:
+    """The generator command: it builds its own parser, reads ``os.environ`` and prints to the real streams."""
+    return generator_main(setup_server_parser(), os.environ, sys.stdout, sys.stderr)
 
 
-def legacy_args_kit() -> LegacyArgsKit:
-    """Factory for ``RTP_REF_ARGS_IMPL=rtp_ref.suites.args.legacy_rtp_llm:legacy_args_kit``."""
-    return LegacyArgsKit()
+if __name__ == "__main__":
+    sys.exit(main())

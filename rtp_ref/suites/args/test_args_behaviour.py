@@ -3,18 +3,25 @@
 Everything here goes through the kit (``args_kit``, rtp_ref/suites/args/kit.py), so the module can be run
 against another implementation (``RTP_REF_ARGS_IMPL``). Tests named after a bug of
 docs/sources.md#rtp-llm-server-arguments or a review finding fail on the emulation of rtp-llm
-(rtp_ref/suites/args/legacy_rtp_llm.py); test_legacy_emulation.py checks that, and lists the mapping.
+(rtp_ref/suites/args/legacy_rtp_llm.py, through rtp_ref/suites/args/legacy_adapter.py);
+tests/args/test_legacy_emulation.py checks that, and lists the mapping.
 The other tests state the contract both share.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 from typing import Any
 
 import pytest
 
+from rtp_ref.suites.args.generator import (
+    OptionRecipe,
+    ParserRecipe,
+    build_parser,
+    generated_tokens,
+    run_generator,
+)
 from rtp_ref.suites.args.helpers import PREFIX, Parse, RootConfig, env_var, optional_int
 from rtp_ref.suites.args.kit import ArgsKit
 
@@ -456,41 +463,36 @@ def test_cli_only_dest_cannot_get_a_variable_later(args_kit: ArgsKit) -> None:
 # -- the env -> CLI generator (docs/sources.md#rtp-llm-server-arguments) ------------------------------------
 
 
-def _generator_parser(args_kit: ArgsKit) -> Any:
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    group = parser.add_argument_group("model")
-    group.add_argument("--model_type", default="")
-    group.add_argument("--tp_size", type=int, default=1)
-    group.add_argument("--warm_up", type=args_kit.str2bool, default=False)
-    return parser
+#: the parser the generator tests give the generator (as data: a generator command builds it in its own process)
+GENERATOR_PARSER = ParserRecipe(PREFIX, (
+    OptionRecipe("--model_type", default=""),
+    OptionRecipe("--tp_size", type="int", default=1),
+    OptionRecipe("--warm_up", type="str2bool", default=False),
+))
 
 
 def test_generator_writes_string_values(args_kit: ArgsKit) -> None:
     """Section 2: string arguments were never emitted."""
-    parser = _generator_parser(args_kit)
-    tokens = args_kit.env_to_cli(parser, {env_var("model_type"): "qwen"})
-    assert parser.parse_args(tokens).model_type == "qwen"
+    tokens = generated_tokens(args_kit, GENERATOR_PARSER, {env_var("model_type"): "qwen"})
+    assert build_parser(args_kit, GENERATOR_PARSER).parse_args(tokens).model_type == "qwen"
 
 
 def test_generator_writes_set_booleans(args_kit: ArgsKit) -> None:
     """Section 2: a str2bool whose variable was set was dropped (WARM_UP=1 -> nothing)."""
-    parser = _generator_parser(args_kit)
-    tokens = args_kit.env_to_cli(parser, {env_var("warm_up"): "1"})
-    assert parser.parse_args(tokens).warm_up is True
+    tokens = generated_tokens(args_kit, GENERATOR_PARSER, {env_var("warm_up"): "1"})
+    assert build_parser(args_kit, GENERATOR_PARSER).parse_args(tokens).warm_up is True
 
 
 def test_generator_leaves_unset_variables_out(args_kit: ArgsKit) -> None:
     """Section 2: unset arguments emitted their defaults (``--warm_up 0``, ``--tp_size 1``)."""
-    assert args_kit.env_to_cli(_generator_parser(args_kit), {}) == []
+    assert generated_tokens(args_kit, GENERATOR_PARSER, {}) == []
 
 
 def test_generator_command_fails_on_a_malformed_value(args_kit: ArgsKit) -> None:
     """Bug 13 / section 2: the generator printed errors and still exited 0."""
-    parser = _generator_parser(args_kit)
-    stdout, stderr = io.StringIO(), io.StringIO()
-    code = args_kit.run_env_to_cli(parser, {env_var("tp_size"): "abc"}, stdout, stderr)
-    assert code != 0
-    _assert_names(stderr.getvalue(), env_var("tp_size"), "'abc'")
+    run = run_generator(args_kit, GENERATOR_PARSER, {env_var("tp_size"): "abc"})
+    assert run.code != 0, f"exit 0, printed {run.stdout!r}"
+    _assert_names(run.stderr, env_var("tp_size"), "'abc'")
 
 
 def test_a_bind_to_that_is_no_binding_is_refused_at_registration(args_kit: ArgsKit) -> None:
@@ -500,20 +502,16 @@ def test_a_bind_to_that_is_no_binding_is_refused_at_registration(args_kit: ArgsK
         group.add_argument("--tp_size", type=int, default=1, bind_to=123)
 
 
-def _ids_parser(args_kit: ArgsKit) -> Any:
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument_group("model").add_argument("--ids", type=int, nargs="+", default=[1, 2])
-    return parser
+IDS_PARSER = ParserRecipe(PREFIX, (OptionRecipe("--ids", type="int", nargs="+", default=[1, 2]),))
 
 
 def test_generator_writes_nargs_values_as_separate_tokens(args_kit: ArgsKit) -> None:
     """§6: an ``nargs`` option's variable was ignored (its default written instead), and a list default was
     written as one token, ``--ids [1, 2]``, which no parser reads back."""
-    parser = _ids_parser(args_kit)
-    tokens = args_kit.env_to_cli(parser, {env_var("ids"): "3 4"})
+    tokens = generated_tokens(args_kit, IDS_PARSER, {env_var("ids"): "3 4"})
     assert tokens == ["--ids", "3", "4"], tokens
-    assert parser.parse_args(tokens).ids == [3, 4]
-    unset = args_kit.env_to_cli(parser, {})
+    assert build_parser(args_kit, IDS_PARSER).parse_args(tokens).ids == [3, 4]
+    unset = generated_tokens(args_kit, IDS_PARSER, {})
     assert not any("[" in token for token in unset), unset
 
 

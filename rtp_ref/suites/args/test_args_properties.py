@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from rtp_ref.suites.args.generator import OptionRecipe, ParserRecipe, build_parser, generated_tokens
 from rtp_ref.suites.args.helpers import PREFIX, env_var
 from rtp_ref.suites.args.kit import ArgsKit
 
@@ -45,7 +46,7 @@ class Kind:
 
     name: str
     values: st.SearchStrategy[Any]
-    register: Callable[[Any, str, Any, ArgsKit], None]
+    option: Callable[[str, Any], OptionRecipe]
     flag_only: bool = False  # store_true: a value of False cannot be written on the command line
 
     def env_text(self, value: Any, draw: Callable[[st.SearchStrategy[Any]], Any]) -> str:
@@ -56,15 +57,15 @@ class Kind:
         return str(value)
 
 
-def _scalar(type_: Any = None, **extra: Any) -> Callable[[Any, str, Any, ArgsKit], None]:
-    def register(group: Any, flag: str, default: Any, kit: ArgsKit) -> None:
-        group.add_argument(flag, type=kit.str2bool if type_ == "bool" else type_, default=default, **extra)
+def _scalar(type_: str | None = None, **extra: Any) -> Callable[[str, Any], OptionRecipe]:
+    def option(flag: str, default: Any) -> OptionRecipe:
+        return OptionRecipe(flag, type=type_, default=default, **extra)
 
-    return register
+    return option
 
 
-def _store_true(group: Any, flag: str, default: Any, kit: ArgsKit) -> None:
-    group.add_argument(flag, action="store_true")
+def _store_true(flag: str, default: Any) -> OptionRecipe:
+    return OptionRecipe(flag, action="store_true")
 
 
 #: surrogates cannot be encoded (and an environment cannot hold them)
@@ -74,12 +75,12 @@ _TEXT = st.text(
 ).filter(lambda s: s != "--")  # argparse reads a lone "--" value as the end of options, on any path
 
 KINDS = (
-    Kind("int", st.integers(-(10**6), 10**6), _scalar(int)),
-    Kind("float", st.floats(allow_nan=False, allow_infinity=False, width=32), _scalar(float)),
+    Kind("int", st.integers(-(10**6), 10**6), _scalar("int")),
+    Kind("float", st.floats(allow_nan=False, allow_infinity=False, width=32), _scalar("float")),
     Kind("str", _TEXT, _scalar()),
-    Kind("bool", st.booleans(), _scalar("bool")),
-    Kind("choice", st.sampled_from(["red", "green", "blue"]), _scalar(choices=["red", "green", "blue"])),
-    Kind("ints", st.lists(st.integers(-99, 99), min_size=1, max_size=3), _scalar(int, nargs="+")),
+    Kind("bool", st.booleans(), _scalar("str2bool")),
+    Kind("choice", st.sampled_from(["red", "green", "blue"]), _scalar(choices=("red", "green", "blue"))),
+    Kind("ints", st.lists(st.integers(-99, 99), min_size=1, max_size=3), _scalar("int", nargs="+")),
     Kind("flag", st.booleans(), _store_true, flag_only=True),
 )
 
@@ -113,12 +114,8 @@ def specs(draw: Callable[[st.SearchStrategy[Any]], Any]) -> list[Spec]:
     return out
 
 
-def _build(kit: ArgsKit, chosen: Sequence[Spec]) -> Any:
-    parser = kit.new_parser(env_prefix=PREFIX)
-    group = parser.add_argument_group("random")
-    for spec in chosen:
-        spec.kind.register(group, spec.flag, spec.default, kit)
-    return parser
+def _recipe(chosen: Sequence[Spec]) -> ParserRecipe:
+    return ParserRecipe(PREFIX, tuple(spec.kind.option(spec.flag, spec.default) for spec in chosen), "random")
 
 
 def _abbreviation(flag: str, flags: Sequence[str]) -> str | None:
@@ -168,7 +165,7 @@ def test_command_line_beats_env_beats_default(args_kit: ArgsKit, data: st.DataOb
     """Bugs 1, 2, 5, 6, 7 over random parsers, argv forms and both entry points."""
     args_kit.reset()
     chosen = data.draw(specs())
-    parser = _build(args_kit, chosen)
+    parser = build_parser(args_kit, _recipe(chosen))
     flags = ["-h", "--help", *(s.flag for s in chosen)]
     argv: list[str] = []
     environ: dict[str, str] = {}
@@ -196,7 +193,8 @@ def test_generated_command_line_round_trips(args_kit: ArgsKit, data: st.DataObje
     """Section 2: the generator's output parses to what the environment parses to."""
     args_kit.reset()
     chosen = data.draw(specs())
-    parser = _build(args_kit, chosen)
+    recipe = _recipe(chosen)
+    parser = build_parser(args_kit, recipe)
     environ = {}
     for spec in chosen:
         if data.draw(st.booleans(), label=f"{spec.name} in env"):
@@ -204,6 +202,6 @@ def test_generated_command_line_round_trips(args_kit: ArgsKit, data: st.DataObje
             environ[env_var(spec.name)] = spec.kind.env_text(value, data.draw)
     via_sys_argv = data.draw(st.booleans(), label="via sys.argv")
     from_env = _parse(parser, [], environ, via_sys_argv)
-    tokens = args_kit.env_to_cli(parser, environ)
+    tokens = generated_tokens(args_kit, recipe, environ)
     from_cli = _parse(parser, tokens, {}, via_sys_argv)
     assert vars(from_cli) == vars(from_env), tokens

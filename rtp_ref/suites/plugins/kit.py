@@ -1,7 +1,7 @@
 """The implementation the plugins behaviour tests run against (like rtp_ref/suites/args/kit.py).
 
 By default the reference (``rtp_ref.plugins``); ``RTP_REF_PLUGINS_IMPL=module:callable`` names a
-callable returning another kit, e.g. ``rtp_ref.suites.plugins.legacy_rtp_llm_plugins:legacy_plugins_kit``.
+callable returning another kit, e.g. ``rtp_ref.suites.plugins.legacy_plugins_adapter:legacy_plugins_kit``.
 docs/args-and-plugins.md describes the protocol.
 """
 

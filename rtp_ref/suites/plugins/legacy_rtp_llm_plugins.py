@@ -6,6 +6,9 @@ and ``#rtp-llm-model-registry-and-plugins``: PR #1266's ``parse_external_model_p
 ``server_config_setup.py``, ``model_factory.py``, ``config/model_args.py``, and ROCm/ATOM's way of
 replacing a built-in model); it is not rtp-llm's code. Its one job: run the plugins behaviour tests
 against it and check that exactly the tests covering listed bugs fail. Keep it faithful.
+
+Like the engine, it keeps its registry in a module global that plugins register into at import;
+rtp_ref/suites/plugins/legacy_plugins_adapter.py adapts it to the kit.
 """
 
 from __future__ import annotations
@@ -14,16 +17,11 @@ import argparse
 import importlib
 import json
 import logging
-import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
-
-from rtp_ref.suites.args.legacy_rtp_llm import LegacyEnvArgumentParser
 
 
 def parse_external_model_packages(value: str) -> list[str]:
@@ -195,103 +193,3 @@ def create_propose_model_args(main: LegacyModelArgs, ckpt_path: str, model_type:
     propose.max_seq_len = main.max_seq_len
     propose.quantization = main.quantization
     return propose
-
-
-class LegacyPluginsKit:
-    """The plugins behaviour tests' kit (rtp_ref/suites/plugins/kit.py) over this emulation."""
-
-    name = "legacy rtp-llm emulation"
-
-    def parse_package_list(self, text: str) -> list[str]:
-        return parse_external_model_packages(text)
-
-    def package_list_parser(self) -> LegacyEnvArgumentParser:
-        parser = LegacyEnvArgumentParser(prog="prog")
-        parser.add_argument_group("model").add_argument(
-            "--external_model_packages", type=parse_external_model_packages, default=None, enable_env=False
-        )
-        return parser
-
-    def load_packages(
-        self, names: Sequence[str], importer: Callable[[str], ModuleType] | None = None
-    ) -> None:
-        if importer is None:
-            load_external_model_packages(names)
-        else:  # rtp-llm's loader has no importer parameter; its tests patch importlib instead
-            # fails as rtp-llm's loader does (TypeError: no such parameter): the finding this emulation shows
-            load_external_model_packages(names, importer=importer)  # type: ignore[call-arg]
-
-    def new_registry(self) -> LegacyModelRegistry:
-        return LegacyModelRegistry()
-
-    @contextmanager
-    def isolated_default_registry(self) -> Iterator[LegacyModelRegistry]:
-        registry = _DEFAULT_REGISTRY
-        saved = (
-            dict(registry._model_factory),
-            dict(registry._hf_architecture_2_ft),
-            dict(registry._hf_repo_2_ft),
-        )
-        try:
-            yield registry
-        finally:
-            registry._model_factory, registry._hf_architecture_2_ft, registry._hf_repo_2_ft = saved
-
-    def register(
-        self,
-        registry: LegacyModelRegistry,
-        name: str,
-        cls: type,
-        *,
-        architectures: Sequence[str] = (),
-        repos: Sequence[str] = (),
-        override: bool = False,
-    ) -> None:
-        if override:
-            # ROCm/ATOM base_model_wrapper.py 11-40: write into the dicts, bypassing the checks.
-            registry._model_factory[name] = cls
-            for arch in architectures:
-                registry._hf_architecture_2_ft[arch] = name
-            for repo in repos:
-                registry._hf_repo_2_ft[repo] = name
-            return
-        registry.register_model(name, cls, architectures, repos)
-
-    def model_class(self, registry: LegacyModelRegistry, name: str) -> type:
-        return registry.get_model_cls(name)
-
-    def model_type_for_architecture(self, registry: LegacyModelRegistry, architecture: str) -> str | None:
-        return registry._hf_architecture_2_ft.get(architecture)
-
-    def infer_model_type(self, checkpoint: Path, registry: LegacyModelRegistry) -> str:
-        args = LegacyModelArgs()
-        args.ckpt_path = os.fspath(checkpoint)
-        setup_default_args(args, registry)
-        return args.model_type
-
-    def plugin_source(self, model_type: str, class_name: str, architectures: Sequence[str]) -> str:
-        return (
-            "from rtp_ref.suites.plugins.legacy_rtp_llm_plugins import register_model\n\n\n"
-            f"class {class_name}:\n    pass\n\n\n"
-            f"register_model({model_type!r}, {class_name}, {list(architectures)!r})\n"
-        )
-
-    def new_model_args(self, **fields: Any) -> LegacyModelArgs:
-        args = LegacyModelArgs()
-        for name, value in fields.items():
-            setattr(args, name, value)
-        return args
-
-    def derive_propose_args(
-        self, args: LegacyModelArgs, *, ckpt_path: str, model_type: str
-    ) -> LegacyModelArgs:
-        return create_propose_model_args(args, ckpt_path, model_type)
-
-    def resolve_model(self, args: LegacyModelArgs) -> tuple[str, type]:
-        setup_default_args(args, _DEFAULT_REGISTRY)
-        return args.model_type, create_model_config(args, _DEFAULT_REGISTRY)
-
-
-def legacy_plugins_kit() -> LegacyPluginsKit:
-    """Factory for ``RTP_REF_PLUGINS_IMPL=rtp_ref.suites.plugins.legacy_rtp_llm_plugins:legacy_plugins_kit``."""
-    return LegacyPluginsKit()

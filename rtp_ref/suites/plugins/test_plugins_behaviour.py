@@ -3,7 +3,8 @@
 Real boundaries only: packages are written to a temporary directory and imported by the import
 system; the worker test spawns a real ``multiprocessing`` 'spawn' child. Tests named after a bug
 of docs/sources.md#rtp-llm-model-registry-and-plugins or a review finding fail on the emulation of rtp-llm
-(rtp_ref/suites/plugins/legacy_rtp_llm_plugins.py); tests/args/test_legacy_emulation.py checks that.
+(rtp_ref/suites/plugins/legacy_rtp_llm_plugins.py, through legacy_plugins_adapter.py);
+tests/args/test_legacy_emulation.py checks that.
 """
 
 from __future__ import annotations
