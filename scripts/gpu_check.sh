@@ -36,7 +36,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, lean or cudamutant" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, lean or cudamutant" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -209,6 +209,26 @@ for c in d['cases']:
     certify rocm-gfx942 --kernel cuda-mha
     bench --kernel cuda-mha --tokens 64 16384 2097152
     ;;
+  famperf)
+    # the family kernels after a change: tests, sanitizer, certify (all tiers natively), the sweeps, the bench
+    unit_tests tests/kernels/test_family_kernels.py
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+      tests/kernels/test_family_kernels.py -k "cuda or triton" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
+    echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
+    fam=(--kernel cuda-mha --kernel triton-mha --kernel cuda-indexer --kernel triton-indexer)
+    certify cuda-sm90 "${fam[@]}" --tier all
+    certify rocm-gfx942 "${fam[@]}"
+    PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
+    for rows in 1 4; do  # the cuda MHA kernel's rows a warp, rebuilt from an edited copy of its source
+      cu="$site/rtp_ref/kernels/csrc/families.cu"
+      cp "$cu" /tmp/families.cu.orig
+      sed -i "s/constexpr int kMhaRowsPerWarp = [0-9]*;/constexpr int kMhaRowsPerWarp = $rows;/" "$cu"
+      echo "kMhaRowsPerWarp = $rows" | tee -a "$out/sweep.log"
+      PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --kernel cuda-mha 2>&1 | tee -a "$out/sweep.log"
+      cp /tmp/families.cu.orig "$cu"
+    done
+    bench "${fam[@]}" --tokens 1 64 16384 2097152
+    ;;
   reader)
     unit_tests tests/kernels/test_gather_kernels.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
@@ -232,7 +252,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, lean or cudamutant" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, lean or cudamutant" >&2; exit 2
     ;;
   esac
 done

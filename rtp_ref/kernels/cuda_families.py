@@ -42,7 +42,7 @@ class _IndexerParams(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_int64) for name in (
         "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
-        "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags",
+        "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags", "vec",
     )] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
 
@@ -128,11 +128,26 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
 
 
 
+def indexer_vector_width(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor) -> int:
+    """The values a lane of the indexer kernel moves at once: the widest of 8, 4, 2, at most ``quant_block_size /
+    32`` (every lane of the slice's warp then converts), that divides the quant block and the head and for which
+    ``k`` (16-bit) and the cache start at an aligned address with aligned row and block strides (start addresses
+    modulo 16 are part of the call signature, so this holds for every call of the launch); 1 otherwise."""
+    quant = layout.quant_block_size
+    for vec in (8, 4, 2):
+        if vec <= quant // 32 and quant % vec == 0 and layout.head_dim % vec == 0 \
+                and k.data_ptr() % (2 * vec) == 0 and k.stride(0) % vec == 0 \
+                and kv_cache.data_ptr() % vec == 0 and kv_cache.stride(0) % vec == 0:
+            return vec
+    return 1
+
+
 def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                          scale_fmt: str, flags: torch.Tensor) -> Launch:
     """The launch of ``indexer_k_quant_and_cache`` for arguments of this metadata: ``launch(k, kv_cache,
     slot_mapping, scale_fmt)`` writes as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one
-    CUDA launch. ``quant_block_size`` must be a power of two up to 1024 (one thread a value). Checks nothing else:
+    CUDA launch (one warp a token's quant slice, ``indexer_vector_width`` values a lane at once).
+    ``quant_block_size`` must be a power of two up to 1024 (the claim the built-in makes). Checks nothing else:
     its caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does
     (validate_indexer_args); a slot past the cache sets ``flags`` and is written nowhere."""
     block_size = kv_cache.shape[1]
@@ -146,7 +161,7 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
         hardware=hardware_converts(layout.element_format, layout.conversion_mode, kv_cache.device),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
-        capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(),
+        capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(), vec=indexer_vector_width(layout, k, kv_cache),
     )
     run = _launcher("rtp_ref_indexer_write", params, kv_cache.device)
 

@@ -2,7 +2,8 @@
 # mypy: disable-error-code="untyped-decorator"
 """``indexer_k_quant_and_cache`` in Triton (rtp_ref.kv.indexer states the contract).
 
-One program quantises one ``QUANT``-value slice of ``BLOCK_T`` tokens (one on a GPU, 32 under the interpreter):
+One program quantises one ``QUANT``-value slice of ``BLOCK_T`` tokens (``GPU_PROGRAM_VALUES / QUANT`` on a GPU,
+``INTERPRETER_BLOCK_T`` under the interpreter):
 the slice's amax (NaN dropped, as ``fmaxf`` folds), its fp32 scale ``div_rn(max(amax, 1e-4), divisor)`` (a
 power of two for ue8m0), the fp8 codes of ``div_rn(x, scale)``, then the four scale bytes after the block's
 values. Bytes are stored one by one, so no alignment is asked of the cache. All offsets are int64.
@@ -30,9 +31,13 @@ from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
 
 #: the largest quant block the kernel takes (a power of two: ``tl.arange``); Triton's block limit is 2^20 values
 TRITON_MAX_QUANT_BLOCK = 1 << 20
-#: tokens a program quantises under Triton's interpreter, where each program costs milliseconds of Python (on a
-#: GPU a program quantises one token's slice)
+#: tokens a program quantises under Triton's interpreter, where each program costs milliseconds of Python
 INTERPRETER_BLOCK_T = 64
+#: values a program quantises on a GPU (its tokens: this / QUANT, at least one) and the warps it runs on. One token's
+#: 128-value slice a program left the H200 scheduling 2M tiny programs at 9-10% of the copy roof; the figures of
+#: the sweep that chose these are in docs/performance.md
+GPU_PROGRAM_VALUES = 4096
+GPU_NUM_WARPS = 4
 
 
 @triton.jit
@@ -92,7 +97,7 @@ def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: tor
     if tokens == 0:
         return no_launch
     traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
-    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
+    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else max(1, GPU_PROGRAM_VALUES // quant)  # a Triton constexpr
     constexprs = {"BLOCK_T": BLOCK_T, "D": layout.head_dim, "QUANT": quant, "N": layout.scales_per_token,
                   "IN_BF16": k.dtype == torch.bfloat16, "UE8M0": scale_fmt == "ue8m0",
                   "HW": hardware_selector(layout.element_format, layout.conversion_mode, kv_cache.device),
@@ -100,7 +105,7 @@ def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: tor
     scalars = (kv_cache.shape[0] * block_size, tokens, k.stride(0), kv_cache.stride(0), block_size,
                layout.scale_divisor, AMAX_FLOOR)
     write = CompiledLaunch(_indexer_k_quant_and_cache, (triton.cdiv(tokens, BLOCK_T), layout.scales_per_token),
-                           constexprs, enable_fp_fusion=False)
+                           constexprs, enable_fp_fusion=False, num_warps=GPU_NUM_WARPS)
     index = kv_cache.device.index if kv_cache.is_cuda else None
 
     def launch(k: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor, scale_fmt: str) -> None:

@@ -131,12 +131,26 @@ def test_mha_paged_is_bit_exact(kernel: str, order: str, cache_dtype: str, platf
 
 @pytest.mark.parametrize(("platform_name", "dim", "quant", "scale_fmt"), [
     ("cuda-sm90", 128, 128, "none"), ("cuda-sm90", 128, 128, "ue8m0"), ("rocm-gfx942", 128, 128, "none"),
-    ("cuda-sm90", 256, 64, "ue8m0"),
+    ("cuda-sm90", 256, 64, "ue8m0"), ("cuda-sm90", 512, 256, "none"), ("cuda-sm90", 64, 16, "ue8m0"),
 ])
 @pytest.mark.parametrize("block_size", [16, 64])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str,
                               block_size: int) -> None:
+    """Quant blocks 256, 128, 64 and 16 take the cuda kernel's 8-, 4-, 2- and 1-value lanes (16: half a warp)."""
+    _check_indexer(kernel, platform_name, dim, quant, scale_fmt, block_size, offset=0)
+
+
+@pytest.mark.parametrize("offset", [1, 2])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: str, offset: int) -> None:
+    """k and the cache views ``offset`` elements into their buffers: the cuda kernel's lanes narrow to what the
+    addresses allow (1 or 2 values) instead of faulting on a misaligned vector access."""
+    _check_indexer(kernel, "cuda-sm90", 128, 128, "ue8m0", 16, offset)
+
+
+def _check_indexer(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str, block_size: int,
+                   offset: int) -> None:
     layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
     gen = torch.Generator().manual_seed(dim + block_size)
     k = torch.randn(7, dim, generator=gen) * torch.tensor([4.0, 0.01, 1.0, 100.0, 1.0, 1.0, 3.0])[:, None]
@@ -145,9 +159,9 @@ def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: 
     slots = torch.tensor([3, -1, 2 * block_size - 1, 0, block_size, 9, -1])
     num_blocks = 2
     want = torch.full((num_blocks, block_size, layout.bytes_per_token), CANARY, dtype=torch.uint8)
-    got = want.clone().to(DEVICE)
+    got = _offset_view(want.to(DEVICE), offset)
     reference_indexer_k_quant_and_cache(layout, k, want, slots, scale_fmt)
-    _call(kernel, 1, layout, k.to(DEVICE), got, slots.to(DEVICE), scale_fmt)
+    _call(kernel, 1, layout, _offset_view(k.to(DEVICE), offset), got, slots.to(DEVICE), scale_fmt)
     differ = int((want != got.cpu()).sum())
     assert differ == 0, f"{differ} bytes differ from the reference"
 
@@ -213,6 +227,38 @@ def test_the_device_path_skips_and_flags_a_slot_past_the_cache(kernel: str) -> N
     indexer(torch.ones(2, 128, dtype=torch.bfloat16, device=DEVICE), cache, torch.tensor([32, -1], device=DEVICE),
             128, "none")
     assert bool((cache == 7).all()) and len(indexer.take_input_errors()) == 1
+
+
+def _offset_view(tensor: torch.Tensor, offset: int) -> torch.Tensor:
+    """A copy of ``tensor`` that starts ``offset`` elements into a buffer of its own (same shape and strides)."""
+    if offset == 0:
+        return tensor
+    buffer = torch.empty(tensor.numel() + offset, dtype=tensor.dtype, device=tensor.device)
+    view = buffer[offset:].view(tensor.shape)
+    view.copy_(tensor)
+    return view
+
+
+def test_the_cuda_indexer_vector_width_follows_every_address_and_stride() -> None:
+    """At most quant / 32 values a lane (every lane converts), as wide as k's and the cache's addresses and
+    strides allow."""
+    from rtp_ref.kernels.cuda_families import indexer_vector_width
+
+    sm90 = load_platform("cuda-sm90")
+    layout = indexer_layout(sm90, head_dim=128, quant_block_size=128)
+    cache = torch.zeros(3, 16, layout.bytes_per_token, dtype=torch.uint8)
+    k = torch.zeros(5, 128, dtype=torch.bfloat16)
+    assert indexer_vector_width(layout, k, cache) == 4
+    assert indexer_vector_width(indexer_layout(sm90, head_dim=512, quant_block_size=256),
+                                torch.zeros(5, 512, dtype=torch.bfloat16),
+                                torch.zeros(3, 16, 528, dtype=torch.uint8)) == 8
+    assert indexer_vector_width(indexer_layout(sm90, head_dim=64, quant_block_size=16),
+                                torch.zeros(5, 64, dtype=torch.bfloat16),
+                                torch.zeros(3, 16, 80, dtype=torch.uint8)) == 1
+    assert indexer_vector_width(layout, _offset_view(k, 1), cache) == 1
+    assert indexer_vector_width(layout, _offset_view(k, 2), cache) == 2
+    assert indexer_vector_width(layout, k, _offset_view(cache, 2)) == 2
+    assert indexer_vector_width(layout, torch.zeros(5, 130, dtype=torch.bfloat16)[:, :128], cache) == 2
 
 
 def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:

@@ -2,14 +2,16 @@
 // (reshape_and_cache_flash, contract in rtp_ref/kv/mha_paged.py) and the DeepSeek indexer write
 // (indexer_k_quant_and_cache, contract in rtp_ref/kv/indexer.py).
 //
-// MHA: one warp per (token, head), kMhaRows of them a thread block; each lane takes V consecutive values
+// MHA: one warp per kMhaRowsPerWarp (token, head) rows, kMhaWarps of them a thread block, every row's key and
+// value loaded before any is stored; each lane takes V consecutive values
 // (V = 8, 4, 2 or 1, the widest the host finds every address and stride aligned for), one vector load and one
 // vector store each, striding over the head. The cache order (NHD or HND) is only strides, in elements. auto
 // moves the 16-bit bits; fp8 stores the codes of __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale),
 // by the hardware's saturating e4m3 conversion or the software encoder of fp8_convert.cuh.
-// Indexer: one thread block per (token, quant slice) of QUANT threads, one value each; the slice's amax
-// folds with fmaxf (NaN dropped, as vLLM's kernel), scale = __fdiv_rn(fmaxf(amax, floor), divisor), a
-// power of two for ue8m0; thread 0 stores the four scale bytes one by one (no alignment asked).
+// Indexer: one warp per (token, quant slice), kIndexerRows of them a thread block; each lane V consecutive values
+// (V as for MHA, at most quant / 32); the slice's amax folds with fmaxf (NaN dropped, as vLLM's kernel) and a warp
+// shuffle, scale = __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0; lane 0 stores the four
+// scale bytes one by one (no alignment asked).
 // A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py): checking
 // slots on the host would sync the stream. All offsets are int64. The host side is plain C, called through ctypes.
 
@@ -37,6 +39,7 @@ struct RtpRefIndexerParams {
   int64_t input_fp16, hardware;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;
+  int64_t vec;  // values a lane moves at once: 8, 4, 2 or 1 (addresses and strides aligned for it)
   double divisor, floor_;
 };
 
@@ -44,7 +47,9 @@ namespace {
 
 using namespace rtp_ref_fp8;
 
-constexpr int kMhaRows = 4;  // (token, head) rows of one thread block, one warp each
+constexpr int kMhaWarps = 4;        // warps of one MHA thread block
+constexpr int kMhaRowsPerWarp = 2;  // (token, head) rows of one warp
+constexpr int kIndexerRows = 8;  // (token, quant slice) rows of one thread block, one warp each
 
 __device__ __forceinline__ float widen(uint16_t bits, bool fp16) {
   return fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
@@ -75,73 +80,118 @@ struct alignas(N) Chunk {
   uint8_t b[N];
 };
 
-// One head's values of one token, V at a time per lane: src 16-bit values, dst the cache's (fp8 or 16-bit).
+// The i-th 16-bit value of a chunk (little-endian bytes)
+template <int N>
+__device__ __forceinline__ uint16_t bits16(const Chunk<N>& in, int i) {
+  return static_cast<uint16_t>(in.b[2 * i] | (in.b[2 * i + 1] << 8));
+}
+
+// One (token, head) row of the MHA write: where its key and value come from and go, and their scales.
+struct MhaRow {
+  const uint16_t *key, *value;
+  uint8_t *kc, *vc;
+  float ks, vs;
+  bool written;  // a real row whose slot is inside the cache
+};
+
+__device__ __forceinline__ MhaRow mha_row(const RtpRefMhaParams& p, int64_t row) {
+  MhaRow r{};
+  if (row >= p.num_tokens * p.heads) return r;
+  const int64_t t = row / p.heads, h = row - t * p.heads;
+  const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
+  if (!slot_written(slot, p.capacity, p.flags)) return r;
+  const int64_t block = slot / p.block_size, page = slot % p.block_size;
+  const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
+  r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
+  r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
+  r.kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page + h * p.kc_head) * elem;
+  r.vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page + h * p.vc_head) * elem;
+  r.ks = p.fp8 ? reinterpret_cast<const float*>(p.k_scale)[h * p.k_scale_step] : 1.0f;
+  r.vs = p.fp8 ? reinterpret_cast<const float*>(p.v_scale)[h * p.v_scale_step] : 1.0f;
+  r.written = true;
+  return r;
+}
+
+// V values at dst[d..]: the 16-bit bits as they are, or their fp8 codes of __fdiv_rn(x, s).
 template <int V>
-__device__ __forceinline__ void mha_head(const uint16_t* src, uint8_t* dst, float s, const Fmt& f,
-                                         const RtpRefMhaParams& p) {
-  for (int64_t d = static_cast<int64_t>(threadIdx.x) * V; d < p.head_size; d += 32 * V) {
-    const Chunk<2 * V> in = *reinterpret_cast<const Chunk<2 * V>*>(src + d);
-    if (p.fp8) {
-      Chunk<V> out;
+__device__ __forceinline__ void mha_store(const Chunk<2 * V>& in, uint8_t* dst, int64_t d, float s, const Fmt& f,
+                                          const RtpRefMhaParams& p) {
+  if (p.fp8) {
+    Chunk<V> out;
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const uint16_t bits = static_cast<uint16_t>(in.b[2 * i] | (in.b[2 * i + 1] << 8));
-        out.b[i] = fp8_code(__fdiv_rn(widen(bits, p.input_fp16), s), p.hardware, f);
-      }
-      *reinterpret_cast<Chunk<V>*>(dst + d) = out;
-    } else {
-      *reinterpret_cast<Chunk<2 * V>*>(dst + 2 * d) = in;
+    for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), s), p.hardware, f);
+    *reinterpret_cast<Chunk<V>*>(dst + d) = out;
+  } else {
+    *reinterpret_cast<Chunk<2 * V>*>(dst + 2 * d) = in;
+  }
+}
+
+// kMhaRowsPerWarp consecutive (token, head) rows a warp: every row's key and value chunk is loaded before any is
+// stored (the stores may alias the loads to the compiler, which would otherwise wait on each load in turn).
+template <int V>
+__global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMhaParams p) {
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y) * kMhaRowsPerWarp;
+  MhaRow rows[kMhaRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kMhaRowsPerWarp; ++r) rows[r] = mha_row(p, first + r);
+  const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
+  for (int64_t d = static_cast<int64_t>(threadIdx.x) * V; d < p.head_size; d += 32 * V) {
+    Chunk<2 * V> keys[kMhaRowsPerWarp], values[kMhaRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kMhaRowsPerWarp; ++r) {
+      if (!rows[r].written) continue;
+      keys[r] = *reinterpret_cast<const Chunk<2 * V>*>(rows[r].key + d);
+      values[r] = *reinterpret_cast<const Chunk<2 * V>*>(rows[r].value + d);
+    }
+#pragma unroll
+    for (int r = 0; r < kMhaRowsPerWarp; ++r) {
+      if (!rows[r].written) continue;
+      mha_store<V>(keys[r], rows[r].kc, d, rows[r].ks, f, p);
+      mha_store<V>(values[r], rows[r].vc, d, rows[r].vs, f, p);
     }
   }
 }
 
+// One (token, quant slice) row of the indexer cache, one warp: pass 1 folds the slice's amax over V-value chunks
+// (lane l takes values l*V.., then 32*V further on), a shuffle folds the lanes; pass 2 reloads the chunks (L1 hits)
+// and stores V codes at once. Reloading keeps the registers a lane needs independent of the quant block.
 template <int V>
-__global__ void __launch_bounds__(32 * kMhaRows) mha_paged_write(const RtpRefMhaParams p) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMhaRows + threadIdx.y;
-  if (row >= p.num_tokens * p.heads) return;
-  const int64_t t = row / p.heads, h = row - t * p.heads;
+__global__ void __launch_bounds__(32 * kIndexerRows) indexer_write(const RtpRefIndexerParams p) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kIndexerRows + threadIdx.y;
+  if (r >= p.num_tokens * p.n_slices) return;
+  const int64_t t = r / p.n_slices, j = r - t * p.n_slices;
   const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
-  if (!slot_written(slot, p.capacity, p.flags)) return;
-  const int64_t block = slot / p.block_size, page = slot % p.block_size;
-  const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
-  const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
-  const auto* key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
-  const auto* value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
-  auto* kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page + h * p.kc_head) * elem;
-  auto* vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page + h * p.vc_head) * elem;
-  const float ks = p.fp8 ? reinterpret_cast<const float*>(p.k_scale)[h * p.k_scale_step] : 1.0f;
-  const float vs = p.fp8 ? reinterpret_cast<const float*>(p.v_scale)[h * p.v_scale_step] : 1.0f;
-  mha_head<V>(key, kc, ks, f, p);
-  mha_head<V>(value, vc, vs, f, p);
-}
-
-__global__ void indexer_write(const RtpRefIndexerParams p) {
-  extern __shared__ float partial[];
-  const int64_t t = blockIdx.x, j = blockIdx.y;
-  const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
-  if (!slot_written(slot, p.capacity, p.flags)) return;  // the whole block returns: no barrier is left waiting
+  if (!slot_written(slot, p.capacity, p.flags)) return;  // the whole warp returns: no shuffle is left waiting
   const int64_t block = slot / p.block_size, row = slot % p.block_size;
   const int lane = threadIdx.x;
   const auto* k = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;
-  const float x = widen(k[lane], p.input_fp16);
-  partial[lane] = fmaxf(0.0f, fabsf(x));  // fmaxf drops NaN
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (lane < half) partial[lane] = fmaxf(partial[lane], partial[lane + half]);
-    __syncthreads();
+  float amax = 0.0f;
+  for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
+    const Chunk<2 * V> in = *reinterpret_cast<const Chunk<2 * V>*>(k + d);
+#pragma unroll
+    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(widen(bits16(in, i), p.input_fp16)));  // fmaxf drops NaN
   }
-  float scale = __fdiv_rn(fmaxf(partial[0], static_cast<float>(p.floor_)), static_cast<float>(p.divisor));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  float scale = __fdiv_rn(fmaxf(amax, static_cast<float>(p.floor_)), static_cast<float>(p.divisor));
   if (p.ue8m0) {
     const int byte = ue8m0_ceil(scale);
     scale = byte == 0xFF ? scale : ue8m0_value(byte);  // 0xFF only for an infinite scale: keep it
   }
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
   uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
-  base[row * p.head_dim + j * p.quant + lane] = fp8_code(__fdiv_rn(x, scale), p.hardware, f);
+  uint8_t* codes = base + row * p.head_dim + j * p.quant;
+  for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
+    const Chunk<2 * V> in = *reinterpret_cast<const Chunk<2 * V>*>(k + d);
+    Chunk<V> out;
+#pragma unroll
+    for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), scale), p.hardware, f);
+    *reinterpret_cast<Chunk<V>*>(codes + d) = out;
+  }
   if (lane == 0) {
     const uint32_t bits = __float_as_uint(scale);
     uint8_t* at = base + p.block_size * p.head_dim + (row * p.n_slices + j) * 4;
-    for (int b = 0; b < 4; ++b) at[b] = static_cast<uint8_t>(bits >> (8 * b));
+    for (int b = 0; b < 4; ++b) at[b] = static_cast<uint8_t>(bits >> (8 * b));  // no alignment asked
   }
 }
 
@@ -151,8 +201,8 @@ extern "C" {
 
 int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  const int64_t rows = p->num_tokens * p->heads;
-  const dim3 grid(static_cast<unsigned>((rows + kMhaRows - 1) / kMhaRows)), block(32, kMhaRows);
+  const int64_t rows = p->num_tokens * p->heads, per_block = kMhaWarps * kMhaRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block)), block(32, kMhaWarps);
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p->vec) {
     case 8: mha_paged_write<8><<<grid, block, 0, s>>>(*p); break;
@@ -165,9 +215,15 @@ int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
 
 int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  const int threads = static_cast<int>(p->quant);
-  indexer_write<<<dim3(static_cast<unsigned>(p->num_tokens), static_cast<unsigned>(p->n_slices)), threads,
-                  threads * sizeof(float), static_cast<cudaStream_t>(stream)>>>(*p);
+  const int64_t rows = p->num_tokens * p->n_slices;
+  const dim3 grid(static_cast<unsigned>((rows + kIndexerRows - 1) / kIndexerRows)), block(32, kIndexerRows);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (p->vec) {
+    case 8: indexer_write<8><<<grid, block, 0, s>>>(*p); break;
+    case 4: indexer_write<4><<<grid, block, 0, s>>>(*p); break;
+    case 2: indexer_write<2><<<grid, block, 0, s>>>(*p); break;
+    default: indexer_write<1><<<grid, block, 0, s>>>(*p); break;
+  }
   return static_cast<int>(cudaGetLastError());
 }
 

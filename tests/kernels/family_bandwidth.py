@@ -1,0 +1,57 @@
+"""Bandwidth of the MHA and indexer kernels at a serving-size write (GPU only; a tuning tool, not a test).
+
+``python -m tests.kernels.family_bandwidth [TOKENS] [--sweep] [--kernel NAME ...]`` prints, per kernel and
+variant, the time of one write and its share of the device copy roof, on ``rtp-ref bench``'s inputs and measure
+(rtp_ref.bench). Kernels: the built-in triton and cuda ones of ``reshape_and_cache_flash`` and
+``indexer_k_quant_and_cache`` (names as ``rtp-ref bench --kernel``: ``triton-mha``, ``cuda-mha``,
+``triton-indexer``, ``cuda-indexer``). ``--sweep`` adds the triton indexer over its values a program x warps.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from rtp_ref.bench.measure import copy_roof, time_call
+from rtp_ref.bench.workloads import workload
+from rtp_ref.kernels import triton_indexer
+from rtp_ref.kernels.family_builtin import family_kernels
+from rtp_ref.ops import INDEXER_OP, MHA_OP
+from tests.kernels.cases import contract
+
+VARIANTS = {MHA_OP: ("auto", "fp8", "fp8_e5m2"), INDEXER_OP: ("none", "ue8m0")}
+SUFFIX = {MHA_OP: "-mha", INDEXER_OP: "-indexer"}
+SWEEP = [(values, warps) for values in (1024, 2048, 4096, 8192) for warps in (2, 4, 8)]
+CUDA = torch.device("cuda")
+
+
+def _time(name: str, kernel: object, op: str, tokens: int, roof: float) -> None:
+    c = contract("cuda-sm90")
+    for variant in VARIANTS[op]:
+        w = workload(op, variant, tokens, c, CUDA)
+        seconds = time_call(lambda w=w: w.call(kernel), CUDA).seconds
+        print(f"  {variant:10s} {name:28s} {seconds * 1e3:8.3f} ms  {w.nbytes / seconds / 1e12:5.2f} TB/s  "
+              f"{100 * w.nbytes / seconds / roof:5.1f}% of copy", flush=True)
+
+
+def main(tokens: int, names: list[str], sweep: bool) -> None:
+    c = contract("cuda-sm90")
+    roof = copy_roof(CUDA, 4 << 30)
+    print(f"device copy: {roof / 1e12:.2f} TB/s; {tokens} tokens, block 64, bf16 inputs, random slots")
+    for kernel in family_kernels():
+        name = f"{kernel.impl}{SUFFIX[kernel.op]}"
+        if kernel.impl in ("triton", "cuda") and (not names or name in names):
+            _time(name, kernel.bind(c), kernel.op, tokens, roof)
+    if sweep:
+        (indexer,) = [k for k in family_kernels() if k.impl == "triton" and k.op == INDEXER_OP]
+        for values, warps in SWEEP:
+            triton_indexer.GPU_PROGRAM_VALUES, triton_indexer.GPU_NUM_WARPS = values, warps
+            _time(f"triton-indexer v{values} w{warps}", indexer.bind(c), INDEXER_OP, tokens, roof)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    numbers = [a for a in args if a.isdigit()]
+    chosen = [args[i + 1] for i, a in enumerate(args) if a == "--kernel"]
+    main(int(numbers[0]) if numbers else 2 * 1024 * 1024, chosen, "--sweep" in args)
