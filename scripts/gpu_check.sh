@@ -219,14 +219,6 @@ for c in d['cases']:
     certify cuda-sm90 "${fam[@]}" --tier all
     certify rocm-gfx942 "${fam[@]}"
     PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
-    for rows in 1 4; do  # the cuda MHA kernel's rows a warp, rebuilt from an edited copy of its source
-      cu="$site/rtp_ref/kernels/csrc/families.cu"
-      cp "$cu" /tmp/families.cu.orig
-      sed -i "s/constexpr int kMhaRowsPerWarp = [0-9]*;/constexpr int kMhaRowsPerWarp = $rows;/" "$cu"
-      echo "kMhaRowsPerWarp = $rows" | tee -a "$out/sweep.log"
-      PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --kernel cuda-mha 2>&1 | tee -a "$out/sweep.log"
-      cp /tmp/families.cu.orig "$cu"
-    done
     bench "${fam[@]}" --tokens 1 64 16384 2097152
     ;;
   reader)

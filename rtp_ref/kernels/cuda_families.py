@@ -26,6 +26,13 @@ from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 CUDA_MAX_QUANT_BLOCK = 1024
 
 
+#: (token, head) rows one warp of the MHA kernel writes and (token, quant slice) rows one of the indexer kernel's
+#: (1, 2 or 4): a warp loads its rows' slots together and their values before any store, so more rows a warp put
+#: more loads in flight, at the cost of registers; the sweep that chose these is in docs/performance.md
+MHA_ROWS_PER_WARP = 2
+INDEXER_ROWS_PER_WARP = 4
+
+
 class _MhaParams(ctypes.Structure):
     """Mirror of ``struct RtpRefMhaParams`` in families.cu: int64 fields, no padding."""
 
@@ -34,7 +41,7 @@ class _MhaParams(ctypes.Structure):
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
         "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags",
-        "vec")]
+        "vec", "rows")]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -114,6 +121,7 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
         hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode, key_cache.device), **traits,
         capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(),
         vec=mha_vector_width(layout.head_size, (key, value), (key_cache, value_cache), 1 if fmt is not None else 2),
+        rows=MHA_ROWS_PER_WARP,
     )
     run = _launcher("rtp_ref_mha_paged_write", params, key_cache.device)
 
@@ -162,6 +170,7 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
         capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(), vec=indexer_vector_width(layout, k, kv_cache),
+        rows=INDEXER_ROWS_PER_WARP,
     )
     run = _launcher("rtp_ref_indexer_write", params, kv_cache.device)
 

@@ -4,7 +4,8 @@
 variant, the time of one write and its share of the device copy roof, on ``rtp-ref bench``'s inputs and measure
 (rtp_ref.bench). Kernels: the built-in triton and cuda ones of ``reshape_and_cache_flash`` and
 ``indexer_k_quant_and_cache`` (names as ``rtp-ref bench --kernel``: ``triton-mha``, ``cuda-mha``,
-``triton-indexer``, ``cuda-indexer``). ``--sweep`` adds the triton indexer over its values a program x warps.
+``triton-indexer``, ``cuda-indexer``). ``--sweep`` adds the triton indexer over its values a program x warps and
+the cuda kernels over their rows a warp.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from rtp_ref.bench.measure import copy_roof, time_call
 from rtp_ref.bench.workloads import workload
-from rtp_ref.kernels import triton_indexer
+from rtp_ref.kernels import cuda_families, triton_indexer
 from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 from tests.kernels.cases import contract
@@ -23,6 +24,7 @@ from tests.kernels.cases import contract
 VARIANTS = {MHA_OP: ("auto", "fp8", "fp8_e5m2"), INDEXER_OP: ("none", "ue8m0")}
 SUFFIX = {MHA_OP: "-mha", INDEXER_OP: "-indexer"}
 SWEEP = [(values, warps) for values in (1024, 2048, 4096, 8192) for warps in (2, 4, 8)]
+ROWS = (1, 2, 4)
 CUDA = torch.device("cuda")
 
 
@@ -44,10 +46,15 @@ def main(tokens: int, names: list[str], sweep: bool) -> None:
         if kernel.impl in ("triton", "cuda") and (not names or name in names):
             _time(name, kernel.bind(c), kernel.op, tokens, roof)
     if sweep:
-        (indexer,) = [k for k in family_kernels() if k.impl == "triton" and k.op == INDEXER_OP]
+        kernels = {(k.impl, k.op): k for k in family_kernels()}
         for values, warps in SWEEP:
             triton_indexer.GPU_PROGRAM_VALUES, triton_indexer.GPU_NUM_WARPS = values, warps
-            _time(f"triton-indexer v{values} w{warps}", indexer.bind(c), INDEXER_OP, tokens, roof)
+            _time(f"triton-indexer v{values} w{warps}", kernels["triton", INDEXER_OP].bind(c), INDEXER_OP, tokens,
+                  roof)
+        for rows in ROWS:
+            cuda_families.MHA_ROWS_PER_WARP = cuda_families.INDEXER_ROWS_PER_WARP = rows
+            for op in (MHA_OP, INDEXER_OP):
+                _time(f"cuda{SUFFIX[op]} rows {rows}", kernels["cuda", op].bind(c), op, tokens, roof)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels import cuda_families
 from rtp_ref.kernels.cuda_families import prepare_cuda_indexer, prepare_cuda_mha
 from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.kernels.input_flags import Validation
@@ -149,6 +150,21 @@ def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: st
     _check_indexer(kernel, "cuda-sm90", 128, 128, "ue8m0", 16, offset)
 
 
+@pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")
+@pytest.mark.parametrize("rows", [1, 2, 4])
+def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cuda kernels are compiled for 1, 2 and 4 rows a warp (cuda_families.*_ROWS_PER_WARP pick one): each
+    instance, with rows left over in the last warp, vector widths 8, 4 and 2, padding slots, strided inputs."""
+    monkeypatch.setattr(cuda_families, "MHA_ROWS_PER_WARP", rows)
+    monkeypatch.setattr(cuda_families, "INDEXER_ROWS_PER_WARP", rows)
+    test_mha_paged_is_bit_exact("cuda", "NHD", "fp8", "cuda-sm90", True, 8, 128, 16, True)
+    test_mha_paged_is_bit_exact("cuda", "HND", "auto", "cuda-sm90", False, 1, 64, 16, False)
+    test_mha_paged_is_bit_exact("cuda", "NHD", "fp8_e5m2", "cuda-sm90", False, 2, 256, 64, False)
+    _check_indexer("cuda", "cuda-sm90", 128, 128, "ue8m0", 16, 0)
+    _check_indexer("cuda", "cuda-sm90", 512, 256, "none", 64, 0)
+    _check_indexer("cuda", "cuda-sm90", 256, 64, "ue8m0", 16, 1)
+
+
 def _check_indexer(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str, block_size: int,
                    offset: int) -> None:
     layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
@@ -251,7 +267,7 @@ def test_the_cuda_indexer_vector_width_follows_every_address_and_stride() -> Non
     assert indexer_vector_width(layout, k, cache) == 4
     assert indexer_vector_width(indexer_layout(sm90, head_dim=512, quant_block_size=256),
                                 torch.zeros(5, 512, dtype=torch.bfloat16),
-                                torch.zeros(3, 16, 528, dtype=torch.uint8)) == 8
+                                torch.zeros(3, 16, 520, dtype=torch.uint8)) == 8
     assert indexer_vector_width(indexer_layout(sm90, head_dim=64, quant_block_size=16),
                                 torch.zeros(5, 64, dtype=torch.bfloat16),
                                 torch.zeros(3, 16, 80, dtype=torch.uint8)) == 1

@@ -2,14 +2,13 @@
 // (reshape_and_cache_flash, contract in rtp_ref/kv/mha_paged.py) and the DeepSeek indexer write
 // (indexer_k_quant_and_cache, contract in rtp_ref/kv/indexer.py).
 //
-// MHA: one warp per kMhaRowsPerWarp (token, head) rows, kMhaWarps of them a thread block, every row's key and
-// value loaded before any is stored; each lane takes V consecutive values
-// (V = 8, 4, 2 or 1, the widest the host finds every address and stride aligned for), one vector load and one
-// vector store each, striding over the head. The cache order (NHD or HND) is only strides, in elements. auto
+// MHA: one warp per p.rows (token, head) rows, kMhaWarps of them a thread block, every row's key and value loaded
+// before any is stored; each lane takes V consecutive values (V = 8, 4, 2 or 1, the widest the host finds every
+// address and stride aligned for), one vector load and one vector store each, striding over the head. The cache order (NHD or HND) is only strides, in elements. auto
 // moves the 16-bit bits; fp8 stores the codes of __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale),
 // by the hardware's saturating e4m3 conversion or the software encoder of fp8_convert.cuh.
-// Indexer: one warp per (token, quant slice), kIndexerRows of them a thread block; each lane V consecutive values
-// (V as for MHA, at most quant / 32); the slice's amax folds with fmaxf (NaN dropped, as vLLM's kernel) and a warp
+// Indexer: one warp per p.rows (token, quant slice) rows, kIndexerWarps a thread block; each lane V consecutive
+// values (V as for MHA, at most quant / 32); the slice's amax folds with fmaxf (NaN dropped, as vLLM's kernel) and a warp
 // shuffle, scale = __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0; lane 0 stores the four
 // scale bytes one by one (no alignment asked).
 // A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py): checking
@@ -31,6 +30,7 @@ struct RtpRefMhaParams {
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;  // slots in the caches; a device int32 set to 1 when a slot >= capacity is skipped
   int64_t vec;              // values a lane moves at once: 8, 4, 2 or 1 (every address and stride aligned for it)
+  int64_t rows;             // (token, head) rows a warp: 1, 2 or 4
 };
 
 struct RtpRefIndexerParams {
@@ -39,7 +39,8 @@ struct RtpRefIndexerParams {
   int64_t input_fp16, hardware;
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;
-  int64_t vec;  // values a lane moves at once: 8, 4, 2 or 1 (addresses and strides aligned for it)
+  int64_t vec;   // values a lane moves at once: 8, 4, 2 or 1 (addresses and strides aligned for it)
+  int64_t rows;  // (token, quant slice) rows a warp: 1, 2 or 4
   double divisor, floor_;
 };
 
@@ -47,9 +48,8 @@ namespace {
 
 using namespace rtp_ref_fp8;
 
-constexpr int kMhaWarps = 4;        // warps of one MHA thread block
-constexpr int kMhaRowsPerWarp = 2;  // (token, head) rows of one warp
-constexpr int kIndexerRows = 8;  // (token, quant slice) rows of one thread block, one warp each
+constexpr int kMhaWarps = 4;      // warps of one MHA thread block
+constexpr int kIndexerWarps = 4;  // warps of one indexer thread block
 
 __device__ __forceinline__ float widen(uint16_t bits, bool fp16) {
   return fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
@@ -80,6 +80,28 @@ struct alignas(N) Chunk {
   uint8_t b[N];
 };
 
+// N bytes loaded as one read-only access (ld.global.nc): the kernel never writes its inputs, so the compiler may
+// issue these loads ahead of the stores before them (a plain load could alias the flag word or a cache store)
+template <int N> struct Word;
+template <> struct Word<16> { using T = uint4; };
+template <> struct Word<8> { using T = uint2; };
+template <> struct Word<4> { using T = unsigned int; };
+template <> struct Word<2> { using T = unsigned short; };
+
+template <int N>
+__device__ __forceinline__ Chunk<N> load_input(const void* at) {
+  const typename Word<N>::T word = __ldg(reinterpret_cast<const typename Word<N>::T*>(at));
+  Chunk<N> chunk;
+  memcpy(&chunk, &word, N);
+  return chunk;
+}
+
+// A token's slot, through the read-only path; -1 (padding: nothing written) past the last row
+__device__ __forceinline__ int64_t load_slot(const RtpRefMhaParams& p, int64_t row) {
+  if (row >= p.num_tokens * p.heads) return -1;
+  return __ldg(reinterpret_cast<const long long*>(p.slots) + row / p.heads);
+}
+
 // The i-th 16-bit value of a chunk (little-endian bytes)
 template <int N>
 __device__ __forceinline__ uint16_t bits16(const Chunk<N>& in, int i) {
@@ -94,20 +116,18 @@ struct MhaRow {
   bool written;  // a real row whose slot is inside the cache
 };
 
-__device__ __forceinline__ MhaRow mha_row(const RtpRefMhaParams& p, int64_t row) {
+__device__ __forceinline__ MhaRow mha_row(const RtpRefMhaParams& p, int64_t row, int64_t slot) {
   MhaRow r{};
-  if (row >= p.num_tokens * p.heads) return r;
-  const int64_t t = row / p.heads, h = row - t * p.heads;
-  const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
   if (!slot_written(slot, p.capacity, p.flags)) return r;
+  const int64_t t = row / p.heads, h = row - t * p.heads;
   const int64_t block = slot / p.block_size, page = slot % p.block_size;
   const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
   r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
   r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
   r.kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page + h * p.kc_head) * elem;
   r.vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page + h * p.vc_head) * elem;
-  r.ks = p.fp8 ? reinterpret_cast<const float*>(p.k_scale)[h * p.k_scale_step] : 1.0f;
-  r.vs = p.fp8 ? reinterpret_cast<const float*>(p.v_scale)[h * p.v_scale_step] : 1.0f;
+  r.ks = p.fp8 ? __ldg(reinterpret_cast<const float*>(p.k_scale) + h * p.k_scale_step) : 1.0f;
+  r.vs = p.fp8 ? __ldg(reinterpret_cast<const float*>(p.v_scale) + h * p.v_scale_step) : 1.0f;
   r.written = true;
   return r;
 }
@@ -126,25 +146,28 @@ __device__ __forceinline__ void mha_store(const Chunk<2 * V>& in, uint8_t* dst, 
   }
 }
 
-// kMhaRowsPerWarp consecutive (token, head) rows a warp: every row's key and value chunk is loaded before any is
-// stored (the stores may alias the loads to the compiler, which would otherwise wait on each load in turn).
-template <int V>
+// R consecutive (token, head) rows a warp: their slots are loaded together, then every row's key and value chunk
+// before any is stored, so a warp waits on two memory latencies, not two a row.
+template <int V, int R>
 __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMhaParams p) {
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y) * kMhaRowsPerWarp;
-  MhaRow rows[kMhaRowsPerWarp];
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y) * R;
+  int64_t slots[R];
 #pragma unroll
-  for (int r = 0; r < kMhaRowsPerWarp; ++r) rows[r] = mha_row(p, first + r);
+  for (int r = 0; r < R; ++r) slots[r] = load_slot(p, first + r);
+  MhaRow rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = mha_row(p, first + r, slots[r]);
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
   for (int64_t d = static_cast<int64_t>(threadIdx.x) * V; d < p.head_size; d += 32 * V) {
-    Chunk<2 * V> keys[kMhaRowsPerWarp], values[kMhaRowsPerWarp];
+    Chunk<2 * V> keys[R], values[R];
 #pragma unroll
-    for (int r = 0; r < kMhaRowsPerWarp; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (!rows[r].written) continue;
-      keys[r] = *reinterpret_cast<const Chunk<2 * V>*>(rows[r].key + d);
-      values[r] = *reinterpret_cast<const Chunk<2 * V>*>(rows[r].value + d);
+      keys[r] = load_input<2 * V>(rows[r].key + d);
+      values[r] = load_input<2 * V>(rows[r].value + d);
     }
 #pragma unroll
-    for (int r = 0; r < kMhaRowsPerWarp; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (!rows[r].written) continue;
       mha_store<V>(keys[r], rows[r].kc, d, rows[r].ks, f, p);
       mha_store<V>(values[r], rows[r].vc, d, rows[r].vs, f, p);
@@ -152,47 +175,107 @@ __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMh
   }
 }
 
-// One (token, quant slice) row of the indexer cache, one warp: pass 1 folds the slice's amax over V-value chunks
-// (lane l takes values l*V.., then 32*V further on), a shuffle folds the lanes; pass 2 reloads the chunks (L1 hits)
-// and stores V codes at once. Reloading keeps the registers a lane needs independent of the quant block.
-template <int V>
-__global__ void __launch_bounds__(32 * kIndexerRows) indexer_write(const RtpRefIndexerParams p) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kIndexerRows + threadIdx.y;
-  if (r >= p.num_tokens * p.n_slices) return;
-  const int64_t t = r / p.n_slices, j = r - t * p.n_slices;
-  const int64_t slot = reinterpret_cast<const int64_t*>(p.slots)[t];
-  if (!slot_written(slot, p.capacity, p.flags)) return;  // the whole warp returns: no shuffle is left waiting
-  const int64_t block = slot / p.block_size, row = slot % p.block_size;
+// R (token, quant slice) rows a warp: their slots are loaded together, then pass 1 loads every
+// row's V-value chunks (lane l takes values l*V.., then 32*V further on) and folds each row's amax, a shuffle folds
+// the lanes, and pass 2 reloads the chunks (cache hits) and stores V codes at once. Reloading keeps the registers
+// a lane needs independent of the quant block.
+template <int V, int R>
+__global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRefIndexerParams p) {
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kIndexerWarps + threadIdx.y) * R;
+  const int64_t rows = p.num_tokens * p.n_slices;
   const int lane = threadIdx.x;
-  const auto* k = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;
-  float amax = 0.0f;
-  for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
-    const Chunk<2 * V> in = *reinterpret_cast<const Chunk<2 * V>*>(k + d);
+  int64_t slot[R];
 #pragma unroll
-    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(widen(bits16(in, i), p.input_fp16)));  // fmaxf drops NaN
+  for (int r = 0; r < R; ++r)
+    slot[r] = first + r < rows ? __ldg(reinterpret_cast<const long long*>(p.slots) + (first + r) / p.n_slices) : -1;
+  bool written[R];
+  const uint16_t* k[R];
+  float amax[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    written[r] = slot_written(slot[r], p.capacity, p.flags);  // the same for every lane: the warp stays converged
+    const int64_t t = (first + r) / p.n_slices, j = first + r - t * p.n_slices;
+    k[r] = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;
+    amax[r] = 0.0f;
   }
+  for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
+    Chunk<2 * V> in[R];
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  float scale = __fdiv_rn(fmaxf(amax, static_cast<float>(p.floor_)), static_cast<float>(p.divisor));
-  if (p.ue8m0) {
-    const int byte = ue8m0_ceil(scale);
-    scale = byte == 0xFF ? scale : ue8m0_value(byte);  // 0xFF only for an infinite scale: keep it
+    for (int r = 0; r < R; ++r)
+      if (written[r]) in[r] = load_input<2 * V>(k[r] + d);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (written[r])
+#pragma unroll
+        for (int i = 0; i < V; ++i) amax[r] = fmaxf(amax[r], fabsf(widen(bits16(in[r], i), p.input_fp16)));  // drops NaN
   }
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
-  uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
-  uint8_t* codes = base + row * p.head_dim + j * p.quant;
-  for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
-    const Chunk<2 * V> in = *reinterpret_cast<const Chunk<2 * V>*>(k + d);
-    Chunk<V> out;
 #pragma unroll
-    for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), scale), p.hardware, f);
-    *reinterpret_cast<Chunk<V>*>(codes + d) = out;
+  for (int r = 0; r < R; ++r) {
+    if (!written[r]) continue;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], offset));
+    float scale = __fdiv_rn(fmaxf(amax[r], static_cast<float>(p.floor_)), static_cast<float>(p.divisor));
+    if (p.ue8m0) {
+      const int byte = ue8m0_ceil(scale);
+      scale = byte == 0xFF ? scale : ue8m0_value(byte);  // 0xFF only for an infinite scale: keep it
+    }
+    const int64_t block = slot[r] / p.block_size, row = slot[r] % p.block_size;
+    const int64_t j = (first + r) % p.n_slices;
+    uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
+    uint8_t* codes = base + row * p.head_dim + j * p.quant;
+    for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
+      const Chunk<2 * V> in = load_input<2 * V>(k[r] + d);
+      Chunk<V> out;
+#pragma unroll
+      for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), scale), p.hardware, f);
+      *reinterpret_cast<Chunk<V>*>(codes + d) = out;
+    }
+    if (lane == 0) {
+      const uint32_t bits = __float_as_uint(scale);
+      uint8_t* at = base + p.block_size * p.head_dim + (row * p.n_slices + j) * 4;
+      for (int b = 0; b < 4; ++b) at[b] = static_cast<uint8_t>(bits >> (8 * b));  // no alignment asked
+    }
   }
-  if (lane == 0) {
-    const uint32_t bits = __float_as_uint(scale);
-    uint8_t* at = base + p.block_size * p.head_dim + (row * p.n_slices + j) * 4;
-    for (int b = 0; b < 4; ++b) at[b] = static_cast<uint8_t>(bits >> (8 * b));  // no alignment asked
+}
+
+// The kernels of one family by (V, R); launch_rows picks the instance the host's p.vec and p.rows name.
+struct MhaKernel {
+  template <int V, int R>
+  static void launch(dim3 grid, dim3 block, cudaStream_t s, const RtpRefMhaParams& p) {
+    mha_paged_write<V, R><<<grid, block, 0, s>>>(p);
   }
+};
+struct IndexerKernel {
+  template <int V, int R>
+  static void launch(dim3 grid, dim3 block, cudaStream_t s, const RtpRefIndexerParams& p) {
+    indexer_write<V, R><<<grid, block, 0, s>>>(p);
+  }
+};
+
+template <typename K, int R, typename P>
+void launch_vec(const P& p, dim3 grid, dim3 block, cudaStream_t s) {
+  switch (p.vec) {
+    case 8: K::template launch<8, R>(grid, block, s, p); break;
+    case 4: K::template launch<4, R>(grid, block, s, p); break;
+    case 2: K::template launch<2, R>(grid, block, s, p); break;
+    default: K::template launch<1, R>(grid, block, s, p); break;
+  }
+}
+
+// One launch over `rows` rows, p.rows (1, 2 or 4) a warp, kWarps warps a block.
+template <typename P, int kWarps, typename K>
+int launch_rows(const P& p, int64_t rows, void* stream) {
+  const int64_t per_block = kWarps * p.rows;
+  const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block)), block(32, kWarps);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (p.rows) {
+    case 4: launch_vec<K, 4>(p, grid, block, s); break;
+    case 2: launch_vec<K, 2>(p, grid, block, s); break;
+    default: launch_vec<K, 1>(p, grid, block, s); break;
+  }
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace
@@ -201,30 +284,12 @@ extern "C" {
 
 int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  const int64_t rows = p->num_tokens * p->heads, per_block = kMhaWarps * kMhaRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block)), block(32, kMhaWarps);
-  const auto s = static_cast<cudaStream_t>(stream);
-  switch (p->vec) {
-    case 8: mha_paged_write<8><<<grid, block, 0, s>>>(*p); break;
-    case 4: mha_paged_write<4><<<grid, block, 0, s>>>(*p); break;
-    case 2: mha_paged_write<2><<<grid, block, 0, s>>>(*p); break;
-    default: mha_paged_write<1><<<grid, block, 0, s>>>(*p); break;
-  }
-  return static_cast<int>(cudaGetLastError());
+  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens * p->heads, stream);
 }
 
 int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  const int64_t rows = p->num_tokens * p->n_slices;
-  const dim3 grid(static_cast<unsigned>((rows + kIndexerRows - 1) / kIndexerRows)), block(32, kIndexerRows);
-  const auto s = static_cast<cudaStream_t>(stream);
-  switch (p->vec) {
-    case 8: indexer_write<8><<<grid, block, 0, s>>>(*p); break;
-    case 4: indexer_write<4><<<grid, block, 0, s>>>(*p); break;
-    case 2: indexer_write<2><<<grid, block, 0, s>>>(*p); break;
-    default: indexer_write<1><<<grid, block, 0, s>>>(*p); break;
-  }
-  return static_cast<int>(cudaGetLastError());
+  return launch_rows<RtpRefIndexerParams, kIndexerWarps, IndexerKernel>(*p, p->num_tokens * p->n_slices, stream);
 }
 
 const char* rtp_ref_families_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
