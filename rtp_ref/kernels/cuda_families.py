@@ -50,6 +50,7 @@ class _IndexerParams(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in (
         "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
         "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags", "vec",
+        "rows",
     )] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
 

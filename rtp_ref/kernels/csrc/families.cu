@@ -87,6 +87,7 @@ template <> struct Word<16> { using T = uint4; };
 template <> struct Word<8> { using T = uint2; };
 template <> struct Word<4> { using T = unsigned int; };
 template <> struct Word<2> { using T = unsigned short; };
+template <> struct Word<1> { using T = unsigned char; };
 
 template <int N>
 __device__ __forceinline__ Chunk<N> load_input(const void* at) {
@@ -94,6 +95,15 @@ __device__ __forceinline__ Chunk<N> load_input(const void* at) {
   Chunk<N> chunk;
   memcpy(&chunk, &word, N);
   return chunk;
+}
+
+// N bytes stored as one global access: the cache pointers come out of a row's struct, where the compiler no longer
+// knows they are global and would emit generic stores
+template <int N>
+__device__ __forceinline__ void store_output(void* at, const Chunk<N>& chunk) {
+  typename Word<N>::T word;
+  memcpy(&word, &chunk, N);
+  __stwb(reinterpret_cast<typename Word<N>::T*>(at), word);
 }
 
 // A token's slot, through the read-only path; -1 (padding: nothing written) past the last row
@@ -140,9 +150,9 @@ __device__ __forceinline__ void mha_store(const Chunk<2 * V>& in, uint8_t* dst, 
     Chunk<V> out;
 #pragma unroll
     for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), s), p.hardware, f);
-    *reinterpret_cast<Chunk<V>*>(dst + d) = out;
+    store_output<V>(dst + d, out);
   } else {
-    *reinterpret_cast<Chunk<2 * V>*>(dst + 2 * d) = in;
+    store_output<2 * V>(dst + 2 * d, in);
   }
 }
 
@@ -230,7 +240,7 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
       Chunk<V> out;
 #pragma unroll
       for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), scale), p.hardware, f);
-      *reinterpret_cast<Chunk<V>*>(codes + d) = out;
+      store_output<V>(codes + d, out);
     }
     if (lane == 0) {
       const uint32_t bits = __float_as_uint(scale);
