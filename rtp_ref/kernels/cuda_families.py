@@ -30,7 +30,7 @@ CUDA_MAX_QUANT_BLOCK = 1024
 #: (1, 2 or 4): a warp loads its rows' slots together and their values before any store, so more rows a warp put
 #: more loads in flight, at the cost of registers; the sweep that chose these is in docs/performance.md
 MHA_ROWS_PER_WARP = 2
-INDEXER_ROWS_PER_WARP = 4
+INDEXER_ROWS_PER_WARP = 1
 
 
 class _MhaParams(ctypes.Structure):

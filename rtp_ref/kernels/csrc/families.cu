@@ -106,10 +106,17 @@ __device__ __forceinline__ void store_output(void* at, const Chunk<N>& chunk) {
   __stwb(reinterpret_cast<typename Word<N>::T*>(at), word);
 }
 
+// a / b for 0 <= a and 0 < b: in 32 bits when both fit (a 64-bit division is a long software sequence, and the
+// kernels divide a few times a row), in 64 otherwise, so a cache past 2^31 slots or rows stays exact
+__device__ __forceinline__ int64_t quotient(int64_t a, int64_t b) {
+  if (((a | b) >> 31) == 0) return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+  return a / b;
+}
+
 // A token's slot, through the read-only path; -1 (padding: nothing written) past the last row
 __device__ __forceinline__ int64_t load_slot(const RtpRefMhaParams& p, int64_t row) {
   if (row >= p.num_tokens * p.heads) return -1;
-  return __ldg(reinterpret_cast<const long long*>(p.slots) + row / p.heads);
+  return __ldg(reinterpret_cast<const long long*>(p.slots) + quotient(row, p.heads));
 }
 
 // The i-th 16-bit value of a chunk (little-endian bytes)
@@ -129,8 +136,8 @@ struct MhaRow {
 __device__ __forceinline__ MhaRow mha_row(const RtpRefMhaParams& p, int64_t row, int64_t slot) {
   MhaRow r{};
   if (!slot_written(slot, p.capacity, p.flags)) return r;
-  const int64_t t = row / p.heads, h = row - t * p.heads;
-  const int64_t block = slot / p.block_size, page = slot % p.block_size;
+  const int64_t t = quotient(row, p.heads), h = row - t * p.heads;
+  const int64_t block = quotient(slot, p.block_size), page = slot - block * p.block_size;
   const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
   r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
   r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
@@ -196,15 +203,17 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
   const int lane = threadIdx.x;
   int64_t slot[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-    slot[r] = first + r < rows ? __ldg(reinterpret_cast<const long long*>(p.slots) + (first + r) / p.n_slices) : -1;
+  for (int r = 0; r < R; ++r) {
+    const auto* slots = reinterpret_cast<const long long*>(p.slots);
+    slot[r] = first + r < rows ? __ldg(slots + quotient(first + r, p.n_slices)) : -1;
+  }
   bool written[R];
   const uint16_t* k[R];
   float amax[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     written[r] = slot_written(slot[r], p.capacity, p.flags);  // the same for every lane: the warp stays converged
-    const int64_t t = (first + r) / p.n_slices, j = first + r - t * p.n_slices;
+    const int64_t t = quotient(first + r, p.n_slices), j = first + r - t * p.n_slices;
     k[r] = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;
     amax[r] = 0.0f;
   }
@@ -231,8 +240,8 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
       const int byte = ue8m0_ceil(scale);
       scale = byte == 0xFF ? scale : ue8m0_value(byte);  // 0xFF only for an infinite scale: keep it
     }
-    const int64_t block = slot[r] / p.block_size, row = slot[r] % p.block_size;
-    const int64_t j = (first + r) % p.n_slices;
+    const int64_t block = quotient(slot[r], p.block_size), row = slot[r] - block * p.block_size;
+    const int64_t j = first + r - quotient(first + r, p.n_slices) * p.n_slices;
     uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
     uint8_t* codes = base + row * p.head_dim + j * p.quant;
     for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
