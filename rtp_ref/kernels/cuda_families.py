@@ -80,6 +80,12 @@ def _launcher(entry: str, params: ctypes.Structure, device: torch.device) -> Cal
     return launch
 
 
+def _aligned(t: torch.Tensor, element: int, width: int) -> bool:
+    """Whether ``t`` (``element`` bytes a value) starts on a ``width``-byte boundary and every stride but the last
+    keeps it there."""
+    return t.data_ptr() % width == 0 and all(stride * element % width == 0 for stride in t.stride()[:-1])
+
+
 def mha_vector_width(head_size: int, inputs: tuple[torch.Tensor, ...], caches: tuple[torch.Tensor, ...],
                      cache_element: int) -> int:
     """The values a lane of the MHA kernel moves at once: the widest of 8, 4, 2 (for an fp8 cache, at most
@@ -87,15 +93,12 @@ def mha_vector_width(head_size: int, inputs: tuple[torch.Tensor, ...], caches: t
     which every input (16-bit) and cache (``cache_element`` bytes) start address and token/head stride is aligned
     to the access (the call signature keys launches on start addresses modulo 16, so this holds for every call of
     the launch); 1 otherwise."""
-    def aligned(t: torch.Tensor, element: int, width: int) -> bool:
-        return t.data_ptr() % width == 0 and all(stride * element % width == 0 for stride in t.stride()[:-1])
-
     # fp8 values are converted one by one: a lane then takes no more than its share of the head, so that every lane
     # of the warp converts (8 a lane would leave half of a 128-wide head's warp idle); 16-bit values are only moved
     widest = 8 if cache_element == 2 else max(1, head_size // 32)
     for vec in (8, 4, 2):
-        if vec <= widest and head_size % vec == 0 and all(aligned(t, 2, 2 * vec) for t in inputs) \
-                and all(aligned(c, cache_element, cache_element * vec) for c in caches):
+        if vec <= widest and head_size % vec == 0 and all(_aligned(t, 2, 2 * vec) for t in inputs) \
+                and all(_aligned(c, cache_element, cache_element * vec) for c in caches):
             return vec
     return 1
 
@@ -140,13 +143,12 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
 def indexer_vector_width(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor) -> int:
     """The values a lane of the indexer kernel moves at once: the widest of 8, 4, 2, at most ``quant_block_size /
     32`` (every lane of the slice's warp then converts), that divides the quant block and the head and for which
-    ``k`` (16-bit) and the cache start at an aligned address with aligned row and block strides (start addresses
-    modulo 16 are part of the call signature, so this holds for every call of the launch); 1 otherwise."""
+    ``k`` (16-bit) and the cache start at an aligned address with aligned strides (start addresses modulo 16 are
+    part of the call signature, so this holds for every call of the launch); 1 otherwise."""
     quant = layout.quant_block_size
     for vec in (8, 4, 2):
         if vec <= quant // 32 and quant % vec == 0 and layout.head_dim % vec == 0 \
-                and k.data_ptr() % (2 * vec) == 0 and k.stride(0) % vec == 0 \
-                and kv_cache.data_ptr() % vec == 0 and kv_cache.stride(0) % vec == 0:
+                and _aligned(k, 2, 2 * vec) and _aligned(kv_cache, 1, vec):
             return vec
     return 1
 

@@ -4,12 +4,13 @@
 //
 // MHA: one warp per p.rows (token, head) rows, kMhaWarps of them a thread block, every row's key and value loaded
 // before any is stored; each lane takes V consecutive values (V = 8, 4, 2 or 1, the widest the host finds every
-// address and stride aligned for), one vector load and one vector store each, striding over the head. The cache order (NHD or HND) is only strides, in elements. auto
-// moves the 16-bit bits; fp8 stores the codes of __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale),
-// by the hardware's saturating e4m3 conversion or the software encoder of fp8_convert.cuh.
+// address and stride aligned for), one vector load and one vector store each, striding over the head. The cache
+// order (NHD or HND) is only strides, in elements. auto moves the 16-bit bits; fp8 stores the codes of
+// __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale), by the hardware's saturating e4m3 conversion or
+// the software encoder of fp8_convert.cuh.
 // Indexer: one warp per p.rows (token, quant slice) rows, kIndexerWarps a thread block; each lane V consecutive
-// values (V as for MHA, at most quant / 32); the slice's amax folds with fmaxf (NaN dropped, as vLLM's kernel) and a warp
-// shuffle, scale = __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0; lane 0 stores the four
+// values (V as for MHA, at most quant / 32); the slice's amax folds with fmaxf (NaN dropped, as vLLM's kernel)
+// and a warp shuffle, scale = __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0; lane 0 stores the four
 // scale bytes one by one (no alignment asked).
 // A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py): checking
 // slots on the host would sync the stream. All offsets are int64. The host side is plain C, called through ctypes.
@@ -113,10 +114,11 @@ __device__ __forceinline__ int64_t quotient(int64_t a, int64_t b) {
   return a / b;
 }
 
-// A token's slot, through the read-only path; -1 (padding: nothing written) past the last row
-__device__ __forceinline__ int64_t load_slot(const RtpRefMhaParams& p, int64_t row) {
-  if (row >= p.num_tokens * p.heads) return -1;
-  return __ldg(reinterpret_cast<const long long*>(p.slots) + quotient(row, p.heads));
+// The slot of row `row`'s token (`per_token` rows a token), through the read-only path; -1 (padding: nothing
+// written) past the last of `rows`
+__device__ __forceinline__ int64_t load_slot(int64_t slots, int64_t row, int64_t rows, int64_t per_token) {
+  if (row >= rows) return -1;
+  return __ldg(reinterpret_cast<const long long*>(slots) + quotient(row, per_token));
 }
 
 // The i-th 16-bit value of a chunk (little-endian bytes)
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMh
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y) * R;
   int64_t slots[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) slots[r] = load_slot(p, first + r);
+  for (int r = 0; r < R; ++r) slots[r] = load_slot(p.slots, first + r, p.num_tokens * p.heads, p.heads);
   MhaRow rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = mha_row(p, first + r, slots[r]);
@@ -203,18 +205,17 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
   const int lane = threadIdx.x;
   int64_t slot[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const auto* slots = reinterpret_cast<const long long*>(p.slots);
-    slot[r] = first + r < rows ? __ldg(slots + quotient(first + r, p.n_slices)) : -1;
-  }
+  for (int r = 0; r < R; ++r) slot[r] = load_slot(p.slots, first + r, rows, p.n_slices);
   bool written[R];
+  int64_t j[R];  // the row's quant slice
   const uint16_t* k[R];
   float amax[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     written[r] = slot_written(slot[r], p.capacity, p.flags);  // the same for every lane: the warp stays converged
-    const int64_t t = quotient(first + r, p.n_slices), j = first + r - t * p.n_slices;
-    k[r] = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j * p.quant;
+    const int64_t t = quotient(first + r, p.n_slices);
+    j[r] = first + r - t * p.n_slices;
+    k[r] = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j[r] * p.quant;
     amax[r] = 0.0f;
   }
   for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
@@ -226,7 +227,8 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
     for (int r = 0; r < R; ++r)
       if (written[r])
 #pragma unroll
-        for (int i = 0; i < V; ++i) amax[r] = fmaxf(amax[r], fabsf(widen(bits16(in[r], i), p.input_fp16)));  // drops NaN
+        for (int i = 0; i < V; ++i)  // fmaxf drops NaN
+          amax[r] = fmaxf(amax[r], fabsf(widen(bits16(in[r], i), p.input_fp16)));
   }
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
 #pragma unroll
@@ -241,19 +243,19 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
       scale = byte == 0xFF ? scale : ue8m0_value(byte);  // 0xFF only for an infinite scale: keep it
     }
     const int64_t block = quotient(slot[r], p.block_size), row = slot[r] - block * p.block_size;
-    const int64_t j = first + r - quotient(first + r, p.n_slices) * p.n_slices;
     uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
-    uint8_t* codes = base + row * p.head_dim + j * p.quant;
+    uint8_t* codes = base + row * p.head_dim + j[r] * p.quant;
     for (int64_t d = static_cast<int64_t>(lane) * V; d < p.quant; d += 32 * V) {
       const Chunk<2 * V> in = load_input<2 * V>(k[r] + d);
       Chunk<V> out;
 #pragma unroll
-      for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), scale), p.hardware, f);
+      for (int i = 0; i < V; ++i)
+        out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), scale), p.hardware, f);
       store_output<V>(codes + d, out);
     }
     if (lane == 0) {
       const uint32_t bits = __float_as_uint(scale);
-      uint8_t* at = base + p.block_size * p.head_dim + (row * p.n_slices + j) * 4;
+      uint8_t* at = base + p.block_size * p.head_dim + (row * p.n_slices + j[r]) * 4;
       for (int b = 0; b < 4; ++b) at[b] = static_cast<uint8_t>(bits >> (8 * b));  // no alignment asked
     }
   }

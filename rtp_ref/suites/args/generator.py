@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rtp_ref.args import EnvArgumentParser
-
 if TYPE_CHECKING:  # the kit module imports this one
     from rtp_ref.suites.args.kit import ArgsKit
 
@@ -96,14 +94,6 @@ def parser_from_environment(kit: ArgsKit, environ: Mapping[str, str] = os.enviro
     """In a generator command's own process: the parser the test described, built by ``kit`` from the recipe
     in ``$RTP_REF_SUITE_PARSER``. KeyError when the command was not started by the suite."""
     return build_parser(kit, ParserRecipe.from_json(environ[RECIPE_ENV]))
-
-
-def reference_parser_from_environment() -> EnvArgumentParser:
-    """The factory ``python -m rtp_ref.args`` is given when the reference's generator runs as a command."""
-    from rtp_ref.suites.args.kit import ReferenceArgsKit  # the kit module imports this one
-
-    parser: EnvArgumentParser = parser_from_environment(ReferenceArgsKit())
-    return parser
 
 
 @dataclass(frozen=True)

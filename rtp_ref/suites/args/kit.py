@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 
 from rtp_ref.args import EnvArgumentParser, env_to_cli, str2bool, write_command_line
 from rtp_ref.args.objects import call_named
-from rtp_ref.suites.args.generator import CommandGenerator, FunctionGenerator, Generator
+from rtp_ref.suites.args.generator import CommandGenerator, FunctionGenerator, Generator, parser_from_environment
 
 KIT_ENV = "RTP_REF_ARGS_IMPL"
 
@@ -69,13 +69,19 @@ class ReferenceArgsKit:
         """Nothing to forget: each parser owns its state."""
 
 
+def reference_parser_from_environment() -> EnvArgumentParser:
+    """The factory ``python -m rtp_ref.args`` is given when the reference's generator runs as a command."""
+    parser: EnvArgumentParser = parser_from_environment(ReferenceArgsKit())
+    return parser
+
+
 class ReferenceCommandArgsKit(ReferenceArgsKit):
     """The reference with its generator run as the command ``python -m rtp_ref.args``: the suite's positive
     control for generators given as commands."""
 
     name = "reference, generator as a command"
     generator: Generator = CommandGenerator(
-        (sys.executable, "-m", "rtp_ref.args", "rtp_ref.suites.args.generator:reference_parser_from_environment")
+        (sys.executable, "-m", "rtp_ref.args", "rtp_ref.suites.args.kit:reference_parser_from_environment")
     )
 
 
