@@ -8,16 +8,9 @@ import sys
 
 import pytest
 
-from rtp_ref.suites.args.generator import (
-    CommandGenerator,
-    Generator,
-    OptionRecipe,
-    ParserRecipe,
-    build_parser,
-    generated_tokens,
-    run_generator,
-)
-from rtp_ref.suites.args.kit import ReferenceArgsKit, ReferenceCommandArgsKit
+from rtp_ref.suites.args.generator import OptionRecipe, ParserRecipe, build_parser, generated_tokens, run_generator
+from rtp_ref.suites.args.kit import CommandGenerator, Generator, ReferenceArgsKit
+from rtp_ref.suites.args.reference_command import ReferenceCommandArgsKit
 from tests.processes import child_env
 
 RECIPE = ParserRecipe("RTPT", (
@@ -47,6 +40,7 @@ def test_a_recipe_builds_the_parser_it_describes() -> None:
 @pytest.mark.parametrize("environ", [
     {},
     {"RTPT_MODEL_TYPE": "-odd 'quoted' value", "RTPT_IDS": "4 -5", "RTPT_FAST": "1", "RTPT_WARM_UP": "off"},
+    {"RTPT_MODEL_TYPE": "carriage\rreturn\r\nnewline\n\ttab é"},  # no newline translation on the way back
     {"RTPT_RATIO": "abc"},
     {"RTPT_COLOUR": "green"},
 ])

@@ -57,7 +57,8 @@ def _check(suite: str, impl: str | None, cwd: Path, report: Path | None = None) 
 def test_the_reference_passes_both_shipped_suites_and_writes_nothing_where_it_runs(tmp_path: Path) -> None:
     """Also with the reference's generator run as a command (``python -m rtp_ref.args``): the positive control of
     the command form the emulation's generator takes."""
-    runs = [(suite, None) for suite in SUITES] + [("args", "rtp_ref.suites.args.kit:reference_command_kit")]
+    command_kit = "rtp_ref.suites.args.reference_command:reference_command_kit"
+    runs = [(suite, None) for suite in SUITES] + [("args", command_kit)]
     for suite, impl in runs:
         code, out = _check(suite, impl, tmp_path)
         assert code == 0, out[-3000:]

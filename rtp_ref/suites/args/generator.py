@@ -3,7 +3,7 @@
 Real generators come in two shapes. Some are a function of ``(parser, environ)``; others (rtp-llm's
 ``generate_args_from_env_clean.py``) are a command that builds the server's parser itself, reads ``os.environ``,
 prints the command line and exits. A kit names its generator as one of the two (``FunctionGenerator``,
-``CommandGenerator``); the generator tests reach it only through ``run_generator``.
+``CommandGenerator`` in rtp_ref/suites/args/kit.py); the generator tests reach it only through ``run_generator``.
 
 The tests give a generator the parser they need as data, a ``ParserRecipe``, because a command builds its parser
 in its own process: the recipe travels in ``$RTP_REF_SUITE_PARSER`` as JSON, and the command (an adapter's few
@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import io
 import json
+import locale
 import os
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any
 
-if TYPE_CHECKING:  # the kit module imports this one
-    from rtp_ref.suites.args.kit import ArgsKit
+from rtp_ref.suites.args.kit import ArgsKit, CommandGenerator, FunctionGenerator
 
 RECIPE_ENV = "RTP_REF_SUITE_PARSER"
 
@@ -97,33 +97,6 @@ def parser_from_environment(kit: ArgsKit, environ: Mapping[str, str] = os.enviro
 
 
 @dataclass(frozen=True)
-class FunctionGenerator:
-    """A generator called in the suite's process: ``tokens(parser, environ)`` returns the command-line tokens
-    (raising on a malformed value), ``main(parser, environ, stdout, stderr)`` is its command and returns the
-    exit code."""
-
-    tokens: Callable[[Any, Mapping[str, str]], list[str]]
-    main: Callable[[Any, Mapping[str, str], TextIO, TextIO], int]
-
-
-@dataclass(frozen=True)
-class CommandGenerator:
-    """A generator run as a command: ``argv`` is started with the suite's environment, the test's variables
-    and ``$RTP_REF_SUITE_PARSER``; it prints the command line (shell words) on stdout and exits non-zero on
-    error. Its modules must import in the environment the suite runs in."""
-
-    argv: tuple[str, ...]
-    timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not self.argv:
-            raise ValueError("CommandGenerator.argv is empty; give the command and its arguments")
-
-
-Generator = FunctionGenerator | CommandGenerator
-
-
-@dataclass(frozen=True)
 class GeneratorRun:
     """One run of a generator: exit code, what it printed, and the tokens (stdout split as shell words)."""
 
@@ -162,16 +135,15 @@ def _run_command(generator: CommandGenerator, recipe: ParserRecipe, environ: Map
     env = {**os.environ, **environ, RECIPE_ENV: recipe.to_json()}
     try:
         done = subprocess.run(list(generator.argv), env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=generator.timeout_s, check=False)
+                              timeout=generator.timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:  # a generator that hangs is a finding, like one that exits 0 on error
         raise AssertionError(f"the generator command {generator.argv} did not exit in {generator.timeout_s:g} s; "
                              f"stderr: {_text(exc.stderr)[-500:]}") from None
-    return GeneratorRun(done.returncode, done.stdout, done.stderr)
+    return GeneratorRun(done.returncode, _text(done.stdout), _text(done.stderr))
 
 
-def _text(output: str | bytes | None) -> str:
-    """TimeoutExpired keeps what was read so far as bytes, whatever ``text=`` said."""
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
+def _text(output: bytes | None) -> str:
+    """A command's output as text, decoded as the locale's but with no newline translation (``text=True`` would
+    turn a value's carriage return into a newline)."""
+    return (output or b"").decode(locale.getpreferredencoding(False), errors="replace")
 

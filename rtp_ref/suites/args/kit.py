@@ -10,15 +10,41 @@ rtp-llm's real parser. docs/args-and-plugins.md describes the protocol and how t
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO, cast
 
 from rtp_ref.args import EnvArgumentParser, env_to_cli, str2bool, write_command_line
 from rtp_ref.args.objects import call_named
-from rtp_ref.suites.args.generator import CommandGenerator, FunctionGenerator, Generator, parser_from_environment
 
 KIT_ENV = "RTP_REF_ARGS_IMPL"
+
+
+@dataclass(frozen=True)
+class FunctionGenerator:
+    """A generator called in the suite's process: ``tokens(parser, environ)`` returns the command-line tokens
+    (raising on a malformed value), ``main(parser, environ, stdout, stderr)`` is its command and returns the
+    exit code."""
+
+    tokens: Callable[[Any, Mapping[str, str]], list[str]]
+    main: Callable[[Any, Mapping[str, str], TextIO, TextIO], int]
+
+
+@dataclass(frozen=True)
+class CommandGenerator:
+    """A generator run as a command: ``argv`` is started with the suite's environment, the test's variables
+    and ``$RTP_REF_SUITE_PARSER``; it prints the command line (shell words) on stdout and exits non-zero on
+    error. Its modules must import in the environment the suite runs in."""
+
+    argv: tuple[str, ...]
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("CommandGenerator.argv is empty; give the command and its arguments")
+
+
+Generator = FunctionGenerator | CommandGenerator
 
 
 class ArgsKit(Protocol):
@@ -41,7 +67,7 @@ class ArgsKit(Protocol):
     str2bool: Callable[..., bool]
 
     #: the env -> CLI generator: a function of ``(parser, environ)``, or a command run with the environment
-    #: (rtp_ref/suites/args/generator.py)
+    #: (its parser given as a recipe: rtp_ref/suites/args/generator.py)
     generator: Generator
 
     def reset(self) -> None:
@@ -67,27 +93,6 @@ class ReferenceArgsKit:
 
     def reset(self) -> None:
         """Nothing to forget: each parser owns its state."""
-
-
-def reference_parser_from_environment() -> EnvArgumentParser:
-    """The factory ``python -m rtp_ref.args`` is given when the reference's generator runs as a command."""
-    parser: EnvArgumentParser = parser_from_environment(ReferenceArgsKit())
-    return parser
-
-
-class ReferenceCommandArgsKit(ReferenceArgsKit):
-    """The reference with its generator run as the command ``python -m rtp_ref.args``: the suite's positive
-    control for generators given as commands."""
-
-    name = "reference, generator as a command"
-    generator: Generator = CommandGenerator(
-        (sys.executable, "-m", "rtp_ref.args", "rtp_ref.suites.args.kit:reference_parser_from_environment")
-    )
-
-
-def reference_command_kit() -> ReferenceCommandArgsKit:
-    """Factory for ``--impl rtp_ref.suites.args.kit:reference_command_kit``."""
-    return ReferenceCommandArgsKit()
 
 
 def load_args_kit() -> ArgsKit:

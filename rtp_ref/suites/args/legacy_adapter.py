@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 
 from rtp_ref.suites.args import legacy_rtp_llm as engine
-from rtp_ref.suites.args.generator import CommandGenerator, Generator, parser_from_environment
+from rtp_ref.suites.args.generator import parser_from_environment
+from rtp_ref.suites.args.kit import CommandGenerator, Generator
 
 
 class LegacyArgsKit:
