@@ -17,7 +17,7 @@ from importlib import resources
 
 import torch
 
-from rtp_ref.fp8.formats import E4M3FN, ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import E4M3FN, E5M2, ConversionMode, Fp8Format
 from rtp_ref.platform import gpu_index, gpu_platform
 
 
@@ -59,11 +59,17 @@ def build_library(source: str, arch: str) -> ctypes.CDLL:
     return ctypes.CDLL(os.path.join(build_directory, f"{name}.so"))
 
 
-def hardware_converts(fmt: Fp8Format, mode: ConversionMode, device: torch.device | None = None) -> bool:
-    """Whether the CUDA kernels convert ``fmt`` with GPU ``device``'s instruction (default: the current GPU):
-    the one they implement (``__NV_E4M3`` with ``__NV_SATFINITE``: OCP e4m3 under satfinite) and the GPU's
-    platform table lists under ``[hardware] fp8_conversion``."""
-    if fmt != E4M3FN or mode is not ConversionMode.SATFINITE:
-        return False
+#: the fp8 conversions of the CUDA kernels (their p.hardware): the integer encoder, or cvt.rn.satfinite to one format
+HARDWARE_NONE, HARDWARE_E4M3, HARDWARE_E5M2 = 0, 1, 2
+_HARDWARE = {E4M3FN: HARDWARE_E4M3, E5M2: HARDWARE_E5M2}
+
+
+def hardware_conversion(fmt: Fp8Format, mode: ConversionMode, device: torch.device | None = None) -> int:
+    """Which instruction the CUDA kernels convert ``fmt`` with on GPU ``device`` (default: the current GPU):
+    ``HARDWARE_E4M3`` or ``HARDWARE_E5M2`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``: OCP e4m3 or e5m2
+    under satfinite) where the GPU's platform table lists the format under ``[hardware] fp8_conversion``;
+    ``HARDWARE_NONE`` (the software encoder) otherwise."""
+    if fmt not in _HARDWARE or mode is not ConversionMode.SATFINITE:
+        return HARDWARE_NONE
     platform = gpu_platform(gpu_index(device))
-    return platform is not None and fmt.name in platform.fp8_conversion
+    return _HARDWARE[fmt] if platform is not None and fmt.name in platform.fp8_conversion else HARDWARE_NONE

@@ -1,10 +1,11 @@
 """The MHA paged and indexer writes in CUDA C++ (``csrc/families.cu``), for CUDA GPUs.
 
-fp8 conversion: ``hardware`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``) for OCP e4m3 under
-``satfinite`` where the GPU's platform table lists it under ``[hardware] fp8_conversion``; ``software``
+fp8 conversion: ``hardware`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``) for OCP e4m3 and e5m2 under
+``satfinite`` where the GPU's platform table lists the format under ``[hardware] fp8_conversion``; ``software``
 (integer round-half-even) for every other format or mode, e.g. fnuz of a ROCm table emulated on an
-NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension. The MHA kernel moves up to 8 values a lane
-at once, as wide as the call's alignment allows (``mha_vector_width``). """
+NVIDIA GPU. Inputs are bf16 or fp16 with a contiguous last dimension. Both kernels move up to 8 values a lane
+at once, as wide as the call's alignment allows (``mha_vector_width``, ``indexer_vector_width``), and give a row
+as many lanes as one such vector a lane needs (``row_lanes``), so that a warp writes several rows side by side. """
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN
 from rtp_ref.kernels.call_signature import Launch, on_device
-from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_converts
+from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_conversion
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
@@ -26,9 +27,10 @@ from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 CUDA_MAX_QUANT_BLOCK = 1024
 
 
-#: (token, head) rows one warp of the MHA kernel writes and (token, quant slice) rows one of the indexer kernel's
-#: (1, 2 or 4): a warp loads its rows' slots together and their values before any store, so more rows a warp put
-#: more loads in flight, at the cost of registers; the sweep that chose these is in docs/performance.md
+#: passes one warp of the MHA kernel makes over (token, head) rows and one of the indexer kernel's over (token,
+#: quant slice) rows (1, 2 or 4), each pass 32 / row_lanes rows side by side: a warp loads all its rows' slots
+#: together and their values before any store, so more passes put more loads in flight, at the cost of
+#: registers; the sweep that chose these is in docs/performance.md
 MHA_ROWS_PER_WARP = 2
 INDEXER_ROWS_PER_WARP = 1
 
@@ -41,7 +43,7 @@ class _MhaParams(ctypes.Structure):
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
         "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags",
-        "vec", "rows")]
+        "vec", "rows", "lanes")]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -50,7 +52,7 @@ class _IndexerParams(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in (
         "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
         "n_slices", "ue8m0", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags", "vec",
-        "rows",
+        "rows", "lanes",
     )] + [("divisor", ctypes.c_double), ("floor_", ctypes.c_double)]
 
 
@@ -88,19 +90,23 @@ def _aligned(t: torch.Tensor, element: int, width: int) -> bool:
 
 def mha_vector_width(head_size: int, inputs: tuple[torch.Tensor, ...], caches: tuple[torch.Tensor, ...],
                      cache_element: int) -> int:
-    """The values a lane of the MHA kernel moves at once: the widest of 8, 4, 2 (for an fp8 cache, at most
-    ``head_size / 32``) that divides ``head_size`` and for
+    """The values a lane of the MHA kernel moves at once: the widest of 8, 4, 2 that divides ``head_size`` and for
     which every input (16-bit) and cache (``cache_element`` bytes) start address and token/head stride is aligned
     to the access (the call signature keys launches on start addresses modulo 16, so this holds for every call of
     the launch); 1 otherwise."""
-    # fp8 values are converted one by one: a lane then takes no more than its share of the head, so that every lane
-    # of the warp converts (8 a lane would leave half of a 128-wide head's warp idle); 16-bit values are only moved
-    widest = 8 if cache_element == 2 else max(1, head_size // 32)
     for vec in (8, 4, 2):
-        if vec <= widest and head_size % vec == 0 and all(_aligned(t, 2, 2 * vec) for t in inputs) \
+        if head_size % vec == 0 and all(_aligned(t, 2, 2 * vec) for t in inputs) \
                 and all(_aligned(c, cache_element, cache_element * vec) for c in caches):
             return vec
     return 1
+
+
+def row_lanes(values: int, vec: int) -> int:
+    """The lanes of a warp one row of ``values`` values takes at ``vec`` values a lane: the fewest that cover it
+    with one vector a lane, rounded up to a power of two, at most 32 (a wider row is strided over the warp). A row
+    that needs no more than half a warp shares it with others instead of leaving lanes idle."""
+    vectors = -(-values // vec)
+    return min(32, 1 << (vectors - 1).bit_length())
 
 
 def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
@@ -114,6 +120,7 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
     each per tensor or per head, independently."""
     fmt = layout.element_format
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
+    vec = mha_vector_width(layout.head_size, (key, value), (key_cache, value_cache), 1 if fmt is not None else 2)
     params = _MhaParams(
         num_tokens=slot_mapping.numel(), heads=layout.num_kv_heads,
         head_size=layout.head_size, key_t=key.stride(0), key_h=key.stride(1), value_t=value.stride(0),
@@ -122,10 +129,9 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
         vc_head=value_cache.stride(2), block_size=key_cache.shape[1], fp8=fmt is not None,
         k_scale_step=scale_step(k_scale, layout.num_kv_heads), v_scale_step=scale_step(v_scale, layout.num_kv_heads),
         input_fp16=key.dtype == torch.float16,
-        hardware=fmt is not None and hardware_converts(fmt, layout.conversion_mode, key_cache.device), **traits,
-        capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(),
-        vec=mha_vector_width(layout.head_size, (key, value), (key_cache, value_cache), 1 if fmt is not None else 2),
-        rows=MHA_ROWS_PER_WARP,
+        hardware=0 if fmt is None else hardware_conversion(fmt, layout.conversion_mode, key_cache.device),
+        **traits, capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(), vec=vec,
+        rows=MHA_ROWS_PER_WARP, lanes=row_lanes(layout.head_size, vec),
     )
     run = _launcher("rtp_ref_mha_paged_write", params, key_cache.device)
 
@@ -141,14 +147,15 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
 
 
 def indexer_vector_width(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor) -> int:
-    """The values a lane of the indexer kernel moves at once: the widest of 8, 4, 2, at most ``quant_block_size /
-    32`` (every lane of the slice's warp then converts), that divides the quant block and the head and for which
-    ``k`` (16-bit) and the cache start at an aligned address with aligned strides (start addresses modulo 16 are
-    part of the call signature, so this holds for every call of the launch); 1 otherwise."""
+    """The values a lane of the indexer kernel moves at once: the widest of 8, 4, 2 that divides the quant block
+    and the head and for which ``k`` (16-bit) starts at an aligned address with aligned strides and so do the
+    cache and its block stride (the kernel addresses a token's codes as block * block stride + row * head_dim, so
+    the token stride, head_dim + scales, does not count); start addresses modulo 16 are part of the call
+    signature, so this holds for every call of the launch; 1 otherwise."""
     quant = layout.quant_block_size
     for vec in (8, 4, 2):
-        if vec <= quant // 32 and quant % vec == 0 and layout.head_dim % vec == 0 \
-                and _aligned(k, 2, 2 * vec) and _aligned(kv_cache, 1, vec):
+        if quant % vec == 0 and layout.head_dim % vec == 0 and _aligned(k, 2, 2 * vec) \
+                and kv_cache.data_ptr() % vec == 0 and kv_cache.stride(0) % vec == 0:
             return vec
     return 1
 
@@ -157,7 +164,7 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
                          scale_fmt: str, flags: torch.Tensor) -> Launch:
     """The launch of ``indexer_k_quant_and_cache`` for arguments of this metadata: ``launch(k, kv_cache,
     slot_mapping, scale_fmt)`` writes as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one
-    CUDA launch (one warp a token's quant slice, ``indexer_vector_width`` values a lane at once).
+    CUDA launch (``row_lanes`` lanes a token's quant slice, ``indexer_vector_width`` values a lane at once).
     ``quant_block_size`` must be a power of two up to 1024 (the claim the built-in makes). Checks nothing else:
     its caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does
     (validate_indexer_args); a slot past the cache sets ``flags`` and is written nowhere."""
@@ -165,15 +172,16 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > CUDA_MAX_QUANT_BLOCK:
         raise RtpRefError(f"quant_block_size {quant}: this kernel needs a power of two up to {CUDA_MAX_QUANT_BLOCK}")
+    vec = indexer_vector_width(layout, k, kv_cache)
     params = _IndexerParams(
         num_tokens=slot_mapping.numel(), k_row=k.stride(0), block_bytes=kv_cache.stride(0), block_size=block_size,
         head_dim=layout.head_dim, quant=quant, n_slices=layout.scales_per_token, ue8m0=scale_fmt == "ue8m0",
         input_fp16=k.dtype == torch.float16,
-        hardware=hardware_converts(layout.element_format, layout.conversion_mode, kv_cache.device),
+        hardware=hardware_conversion(layout.element_format, layout.conversion_mode, kv_cache.device),
         divisor=layout.scale_divisor, floor_=AMAX_FLOOR,
         **FormatTraits.of(layout.element_format, layout.conversion_mode).cuda_params(),
-        capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(), vec=indexer_vector_width(layout, k, kv_cache),
-        rows=INDEXER_ROWS_PER_WARP,
+        capacity=kv_cache.shape[0] * block_size, flags=flags.data_ptr(), vec=vec, rows=INDEXER_ROWS_PER_WARP,
+        lanes=row_lanes(quant, vec),
     )
     run = _launcher("rtp_ref_indexer_write", params, kv_cache.device)
 

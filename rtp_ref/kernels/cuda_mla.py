@@ -23,7 +23,7 @@ import torch
 
 from rtp_ref.kernels.call_signature import Launch, on_device
 from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
-from rtp_ref.kernels.cuda_build import arch_of, build_library, csrc_dir, hardware_converts
+from rtp_ref.kernels.cuda_build import HARDWARE_E4M3, arch_of, build_library, csrc_dir, hardware_conversion
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS
 from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
@@ -128,7 +128,8 @@ class CudaMlaKernel(PlannedKernel):
     def conversion_path_for(self, contract: WriteContract, device: torch.device | None = None) -> ConversionPath:
         """``hardware`` for OCP e4m3 with satfinite where GPU ``device`` (default: the current one) converts it
         (unless forced to software), else ``software``."""
-        hardware = hardware_converts(contract.element_format, contract.conversion_mode, device)
+        # the MLA kernel implements the e4m3 instruction only
+        hardware = hardware_conversion(contract.element_format, contract.conversion_mode, device) == HARDWARE_E4M3
         return "hardware" if hardware and self.conversion == "auto" else "software"
 
     @property

@@ -191,9 +191,10 @@ def _triton_path(contract: WriteContract) -> str:
 
 
 def _cuda_path(contract: WriteContract) -> str:
-    from rtp_ref.kernels.cuda_build import hardware_converts
+    from rtp_ref.kernels.cuda_build import HARDWARE_NONE, hardware_conversion
 
-    return "hardware" if hardware_converts(contract.element_format, contract.conversion_mode) else "software"
+    none = hardware_conversion(contract.element_format, contract.conversion_mode) == HARDWARE_NONE
+    return "software" if none else "hardware"
 
 
 def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:

@@ -2,10 +2,10 @@
 # mypy: disable-error-code="untyped-decorator"
 """fp8 and ue8m0 conversion inside Triton kernels, shared by every built-in Triton kernel.
 
-Two conversion paths (each kernel reports which one it took): ``hardware``, Triton's ``.to(tl.float8e4nv)``
-or ``.to(tl.float8e4b8)`` (fnuz) where the running GPU's platform table lists the format under
-``[hardware] triton_fp8_conversion`` (OCP e4m3 on NVIDIA sm90/sm100 and AMD gfx950 from triton 3.8, fnuz on
-gfx942); and ``software``, round-half-even in integer arithmetic (the algorithm of
+Two conversion paths (each kernel reports which one it took): ``hardware``, Triton's ``.to(tl.float8e4nv)``,
+``.to(tl.float8e4b8)`` (fnuz) or ``.to(tl.float8e5)`` where the running GPU's platform table lists the format under
+``[hardware] triton_fp8_conversion`` (OCP e4m3 and e5m2 on NVIDIA sm90/sm100, OCP e4m3 on AMD gfx950 from triton
+3.8, fnuz on gfx942); and ``software``, round-half-even in integer arithmetic (the algorithm of
 ``rtp_ref.fp8.codec.encode``), used where no hardware conversion exists, for other formats, for the
 ``nonsat`` mode and under ``TRITON_INTERPRET=1`` (Triton's interpreter rounds fp8 conversions wrongly:
 -31.74 -> -16, 126.48 -> 64; triton 3.6 and 3.9).
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
-from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode, Fp8Format
+from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, E5M2, ConversionMode, Fp8Format
 from rtp_ref.platform import gpu_index, gpu_platform
 
 if TYPE_CHECKING:
@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 
     from rtp_ref.platform import Platform
 
-#: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, Triton's fnuz e4m3 type
-SW, HW_E4M3FN, HW_E4M3FNUZ = 0, 1, 2
+#: hardware selector constexpr: software conversion, Triton's OCP e4m3 type, its fnuz e4m3 type, its OCP e5m2 type
+SW, HW_E4M3FN, HW_E4M3FNUZ, HW_E5M2 = 0, 1, 2, 3
+#: the formats with a Triton type, by their selector
+HARDWARE_TYPES = {E4M3FN: HW_E4M3FN, E4M3FNUZ: HW_E4M3FNUZ, E5M2: HW_E5M2}
 #: float32 bit pattern of a quiet NaN, and of 2**-127 (the ue8m0 byte 0; a float32 subnormal)
 F32_NAN_BITS = tl.constexpr(0x7FC00000)
 F32_2POW_M127_BITS = tl.constexpr(0x00400000)
@@ -76,7 +78,8 @@ def fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CO
     """fp8 codes of float32 ``x`` by the GPU's conversion, saturating by an explicit clamp if ``CLAMP``.
 
     Without ``CLAMP`` the conversion itself must saturate: on NVIDIA Triton emits
-    ``cvt.rn.satfinite.e4m3x2.f32`` (tests/kernels/test_triton_aot.py reads the PTX to hold it to that).
+    ``cvt.rn.satfinite.e4m3x2.f32`` and ``cvt.rn.satfinite.e5m2x2.f32`` (tests/kernels/test_triton_aot.py reads
+    the PTX to hold it to that).
     """
     if CLAMP:
         # Comparisons with NaN are false, so NaN passes both selects unchanged.
@@ -85,6 +88,8 @@ def fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CO
         code = x.to(tl.float8e4b8).to(tl.uint8, bitcast=True)
         # fnuz has no negative zero: 0x80 is its NaN, never a rounded -0.
         code = tl.where(code == 0x80, 0, code)
+    elif HW == 3:
+        code = x.to(tl.float8e5).to(tl.uint8, bitcast=True)
     else:
         code = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     return tl.where(x != x, NAN_CODE, code).to(tl.uint8)
@@ -158,7 +163,7 @@ def hardware_selector(element_format: Fp8Format, mode: ConversionMode, device: t
     platform = gpu_platform(gpu_index(device))
     if platform is None or not triton_converts(platform, element_format):
         return SW
-    return HW_E4M3FNUZ if element_format == E4M3FNUZ else HW_E4M3FN if element_format == E4M3FN else SW
+    return HARDWARE_TYPES.get(element_format, SW)
 
 
 def conversion_saturates() -> bool:

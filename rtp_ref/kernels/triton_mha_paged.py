@@ -20,6 +20,7 @@ from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
+    HARDWARE_TYPES,
     SW,
     conversion_saturates,
     fp8_codes,
@@ -87,6 +88,42 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
 
 
+def _constexprs(layout: MhaPagedLayout, block_t: int, in_bf16: bool, hw: int, clamp: bool) -> dict[str, object]:
+    """The kernel's constexprs for ``layout``: ``block_t`` tokens a program, fp8 conversion ``hw`` (a
+    rtp_ref.kernels.triton_fp8 selector), an explicit saturating clamp before it if ``clamp``."""
+    fmt = layout.element_format
+    # no fp8 value: one specialisation; 16-bit bits moved as int16
+    traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode if fmt else ConversionMode.SATFINITE)
+    heads = layout.num_kv_heads
+    return {"BLOCK_T": block_t, "H": heads, "H_PAD": triton.next_power_of_2(heads), "D": layout.head_size,
+            "D_PAD": triton.next_power_of_2(layout.head_size), "IN_BF16": in_bf16, "FP8": fmt is not None,
+            "HW": hw, "CLAMP": clamp, **traits.triton_constexprs()}
+
+
+def ptx_for_mha(layout: MhaPagedLayout, sm: int) -> str:
+    """PTX of the kernel for ``layout`` (bf16 inputs) on NVIDIA ``sm`` (e.g. 90) as it runs there: the hardware
+    conversion of the cache's format (rtp_ref.kernels.triton_fp8.hardware_selector's choice on a GPU that lists
+    it), no clamp (the conversion is expected to saturate by itself). Needs no GPU. Raises RuntimeError when this
+    Triton has no NVIDIA backend or ``layout`` has no fp8 format with a hardware type."""
+    from triton.backends import backends
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if "nvidia" not in backends:
+        raise RuntimeError("this Triton build has no NVIDIA backend; ptx_for_mha needs triton's 'nvidia' backend")
+    if layout.element_format is None or layout.element_format not in HARDWARE_TYPES:
+        raise RuntimeError(f"{layout.kv_cache_dtype}: no hardware fp8 type to compile for")
+    constexprs = _constexprs(layout, 1, True, HARDWARE_TYPES[layout.element_format], clamp=False)
+    pointers = {"key": "*bf16", "value": "*bf16", "key_cache": "*u8", "value_cache": "*u8", "slot_mapping": "*i64",
+                "flags": "*i32", "capacity": "i64", "k_scale": "*fp32", "v_scale": "*fp32"}
+    scalars = dict.fromkeys(("k_step", "v_step", "tokens", "key_t", "key_h", "value_t", "value_h", "kc_block",
+                             "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size"), "i64")
+    signature = {**pointers, **scalars, **dict.fromkeys(constexprs, "constexpr")}
+    source = ASTSource(_reshape_and_cache_flash, signature, constexprs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", sm, 32), options={"enable_fp_fusion": False})
+    return str(compiled.asm["ptx"])
+
+
 def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                        value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor,
                        v_scale: torch.Tensor, flags: torch.Tensor) -> Launch:
@@ -104,14 +141,8 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
         return no_launch
     BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
     fmt = layout.element_format
-    if fmt is not None:
-        traits = FormatTraits.of(fmt, layout.conversion_mode)
-        hw = hardware_selector(fmt, layout.conversion_mode, key_cache.device)
-    else:  # no fp8 value: one specialisation; 16-bit bits moved as int16
-        traits, hw = FormatTraits.of(E4M3FN, ConversionMode.SATFINITE), SW
-    constexprs = {"BLOCK_T": BLOCK_T, "H": heads, "H_PAD": triton.next_power_of_2(heads), "D": layout.head_size,
-                  "D_PAD": triton.next_power_of_2(layout.head_size), "IN_BF16": key.dtype == torch.bfloat16,
-                  "FP8": fmt is not None, "HW": hw, "CLAMP": not conversion_saturates(), **traits.triton_constexprs()}
+    hw = SW if fmt is None else hardware_selector(fmt, layout.conversion_mode, key_cache.device)
+    constexprs = _constexprs(layout, BLOCK_T, key.dtype == torch.bfloat16, hw, clamp=not conversion_saturates())
     steps = (flags, key_cache.shape[0] * key_cache.shape[1])
     scalars = (scale_step(k_scale, heads), scale_step(v_scale, heads), tokens,
                key.stride(0), key.stride(1), value.stride(0), value.stride(1),

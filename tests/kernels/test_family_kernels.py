@@ -138,7 +138,8 @@ def test_mha_paged_is_bit_exact(kernel: str, order: str, cache_dtype: str, platf
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str,
                               block_size: int) -> None:
-    """Quant blocks 256, 128, 64 and 16 take the cuda kernel's 8-, 4-, 2- and 1-value lanes (16: half a warp)."""
+    """Quant blocks 256, 128, 64 and 16 give the cuda kernel's rows 32, 16, 8 and 2 lanes of 8 values (1, 2, 4 and
+    16 rows side by side in a warp)."""
     _check_indexer(kernel, platform_name, dim, quant, scale_fmt, block_size, offset=0)
 
 
@@ -153,13 +154,17 @@ def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: st
 @pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")
 @pytest.mark.parametrize("rows", [1, 2, 4])
 def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cuda kernels are compiled for 1, 2 and 4 rows a warp (cuda_families.*_ROWS_PER_WARP pick one): each
-    instance, with rows left over in the last warp, vector widths 8, 4 and 2, padding slots, strided inputs."""
+    """The cuda kernels are compiled for 1, 2 and 4 passes a warp (cuda_families.*_ROWS_PER_WARP pick one): each
+    instance, with rows left over in the last warp, rows of 8, 16 and 32 lanes side by side (a row's tokens and
+    heads split across groups: 3 heads), rows with idle lanes (80 = 10 vectors on 16 lanes) and rows strided over
+    the warp twice (320), padding slots, strided inputs, narrower vectors where an input is misaligned."""
     monkeypatch.setattr(cuda_families, "MHA_ROWS_PER_WARP", rows)
     monkeypatch.setattr(cuda_families, "INDEXER_ROWS_PER_WARP", rows)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8", "cuda-sm90", True, 8, 128, 16, True)
     test_mha_paged_is_bit_exact("cuda", "HND", "auto", "cuda-sm90", False, 1, 64, 16, False)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8_e5m2", "cuda-sm90", False, 2, 256, 64, False)
+    test_mha_paged_is_bit_exact("cuda", "NHD", "fp8", "cuda-sm90", True, 3, 80, 16, False)
+    test_mha_paged_is_bit_exact("cuda", "HND", "fp8_e5m2", "cuda-sm90", False, 3, 320, 16, True)
     _check_indexer("cuda", "cuda-sm90", 128, 128, "ue8m0", 16, 0)
     _check_indexer("cuda", "cuda-sm90", 512, 256, "none", 64, 0)
     _check_indexer("cuda", "cuda-sm90", 256, 64, "ue8m0", 16, 1)
@@ -256,24 +261,26 @@ def _offset_view(tensor: torch.Tensor, offset: int) -> torch.Tensor:
 
 
 def test_the_cuda_indexer_vector_width_follows_every_address_and_stride() -> None:
-    """At most quant / 32 values a lane (every lane converts), as wide as k's and the cache's addresses and
-    strides allow."""
+    """As wide as k's address and strides and the cache's address and block stride allow, up to 8 values a lane
+    (the 132-byte token stride of a 128-value head does not count: codes are addressed by head_dim)."""
     from rtp_ref.kernels.cuda_families import indexer_vector_width
 
     sm90 = load_platform("cuda-sm90")
     layout = indexer_layout(sm90, head_dim=128, quant_block_size=128)
     cache = torch.zeros(3, 16, layout.bytes_per_token, dtype=torch.uint8)
     k = torch.zeros(5, 128, dtype=torch.bfloat16)
-    assert indexer_vector_width(layout, k, cache) == 4
-    assert indexer_vector_width(indexer_layout(sm90, head_dim=512, quant_block_size=256),
-                                torch.zeros(5, 512, dtype=torch.bfloat16),
-                                torch.zeros(3, 16, 520, dtype=torch.uint8)) == 8
+    assert indexer_vector_width(layout, k, cache) == 8
     assert indexer_vector_width(indexer_layout(sm90, head_dim=64, quant_block_size=16),
                                 torch.zeros(5, 64, dtype=torch.bfloat16),
-                                torch.zeros(3, 16, 80, dtype=torch.uint8)) == 1
+                                torch.zeros(3, 16, 80, dtype=torch.uint8)) == 8
+    assert indexer_vector_width(indexer_layout(sm90, head_dim=64, quant_block_size=4),
+                                torch.zeros(5, 64, dtype=torch.bfloat16),
+                                torch.zeros(3, 16, 128, dtype=torch.uint8)) == 4
     assert indexer_vector_width(layout, _offset_view(k, 1), cache) == 1
     assert indexer_vector_width(layout, _offset_view(k, 2), cache) == 2
     assert indexer_vector_width(layout, k, _offset_view(cache, 2)) == 2
+    odd_blocks = torch.zeros(3, 16 * 132 + 4, dtype=torch.uint8)[:, :16 * 132].view(3, 16, 132)  # stride 2116
+    assert indexer_vector_width(layout, k, odd_blocks) == 4
     assert indexer_vector_width(layout, torch.zeros(5, 130, dtype=torch.bfloat16)[:, :128], cache) == 2
 
 
@@ -284,9 +291,9 @@ def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:
 
     key = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
     cache = torch.zeros(3, 16, 2, 128, dtype=torch.uint8)
-    assert mha_vector_width(128, (key, key), (cache, cache), 1) == 4  # fp8: 32 lanes x 4 values, none idle
-    assert mha_vector_width(256, (key, key), (cache, cache), 1) == 8
-    assert mha_vector_width(64, (key, key), (cache, cache), 1) == 2
+    assert mha_vector_width(128, (key, key), (cache, cache), 1) == 8
+    assert mha_vector_width(64, (key, key), (cache, cache), 1) == 8
+    assert mha_vector_width(36, (key, key), (cache, cache), 1) == 4  # 36 = 4 x 9
     shifted = torch.zeros(4 * 2 * 128 + 1, dtype=torch.bfloat16)[1:].view(4, 2, 128)
     assert mha_vector_width(128, (key, shifted), (cache, cache), 1) == 1
     two_in = torch.zeros(4 * 2 * 128 + 2, dtype=torch.bfloat16)[2:].view(4, 2, 128)
@@ -297,3 +304,14 @@ def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:
     wide = torch.zeros(3, 16, 2, 128, dtype=torch.bfloat16)
     assert mha_vector_width(100, (key, key), (wide, wide), 2) == 4  # 100 = 4 x 25
     assert mha_vector_width(128, (key, key), (wide, wide), 2) == 8  # 16-bit: moved 16 bytes a lane
+
+
+@pytest.mark.parametrize(("values", "vec", "lanes"), [
+    (128, 8, 16), (128, 4, 32), (256, 8, 32), (1024, 8, 32), (64, 8, 8), (16, 8, 2), (8, 8, 1), (100, 4, 32),
+    (80, 8, 16), (12, 4, 4), (128, 1, 32),
+])
+def test_a_row_takes_the_fewest_lanes_that_cover_it_with_one_vector_each(values: int, vec: int, lanes: int) -> None:
+    """ceil(values / vec) lanes rounded up to a power of two, at most 32; enumerated by hand."""
+    from rtp_ref.kernels.cuda_families import row_lanes
+
+    assert row_lanes(values, vec) == lanes

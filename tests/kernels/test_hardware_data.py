@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,26 +30,29 @@ def test_each_table_states_what_triton_converts_in_hardware(monkeypatch: pytest.
 
 def test_a_table_without_the_instruction_sends_the_cuda_kernels_to_software(monkeypatch: pytest.MonkeyPatch,
                                                                            tmp_path: Path) -> None:
-    """The GPU's table is read (detection stands in for the GPU this machine lacks): with the instruction
-    listed, OCP e4m3 under satfinite converts in hardware; with ``fp8_conversion = []`` nothing does."""
+    """The GPU's table is read (detection stands in for the GPU this machine lacks): with the instructions
+    listed, OCP e4m3 and e5m2 under satfinite convert in hardware, fnuz and every other mode in software; with
+    ``fp8_conversion = []`` nothing does."""
     sm90 = load_platform("cuda-sm90")
     without = tmp_path / "cuda-sm90.toml"
-    without.write_text((REPO / "platforms" / "cuda-sm90.toml").read_text()
-                       .replace('fp8_conversion = ["e4m3fn"]\ntriton', 'fp8_conversion = []\ntriton'))
-    for table, hardware in ((sm90, True), (load_platform(str(without)), False)):
+    text = (REPO / "platforms" / "cuda-sm90.toml").read_text()
+    without.write_text(re.sub(r"^fp8_conversion = .*$", "fp8_conversion = []", text, count=1, flags=re.M))
+    convert, none = cuda_build.hardware_conversion, cuda_build.HARDWARE_NONE
+    for table, listed in ((sm90, True), (load_platform(str(without)), False)):
         monkeypatch.setattr(cuda_build, "gpu_platform", lambda index, table=table: table)
-        assert cuda_build.hardware_converts(E4M3FN, ConversionMode.SATFINITE) is hardware
-        assert not cuda_build.hardware_converts(E4M3FN, ConversionMode.NONSAT)
-        assert not cuda_build.hardware_converts(E5M2, ConversionMode.SATFINITE)  # no kernel path for it
+        assert convert(E4M3FN, ConversionMode.SATFINITE) == (cuda_build.HARDWARE_E4M3 if listed else none)
+        assert convert(E5M2, ConversionMode.SATFINITE) == (cuda_build.HARDWARE_E5M2 if listed else none)
+        assert convert(E4M3FN, ConversionMode.NONSAT) == none
+        assert convert(E4M3FNUZ, ConversionMode.SATFINITE) == none  # no kernel path for it
 
 
 def test_a_bad_hardware_entry_names_file_key_and_valid_values(tmp_path: Path) -> None:
     text = (REPO / "platforms" / "cuda-sm90.toml").read_text()
     bad = tmp_path / "cuda-sm90.toml"
-    bad.write_text(text.replace('triton_fp8_conversion = ["e4m3fn"]', 'triton_fp8_conversion = ["e4m3"]'))
+    bad.write_text(text.replace('triton_fp8_conversion = ["e4m3fn", "e5m2"]', 'triton_fp8_conversion = ["e4m3"]'))
     with pytest.raises(RtpRefError, match=r"\[hardware\]: key 'triton_fp8_conversion' has \['e4m3'\]"):
         load_platform(str(bad))
-    bad.write_text(text.replace('triton_fp8_conversion = ["e4m3fn"]',
+    bad.write_text(text.replace('triton_fp8_conversion = ["e4m3fn", "e5m2"]',
                                 'triton_fp8_conversion = ["e4m3fn"]\ntriton_fp8_since = "three"'))
     with pytest.raises(RtpRefError, match=r"valid: a release as MAJOR\.MINOR"):
         load_platform(str(bad))

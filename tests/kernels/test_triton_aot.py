@@ -7,8 +7,9 @@ builds check the claim both ways. gfx942 must convert fnuz (``tl.float8e4b8``) w
 from triton 3.8, while triton 3.6 emits no conversion instruction (the kernel then takes its software
 path). The software path uses no conversion instruction.
 
-On NVIDIA the kernel converts without clamping first: it relies on Triton emitting the saturating
-``cvt.rn.satfinite.e4m3x2.f32``, which the sm90 build checks.
+On NVIDIA the kernels convert without clamping first: they rely on Triton emitting the saturating
+``cvt.rn.satfinite.e4m3x2.f32`` (and ``cvt.rn.satfinite.e5m2x2.f32`` for an e5m2 cache), which the sm90 builds of
+the MLA and the MHA kernels check.
 
 The builds run in a subprocess without TRITON_INTERPRET: an interpreted kernel (this folder's
 conftest sets the interpreter on CPU-only machines) cannot be compiled.
@@ -54,8 +55,14 @@ try:
     sm90 = {layout: ptx_for(WritePlan.of(contract("cuda-sm90").layout(layout, 512, 64)), 90)
             for layout in ("fp8", "fp8_ds_mla")}
     found["sm90"] = {layout: sorted(set(re.findall(r"\bcvt\.[\w.]*e4m3x2[\w.]*", ptx))) for layout, ptx in sm90.items()}
+    from rtp_ref.kernels.triton_mha_paged import ptx_for_mha
+    from rtp_ref.kv.mha_paged import mha_layout
+    mha = {dtype: ptx_for_mha(mha_layout(load_platform("cuda-sm90"), dtype, 8, 128), 90)
+           for dtype in ("fp8", "fp8_e5m2")}
+    found["sm90_mha"] = {dtype: sorted(set(re.findall(r"\bcvt\.[\w.]*(?:e4m3|e5m2)x2[\w.]*", ptx)))
+                         for dtype, ptx in mha.items()}
 except RuntimeError as exc:  # no NVIDIA backend in this Triton
-    found["sm90"] = {"skip": str(exc)}
+    found["sm90"] = found["sm90_mha"] = {"skip": str(exc)}
 print(json.dumps(found))
 """
 
@@ -113,3 +120,11 @@ def test_nvidia_conversion_saturates_by_itself(sm90_builds: dict[str, Any]) -> N
     overflow into NaN on the GPU (the kernel's unclamped path depends on this)."""
     for layout, found in sm90_builds.items():
         assert found == ["cvt.rn.satfinite.e4m3x2.f32"], (layout, sm90_builds)
+
+
+def test_the_nvidia_mha_kernel_converts_each_format_with_its_saturating_instruction(
+        all_builds: dict[str, Any]) -> None:
+    """The MHA kernel's e4m3 and e5m2 caches (cuda-sm90 lists both under ``triton_fp8_conversion``): each converts
+    with its own satfinite instruction and no other."""
+    found = _backend(all_builds, "sm90_mha")
+    assert found == {"fp8": ["cvt.rn.satfinite.e4m3x2.f32"], "fp8_e5m2": ["cvt.rn.satfinite.e5m2x2.f32"]}, found
