@@ -30,13 +30,15 @@
 #   scripts/gpu_check.sh mhaperf       after an MHA kernel change: the family kernel tests, the same under
 #                                      compute-sanitizer, cuda-mha certified (cuda-sm90 native, rocm-gfx942 emulated)
 #                                      and in the graph tier, and rtp-ref bench of the MHA kernels at every size
+#   scripts/gpu_check.sh famncu        ncu's bytes, instructions, occupancy and stalls of every family kernel variant at
+#                                      2M tokens (two calls each), the full output to $OUT/ncu-families.log
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, lean or cudamutant" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, lean or cudamutant" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -221,6 +223,20 @@ for c in d['cases']:
     PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
     bench "${fam[@]}" --tokens 1 64 16384 2097152
     ;;
+  famncu)
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum
+    metrics+=,lts__t_sectors_op_write.sum,smsp__inst_executed.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+    metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+    metrics+=,launch__registers_per_thread,smsp__issue_active.avg.pct_of_peak_sustained_active
+    metrics+=,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct
+    metrics+=,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct
+    metrics+=,smsp__warp_issue_stalled_drain_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct
+    PYTHONPATH="$site:$PWD" ncu --clock-control none -k "regex:indexer|reshape_and_cache|mha_paged" --metrics "$metrics" \
+      python3 -m tests.kernels.family_bandwidth 2097152 --once > "$out/ncu-families.log" 2>&1
+    echo "ncu exit $?"
+    grep -E "^  [_a-z].*\(|called|^\s+(gpu__|dram__|lts__|smsp__inst|sm__|launch__)" "$out/ncu-families.log" | \
+      awk '{print $1, $2, $NF}' | tail -400 > "$out/ncu-brief.log"
+    ;;
   reader)
     unit_tests tests/kernels/test_gather_kernels.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
@@ -244,7 +260,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, lean or cudamutant" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, lean or cudamutant" >&2; exit 2
     ;;
   esac
 done

@@ -28,7 +28,7 @@ CUDA_MAX_QUANT_BLOCK = 1024
 
 
 #: passes one warp of the MHA kernel makes over (token, head) rows and one of the indexer kernel's over (token,
-#: quant slice) rows (1, 2 or 4), each pass 32 / row_lanes rows side by side: a warp loads all its rows' slots
+#: quant slice) rows (1 or 2), each pass 32 / row_lanes rows side by side: a warp loads all its rows' slots
 #: together and their values before any store, so more passes put more loads in flight, at the cost of
 #: registers; the sweep that chose these is in docs/performance.md
 MHA_ROWS_PER_WARP = 2

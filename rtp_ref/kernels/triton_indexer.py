@@ -5,8 +5,10 @@
 One program quantises one ``QUANT``-value slice of ``BLOCK_T`` tokens (``GPU_PROGRAM_VALUES / QUANT`` on a GPU,
 ``INTERPRETER_BLOCK_T`` under the interpreter):
 the slice's amax (NaN dropped, as ``fmaxf`` folds), its fp32 scale ``div_rn(max(amax, 1e-4), divisor)`` (a
-power of two for ue8m0), the fp8 codes of ``div_rn(x, scale)``, then the four scale bytes after the block's
-values. Bytes are stored one by one, so no alignment is asked of the cache. All offsets are int64.
+power of two for ue8m0: values are then multiplied by its exact reciprocal, the same correctly rounded quotient
+without a division), the fp8 codes of ``div_rn(x, scale)``, then the four scale bytes after the block's values,
+as one int32 store where the host found the cache's address and block stride 4-byte aligned (``SCALE_WORD``), one
+by one otherwise. All offsets are int64.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
+    F32_2POW_M127_BITS,
     conversion_saturates,
     fp8_codes,
     hardware_selector,
@@ -46,7 +49,7 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
         BLOCK_T: tl.constexpr, D: tl.constexpr, QUANT: tl.constexpr, N: tl.constexpr, IN_BF16: tl.constexpr,
         UE8M0: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
         NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
-        SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr):
+        SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, CLAMP: tl.constexpr, SCALE_WORD: tl.constexpr):
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
     j = tl.program_id(1).to(tl.int64)
     slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
@@ -68,15 +71,25 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
         byte = ue8m0_ceil(scale)
         # byte 0 would be 2**-127, far below the floor / divisor; 0xFF only for an infinite scale
         scale = tl.where(byte == 0xFF, scale, (byte << 23).to(tl.float32, bitcast=True))
-    code = fp8_codes(tl.math.div_rn(x, tl.full([BLOCK_T, QUANT], 1.0, tl.float32) * scale[:, None]), HW, MAN_BITS,
-                     EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
+        # 2**(127 - byte): a normal float's bits but for byte 254 (2**-127, subnormal); 0 for an infinite scale,
+        # since x * 0 is x / inf (a signed zero; NaN for an infinite x)
+        reciprocal = tl.where(byte == 0xFF, 0, tl.where(byte == 254, F32_2POW_M127_BITS, (254 - byte) << 23))
+        reciprocal = reciprocal.to(tl.float32, bitcast=True)
+        q = x * reciprocal[:, None]
+    else:
+        q = tl.math.div_rn(x, tl.full([BLOCK_T, QUANT], 1.0, tl.float32) * scale[:, None])
+    code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE,
+                     CLAMP)
     base = cache + block * block_stride
     tl.store(base[:, None] + row[:, None] * D + j * QUANT + lane[None, :], code, mask=mask)
     bits = scale.to(tl.int32, bitcast=True)
     at = base + block_size * D + (row * N + j) * 4
-    four = tl.arange(0, 4)
-    tl.store(at[:, None] + four[None, :], ((bits[:, None] >> (8 * four[None, :])) & 0xFF).to(tl.uint8),
-             mask=valid[:, None] & (four < 4)[None, :])
+    if SCALE_WORD:
+        tl.store(at.to(tl.pointer_type(tl.int32)), bits, mask=valid)
+    else:
+        four = tl.arange(0, 4)
+        tl.store(at[:, None] + four[None, :], ((bits[:, None] >> (8 * four[None, :])) & 0xFF).to(tl.uint8),
+                 mask=valid[:, None] & (four < 4)[None, :])
 
 
 def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
@@ -101,7 +114,9 @@ def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: tor
     constexprs = {"BLOCK_T": BLOCK_T, "D": layout.head_dim, "QUANT": quant, "N": layout.scales_per_token,
                   "IN_BF16": k.dtype == torch.bfloat16, "UE8M0": scale_fmt == "ue8m0",
                   "HW": hardware_selector(layout.element_format, layout.conversion_mode, kv_cache.device),
-                  "CLAMP": not conversion_saturates(), **traits.triton_constexprs()}
+                  "CLAMP": not conversion_saturates(), **traits.triton_constexprs(),
+                  # the call signature keys launches on start addresses modulo 16: this holds for every call
+                  "SCALE_WORD": kv_cache.data_ptr() % 4 == 0 and kv_cache.stride(0) % 4 == 0}
     scalars = (kv_cache.shape[0] * block_size, tokens, k.stride(0), kv_cache.stride(0), block_size,
                layout.scale_divisor, AMAX_FLOOR)
     write = CompiledLaunch(_indexer_k_quant_and_cache, (triton.cdiv(tokens, BLOCK_T), layout.scales_per_token),

@@ -2,8 +2,8 @@
 # mypy: disable-error-code="untyped-decorator"
 """``reshape_and_cache_flash`` in Triton (rtp_ref.kv.mha_paged states the contract).
 
-One program writes every head of ``BLOCK_T`` tokens to the K and the V cache (one token on a GPU, 32 under
-the interpreter). The cache order (NHD or HND) is only
+One program writes every head of ``BLOCK_T`` tokens to the K and the V cache (``GPU_BLOCK_T`` on a GPU,
+``INTERPRETER_BLOCK_T`` under the interpreter). The cache order (NHD or HND) is only
 strides: the program addresses ``block * block_stride + row * page_stride + head * head_stride + d``, in
 elements, for each cache separately. ``auto`` moves the 16-bit inputs as int16, so every bit pattern
 (NaN payloads included) is copied; fp8 divides in fp32 with ``tl.math.div_rn`` (correctly rounded, as
@@ -31,9 +31,11 @@ from rtp_ref.kernels.triton_fp8 import (
 from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
-#: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python (on a
-#: GPU a program writes one token)
+#: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python
 INTERPRETER_BLOCK_T = 64
+#: tokens a program writes on a GPU, and the warps it runs on (the sweep that chose them: docs/performance.md)
+GPU_BLOCK_T = 1
+GPU_NUM_WARPS = 2
 
 
 @triton.jit
@@ -139,7 +141,7 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
     if tokens == 0:
         return no_launch
-    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else 1  # a Triton constexpr
+    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else GPU_BLOCK_T  # a Triton constexpr
     fmt = layout.element_format
     hw = SW if fmt is None else hardware_selector(fmt, layout.conversion_mode, key_cache.device)
     constexprs = _constexprs(layout, BLOCK_T, key.dtype == torch.bfloat16, hw, clamp=not conversion_saturates())
@@ -149,7 +151,7 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
                key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
                value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1])
     write = CompiledLaunch(_reshape_and_cache_flash, (triton.cdiv(tokens, BLOCK_T),), constexprs,
-                           enable_fp_fusion=False)
+                           enable_fp_fusion=False, num_warps=GPU_NUM_WARPS)
     as_bits = fmt is None
     index = key_cache.device.index if key_cache.is_cuda else None
 

@@ -143,6 +143,12 @@ def test_indexer_is_bit_exact(kernel: str, platform_name: str, dim: int, quant: 
     _check_indexer(kernel, platform_name, dim, quant, scale_fmt, block_size, offset=0)
 
 
+@pytest.mark.parametrize("scale_fmt", ["none", "ue8m0"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_indexer_is_bit_exact_on_fp16_inputs(kernel: str, scale_fmt: str) -> None:
+    _check_indexer(kernel, "cuda-sm90", 128, 128, scale_fmt, 16, 0, torch.float16)
+
+
 @pytest.mark.parametrize("offset", [1, 2])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: str, offset: int) -> None:
@@ -152,9 +158,9 @@ def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: st
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")
-@pytest.mark.parametrize("rows", [1, 2, 4])
+@pytest.mark.parametrize("rows", [1, 2])
 def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cuda kernels are compiled for 1, 2 and 4 passes a warp (cuda_families.*_ROWS_PER_WARP pick one): each
+    """The cuda kernels are compiled for 1 and 2 passes a warp (cuda_families.*_ROWS_PER_WARP pick one): each
     instance, with rows left over in the last warp, rows of 8, 16 and 32 lanes side by side (a row's tokens and
     heads split across groups: 3 heads), rows with idle lanes (80 = 10 vectors on 16 lanes) and rows strided over
     the warp twice (320), padding slots, strided inputs, narrower vectors where an input is misaligned."""
@@ -171,12 +177,12 @@ def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, monkeypa
 
 
 def _check_indexer(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str, block_size: int,
-                   offset: int) -> None:
+                   offset: int, dtype: torch.dtype = torch.bfloat16) -> None:
     layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
     gen = torch.Generator().manual_seed(dim + block_size)
     k = torch.randn(7, dim, generator=gen) * torch.tensor([4.0, 0.01, 1.0, 100.0, 1.0, 1.0, 3.0])[:, None]
     k[4] = 0.0
-    k = _edge_values(k.to(torch.bfloat16))
+    k = _edge_values(k.to(dtype))
     slots = torch.tensor([3, -1, 2 * block_size - 1, 0, block_size, 9, -1])
     num_blocks = 2
     want = torch.full((num_blocks, block_size, layout.bytes_per_token), CANARY, dtype=torch.uint8)

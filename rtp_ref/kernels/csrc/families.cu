@@ -34,7 +34,7 @@ struct RtpRefMhaParams {
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;  // slots in the caches; a device int32 set to 1 when a slot >= capacity is skipped
   int64_t vec;              // values a lane moves at once: 8, 4, 2 or 1 (every address and stride aligned for it)
-  int64_t rows;             // passes a warp makes: 1, 2 or 4
+  int64_t rows;             // passes a warp makes: 1 or 2
   int64_t lanes;            // lanes a (token, head) row: 1, 2, 4, 8, 16 or 32
 };
 
@@ -45,7 +45,7 @@ struct RtpRefIndexerParams {
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;
   int64_t vec;   // values a lane moves at once: 8, 4, 2 or 1 (addresses and strides aligned for it)
-  int64_t rows;   // passes a warp makes: 1, 2 or 4
+  int64_t rows;   // passes a warp makes: 1 or 2
   int64_t lanes;  // lanes a (token, quant slice) row: 1, 2, 4, 8, 16 or 32
   double divisor, floor_;
 };
@@ -56,12 +56,10 @@ using namespace rtp_ref_fp8;
 
 constexpr int kMhaWarps = 4;      // warps of one MHA thread block
 constexpr int kIndexerWarps = 4;  // warps of one indexer thread block
-// p.hardware: the fp8 conversion (cuda_build.py's HARDWARE_* constants)
-constexpr int kSoftware = 0, kHardwareE4m3 = 1, kHardwareE5m2 = 2;
-
-__device__ __forceinline__ float widen(uint16_t bits, bool fp16) {
-  return fp16 ? __half2float(__ushort_as_half(bits)) : __uint_as_float(static_cast<uint32_t>(bits) << 16);
-}
+// The conversion a kernel instance is compiled for (a template parameter: a runtime choice per value costs
+// branches that serialise the values; ids as cuda_build.py's HARDWARE_* for the fp8 ones): the integer encoder,
+// cvt.rn.satfinite to e4m3 or e5m2, or (MHA auto) the 16-bit bits copied.
+constexpr int kSoftware = 0, kHardwareE4m3 = 1, kHardwareE5m2 = 2, kCopy = 3;
 
 // Whether a (token's) slot is written: not padding and inside the cache; a slot past it is flagged by its row's
 // first lane (`leader`).
@@ -70,28 +68,13 @@ __device__ __forceinline__ bool slot_written(int64_t slot, int64_t capacity, int
   return slot >= 0 && slot < capacity;
 }
 
-__device__ __forceinline__ uint8_t fp8_code(float q, int64_t hardware, const Fmt& f) {
-  if (hardware == kSoftware) return fp8_software(q, f);
-  // The hardware's saturating conversion (cvt.rn.satfinite); NaN written as the canonical code.
-  const uint8_t code = static_cast<uint8_t>(
-      __nv_cvt_float_to_fp8(q, __NV_SATFINITE, hardware == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2));
-  return q != q ? static_cast<uint8_t>(f.nan_code) : code;
-}
-
 __device__ __forceinline__ Fmt fmt_of(int64_t man_bits, int64_t emin, int64_t max_code, int64_t nan_code,
                                       int64_t inf_code, int64_t neg_zero, int64_t has_inf, int64_t satfinite) {
   return Fmt{static_cast<int>(man_bits), static_cast<int>(emin), static_cast<int>(max_code),
              static_cast<int>(nan_code), static_cast<int>(inf_code), neg_zero != 0, has_inf != 0, satfinite != 0};
 }
 
-// N bytes moved as one access (the host checked the alignment)
-template <int N>
-struct alignas(N) Chunk {
-  uint8_t b[N];
-};
-
-// N bytes loaded as one read-only access (ld.global.nc): the kernel never writes its inputs, so the compiler may
-// issue these loads ahead of the stores before them (a plain load could alias the flag word or a cache store)
+// The access of N bytes (N = 16, 8, 4, 2, 1), one load or store instruction.
 template <int N> struct Word;
 template <> struct Word<16> { using T = uint4; };
 template <> struct Word<8> { using T = uint2; };
@@ -99,21 +82,83 @@ template <> struct Word<4> { using T = unsigned int; };
 template <> struct Word<2> { using T = unsigned short; };
 template <> struct Word<1> { using T = unsigned char; };
 
-template <int N>
-__device__ __forceinline__ Chunk<N> load_input(const void* at) {
-  const typename Word<N>::T word = __ldg(reinterpret_cast<const typename Word<N>::T*>(at));
-  Chunk<N> chunk;
-  memcpy(&chunk, &word, N);
-  return chunk;
+// V 16-bit values as 32-bit words, value 2i in word i's low half (V = 1: the low half of word 0)
+template <int V>
+struct Values {
+  uint32_t w[(V + 1) / 2];
+};
+
+// V fp8 codes as 32-bit words, code i in byte i % 4 of word i / 4
+template <int V>
+struct Codes {
+  uint32_t w[(V + 3) / 4];
+};
+
+// V values loaded by one read-only access (ld.global.nc; the host checked the alignment): the kernel never writes
+// its inputs, so the compiler may issue these loads ahead of the stores before them
+template <int V>
+__device__ __forceinline__ Values<V> load_values(const uint16_t* at) {
+  using T = typename Word<2 * V>::T;
+  const T word = __ldg(reinterpret_cast<const T*>(at));
+  Values<V> v;
+  if constexpr (V == 1) v.w[0] = word; else memcpy(&v, &word, 2 * V);
+  return v;
 }
 
-// N bytes stored as one global access: the cache pointers come out of a row's struct, where the compiler no longer
-// knows they are global and would emit generic stores
-template <int N>
-__device__ __forceinline__ void store_output(void* at, const Chunk<N>& chunk) {
-  typename Word<N>::T word;
-  memcpy(&word, &chunk, N);
-  __stwb(reinterpret_cast<typename Word<N>::T*>(at), word);
+// N bytes of `words` stored by one global access (st.global.wb: a pointer out of a row's struct would otherwise
+// become a generic store)
+template <int N, typename W>
+__device__ __forceinline__ void store_bytes(void* at, const W& words) {
+  using T = typename Word<N>::T;
+  T word;
+  if constexpr (N < 4) word = static_cast<T>(words.w[0]); else memcpy(&word, &words, N);
+  __stwb(reinterpret_cast<T*>(at), word);
+}
+
+// Value i of v widened to float32 (exact: fp16 through the hardware conversion, bf16 by placing its bits)
+template <bool kFp16, int V>
+__device__ __forceinline__ float value_at(const Values<V>& v, int i) {
+  const uint32_t w = v.w[i / 2];
+  if constexpr (kFp16) return __half2float(__ushort_as_half(static_cast<unsigned short>(i % 2 ? w >> 16 : w)));
+  return __uint_as_float(i % 2 ? w & 0xFFFF0000u : w << 16);
+}
+
+// The fp8 code of x by conversion C (not kCopy); NaN as the format's code
+template <int C>
+__device__ __forceinline__ uint32_t code_of(float x, const Fmt& f) {
+  if constexpr (C == kSoftware) {
+    return fp8_software(x, f);
+  } else {
+    const uint32_t code = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, C == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2);
+    return x != x ? static_cast<uint32_t>(f.nan_code) : code;
+  }
+}
+
+// The fp8 codes of a (low byte) and b by conversion C: the hardware converts both with one cvt...x2
+template <int C>
+__device__ __forceinline__ uint32_t codes_of(float a, float b, const Fmt& f) {
+  if constexpr (C == kSoftware) {
+    return fp8_software(a, f) | (static_cast<uint32_t>(fp8_software(b, f)) << 8);
+  } else {
+    uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                             C == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2);
+    const uint32_t nan = static_cast<uint32_t>(f.nan_code);
+    pair = a != a ? (pair & 0xFF00u) | nan : pair;
+    return b != b ? (pair & 0x00FFu) | (nan << 8) : pair;
+  }
+}
+
+// The codes of V quotients q(i) (a functor of the value index) by conversion C
+template <int C, int V, typename Q>
+__device__ __forceinline__ Codes<V> encode(const Q& q, const Fmt& f) {
+  Codes<V> out{};
+  if constexpr (V == 1) {
+    out.w[0] = code_of<C>(q(0), f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; i += 2) out.w[i / 4] |= codes_of<C>(q(i), q(i + 1), f) << (8 * (i % 4));
+  }
+  return out;
 }
 
 // a / b for 0 <= a and 0 < b: in 32 bits when both fit (a 64-bit division is a long software sequence, and the
@@ -128,12 +173,6 @@ __device__ __forceinline__ int64_t quotient(int64_t a, int64_t b) {
 __device__ __forceinline__ int64_t load_slot(int64_t slots, int64_t row, int64_t rows, int64_t per_token) {
   if (row >= rows) return -1;
   return __ldg(reinterpret_cast<const long long*>(slots) + quotient(row, per_token));
-}
-
-// The i-th 16-bit value of a chunk (little-endian bytes)
-template <int N>
-__device__ __forceinline__ uint16_t bits16(const Chunk<N>& in, int i) {
-  return static_cast<uint16_t>(in.b[2 * i] | (in.b[2 * i + 1] << 8));
 }
 
 // Where a warp's lane works: its lane in its row's group, and its group's first row (the rows of pass r follow at
@@ -159,39 +198,38 @@ struct MhaRow {
   bool written;  // a real row whose slot is inside the cache
 };
 
+template <int C>
 __device__ __forceinline__ MhaRow mha_row(const RtpRefMhaParams& p, int64_t row, int64_t slot, bool leader) {
   MhaRow r{};
   if (!slot_written(slot, p.capacity, p.flags, leader)) return r;
   const int64_t t = quotient(row, p.heads), h = row - t * p.heads;
   const int64_t block = quotient(slot, p.block_size), page = slot - block * p.block_size;
-  const int64_t elem = p.fp8 ? 1 : 2;  // cache element bytes
+  constexpr int64_t elem = C == kCopy ? 2 : 1;  // cache element bytes
   r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
   r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
   r.kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page + h * p.kc_head) * elem;
   r.vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page + h * p.vc_head) * elem;
-  r.ks = p.fp8 ? __ldg(reinterpret_cast<const float*>(p.k_scale) + h * p.k_scale_step) : 1.0f;
-  r.vs = p.fp8 ? __ldg(reinterpret_cast<const float*>(p.v_scale) + h * p.v_scale_step) : 1.0f;
+  if constexpr (C != kCopy) {
+    r.ks = __ldg(reinterpret_cast<const float*>(p.k_scale) + h * p.k_scale_step);
+    r.vs = __ldg(reinterpret_cast<const float*>(p.v_scale) + h * p.v_scale_step);
+  }
   r.written = true;
   return r;
 }
 
-// V values at dst[d..]: the 16-bit bits as they are, or their fp8 codes of __fdiv_rn(x, s).
-template <int V>
-__device__ __forceinline__ void mha_store(const Chunk<2 * V>& in, uint8_t* dst, int64_t d, float s, const Fmt& f,
-                                          const RtpRefMhaParams& p) {
-  if (p.fp8) {
-    Chunk<V> out;
-#pragma unroll
-    for (int i = 0; i < V; ++i) out.b[i] = fp8_code(__fdiv_rn(widen(bits16(in, i), p.input_fp16), s), p.hardware, f);
-    store_output<V>(dst + d, out);
+// V values at dst[d..]: the 16-bit bits as they are (kCopy), or the codes of __fdiv_rn(x, s) by conversion C.
+template <int C, bool kFp16, int V>
+__device__ __forceinline__ void mha_store(const Values<V>& in, uint8_t* dst, int64_t d, float s, const Fmt& f) {
+  if constexpr (C == kCopy) {
+    store_bytes<2 * V>(dst + 2 * d, in);
   } else {
-    store_output<2 * V>(dst + 2 * d, in);
+    store_bytes<V>(dst + d, encode<C, V>([&](int i) { return __fdiv_rn(value_at<kFp16>(in, i), s); }, f));
   }
 }
 
 // R passes a warp, 32 / p.lanes (token, head) rows side by side in each: their slots are loaded together, then every
 // row's key and value chunk before any is stored, so a warp waits on two memory latencies, not two a row.
-template <int V, int R>
+template <int V, int R, int C, bool kFp16>
 __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMhaParams p) {
   const Place at = place<kMhaWarps, R>(p.lanes);
   int64_t slots[R];
@@ -199,38 +237,60 @@ __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMh
   for (int r = 0; r < R; ++r) slots[r] = load_slot(p.slots, at.first + r * at.side, p.num_tokens * p.heads, p.heads);
   MhaRow rows[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = mha_row(p, at.first + r * at.side, slots[r], at.lane == 0);
+  for (int r = 0; r < R; ++r) rows[r] = mha_row<C>(p, at.first + r * at.side, slots[r], at.lane == 0);
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
   for (int64_t d = static_cast<int64_t>(at.lane) * V; d < p.head_size; d += p.lanes * V) {
-    Chunk<2 * V> keys[R], values[R];
+    Values<V> keys[R], values[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!rows[r].written) continue;
-      keys[r] = load_input<2 * V>(rows[r].key + d);
-      values[r] = load_input<2 * V>(rows[r].value + d);
+      keys[r] = load_values<V>(rows[r].key + d);
+      values[r] = load_values<V>(rows[r].value + d);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (!rows[r].written) continue;
-      mha_store<V>(keys[r], rows[r].kc, d, rows[r].ks, f, p);
-      mha_store<V>(values[r], rows[r].vc, d, rows[r].vs, f, p);
+      mha_store<C, kFp16, V>(keys[r], rows[r].kc, d, rows[r].ks, f);
+      mha_store<C, kFp16, V>(values[r], rows[r].vc, d, rows[r].vs, f);
     }
   }
 }
 
-template <int V>
-__device__ __forceinline__ float chunk_amax(float amax, const Chunk<2 * V>& in, bool fp16) {
+template <bool kFp16, int V>
+__device__ __forceinline__ float chunk_amax(float amax, const Values<V>& in) {
 #pragma unroll
-  for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(widen(bits16(in, i), fp16)));  // fmaxf drops NaN
+  for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(value_at<kFp16>(in, i)));  // fmaxf drops NaN
   return amax;
+}
+
+// The codes of one row's V-value chunk: x * reciprocal for a power-of-two scale (kPow2: the same correctly rounded
+// quotient as x / scale, without a division), __fdiv_rn(x, scale) otherwise.
+template <int C, bool kFp16, bool kPow2, int V>
+__device__ __forceinline__ void indexer_store(const Values<V>& in, uint8_t* at, float scale, float reciprocal,
+                                              const Fmt& f) {
+  store_bytes<V>(at, encode<C, V>([&](int i) {
+    const float x = value_at<kFp16>(in, i);
+    return kPow2 ? __fmul_rn(x, reciprocal) : __fdiv_rn(x, scale);
+  }, f));
+}
+
+// One row's codes: the lane's first chunk from registers, any further one reloaded (cache hits).
+template <int C, bool kFp16, bool kPow2, int V>
+__device__ __forceinline__ void indexer_row(const RtpRefIndexerParams& p, const Values<V>& head, const uint16_t* k,
+                                            uint8_t* codes, int64_t d0, float scale, const Fmt& f) {
+  // x * (1 / 2^e) is x / 2^e exactly rounded (the reciprocal of a power of two is exact, subnormal or not)
+  const float reciprocal = kPow2 ? __frcp_rn(scale) : 0.0f;
+  indexer_store<C, kFp16, kPow2, V>(head, codes + d0, scale, reciprocal, f);
+  for (int64_t d = d0 + p.lanes * V; d < p.quant; d += p.lanes * V)
+    indexer_store<C, kFp16, kPow2, V>(load_values<V>(k + d), codes + d, scale, reciprocal, f);
 }
 
 // R passes a warp, 32 / p.lanes (token, quant slice) rows side by side in each (p.lanes * V <= quant: the host
 // picks p.lanes so, for the power-of-two quant blocks the kernel takes). Pass 1 loads every row's V-value chunks
 // (lane l takes values l*V.., then p.lanes*V further on), keeping the first in registers, and folds each row's
-// amax; shuffles fold the group's lanes; pass 2 quantises the kept chunk and reloads any further one (cache hits),
-// so the registers a lane needs do not grow with the quant block.
-template <int V, int R>
+// amax; shuffles fold the group's lanes; pass 2 quantises the kept chunk and reloads any further one, so the
+// registers a lane needs do not grow with the quant block.
+template <int V, int R, int C, bool kFp16>
 __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRefIndexerParams p) {
   const Place at = place<kIndexerWarps, R>(p.lanes);
   const int64_t rows = p.num_tokens * p.n_slices, step = p.lanes * V, d0 = static_cast<int64_t>(at.lane) * V;
@@ -240,7 +300,7 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
   bool written[R];
   int64_t j[R];  // the row's quant slice
   const uint16_t* k[R];
-  Chunk<2 * V> head[R];  // the lane's first chunk of the row
+  Values<V> head[R];  // the lane's first chunk of the row
   float amax[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -248,18 +308,18 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
     const int64_t row = at.first + r * at.side, t = quotient(row, p.n_slices);
     j[r] = row - t * p.n_slices;
     k[r] = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j[r] * p.quant;
-    if (written[r]) head[r] = load_input<2 * V>(k[r] + d0);
+    if (written[r]) head[r] = load_values<V>(k[r] + d0);
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) amax[r] = written[r] ? chunk_amax<V>(0.0f, head[r], p.input_fp16) : 0.0f;
+  for (int r = 0; r < R; ++r) amax[r] = written[r] ? chunk_amax<kFp16>(0.0f, head[r]) : 0.0f;
   for (int64_t d = d0 + step; d < p.quant; d += step) {
-    Chunk<2 * V> in[R];
+    Values<V> in[R];
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (written[r]) in[r] = load_input<2 * V>(k[r] + d);
+      if (written[r]) in[r] = load_values<V>(k[r] + d);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (written[r]) amax[r] = chunk_amax<V>(amax[r], in[r], p.input_fp16);
+      if (written[r]) amax[r] = chunk_amax<kFp16>(amax[r], in[r]);
   }
   // every lane of the warp shuffles (rows not written fold zeros): the xor offsets stay inside a group
 #pragma unroll
@@ -277,21 +337,11 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
       power_of_two = byte != 0xFF;  // 0xFF only for an infinite scale: keep it
       scale = power_of_two ? ue8m0_value(byte) : scale;
     }
-    // x * (1 / 2^e) is x / 2^e exactly rounded (the reciprocal of a power of two is exact, subnormal or not)
-    const float reciprocal = power_of_two ? __frcp_rn(scale) : 0.0f;
     const int64_t block = quotient(slot[r], p.block_size), row = slot[r] - block * p.block_size;
     uint8_t* base = reinterpret_cast<uint8_t*>(p.cache) + block * p.block_bytes;
     uint8_t* codes = base + row * p.head_dim + j[r] * p.quant;
-    for (int64_t d = d0; d < p.quant; d += step) {
-      const Chunk<2 * V> in = d == d0 ? head[r] : load_input<2 * V>(k[r] + d);
-      Chunk<V> out;
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float x = widen(bits16(in, i), p.input_fp16);
-        out.b[i] = fp8_code(power_of_two ? __fmul_rn(x, reciprocal) : __fdiv_rn(x, scale), p.hardware, f);
-      }
-      store_output<V>(codes + d, out);
-    }
+    if (power_of_two) indexer_row<C, kFp16, true, V>(p, head[r], k[r], codes, d0, scale, f);
+    else indexer_row<C, kFp16, false, V>(p, head[r], k[r], codes, d0, scale, f);
     if (at.lane == 0) {
       const uint32_t bits = __float_as_uint(scale);
       uint8_t* scale_at = base + p.block_size * p.head_dim + (row * p.n_slices + j[r]) * 4;
@@ -304,41 +354,59 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
   }
 }
 
-// The kernels of one family by (V, R); launch_rows picks the instance the host's p.vec and p.rows name.
+// The kernels of one family by (V, R, C, kFp16); launch_rows picks the instance the host's parameters name.
 struct MhaKernel {
-  template <int V, int R>
+  static constexpr bool kCopies = true;  // auto: the 16-bit bits copied
+  template <int V, int R, int C, bool kFp16>
   static void launch(dim3 grid, dim3 block, cudaStream_t s, const RtpRefMhaParams& p) {
-    mha_paged_write<V, R><<<grid, block, 0, s>>>(p);
+    mha_paged_write<V, R, C, kFp16><<<grid, block, 0, s>>>(p);
   }
 };
 struct IndexerKernel {
-  template <int V, int R>
+  static constexpr bool kCopies = false;  // always quantises
+  template <int V, int R, int C, bool kFp16>
   static void launch(dim3 grid, dim3 block, cudaStream_t s, const RtpRefIndexerParams& p) {
-    indexer_write<V, R><<<grid, block, 0, s>>>(p);
+    indexer_write<V, R, C, kFp16><<<grid, block, 0, s>>>(p);
   }
 };
 
-template <typename K, int R, typename P>
-void launch_vec(const P& p, dim3 grid, dim3 block, cudaStream_t s) {
-  switch (p.vec) {
-    case 8: K::template launch<8, R>(grid, block, s, p); break;
-    case 4: K::template launch<4, R>(grid, block, s, p); break;
-    case 2: K::template launch<2, R>(grid, block, s, p); break;
-    default: K::template launch<1, R>(grid, block, s, p); break;
+template <typename K, int V, int R, int C, typename P>
+void launch_input(const P& p, dim3 grid, dim3 block, cudaStream_t s) {
+  if constexpr (C == kCopy) K::template launch<V, R, C, false>(grid, block, s, p);  // bits: one for both inputs
+  else if (p.input_fp16) K::template launch<V, R, C, true>(grid, block, s, p);
+  else K::template launch<V, R, C, false>(grid, block, s, p);
+}
+
+template <typename K, int V, int R, typename P>
+void launch_conversion(const P& p, int conversion, dim3 grid, dim3 block, cudaStream_t s) {
+  if constexpr (K::kCopies) {
+    if (conversion == kCopy) return launch_input<K, V, R, kCopy>(p, grid, block, s);
+  }
+  switch (conversion) {
+    case kHardwareE4m3: launch_input<K, V, R, kHardwareE4m3>(p, grid, block, s); break;
+    case kHardwareE5m2: launch_input<K, V, R, kHardwareE5m2>(p, grid, block, s); break;
+    default: launch_input<K, V, R, kSoftware>(p, grid, block, s); break;
   }
 }
 
-// One launch over `rows` rows: p.rows passes of 32 / p.lanes rows a warp, kWarps warps a block.
+template <typename K, int R, typename P>
+void launch_vec(const P& p, int conversion, dim3 grid, dim3 block, cudaStream_t s) {
+  switch (p.vec) {
+    case 8: launch_conversion<K, 8, R>(p, conversion, grid, block, s); break;
+    case 4: launch_conversion<K, 4, R>(p, conversion, grid, block, s); break;
+    case 2: launch_conversion<K, 2, R>(p, conversion, grid, block, s); break;
+    default: launch_conversion<K, 1, R>(p, conversion, grid, block, s); break;
+  }
+}
+
+// One launch over `rows` rows: p.rows passes of 32 / p.lanes rows a warp, kWarps warps a block, by `conversion`.
 template <typename P, int kWarps, typename K>
-int launch_rows(const P& p, int64_t rows, void* stream) {
+int launch_rows(const P& p, int64_t rows, int conversion, void* stream) {
   const int64_t per_block = kWarps * p.rows * (32 / p.lanes);
   const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block)), block(32, kWarps);
   const auto s = static_cast<cudaStream_t>(stream);
-  switch (p.rows) {
-    case 4: launch_vec<K, 4>(p, grid, block, s); break;
-    case 2: launch_vec<K, 2>(p, grid, block, s); break;
-    default: launch_vec<K, 1>(p, grid, block, s); break;
-  }
+  if (p.rows == 2) launch_vec<K, 2>(p, conversion, grid, block, s);
+  else launch_vec<K, 1>(p, conversion, grid, block, s);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -348,12 +416,14 @@ extern "C" {
 
 int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens * p->heads, stream);
+  const int conversion = p->fp8 ? static_cast<int>(p->hardware) : kCopy;
+  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens * p->heads, conversion, stream);
 }
 
 int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  return launch_rows<RtpRefIndexerParams, kIndexerWarps, IndexerKernel>(*p, p->num_tokens * p->n_slices, stream);
+  return launch_rows<RtpRefIndexerParams, kIndexerWarps, IndexerKernel>(*p, p->num_tokens * p->n_slices,
+                                                                          static_cast<int>(p->hardware), stream);
 }
 
 const char* rtp_ref_families_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
