@@ -27,9 +27,9 @@ from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 CUDA_MAX_QUANT_BLOCK = 1024
 
 
-#: passes one warp of the MHA kernel makes over (token, head) rows and one of the indexer kernel's over (token,
-#: quant slice) rows (1 or 2), each pass 32 / row_lanes rows side by side: a warp loads all its rows' slots
-#: together and their values before any store, so more passes put more loads in flight, at the cost of
+#: tokens one warp of the MHA kernel writes (its lanes take a token's heads 32 / row_lanes at a time) and passes
+#: one warp of the indexer kernel makes over (token, quant slice) rows, 32 / row_lanes side by side a pass (1 or
+#: 2): a warp loads its tokens' or rows' values before any store, so more put more loads in flight, at the cost of
 #: registers; the sweep that chose these is in docs/performance.md
 MHA_ROWS_PER_WARP = 2
 INDEXER_ROWS_PER_WARP = 1

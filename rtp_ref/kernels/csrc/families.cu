@@ -3,16 +3,18 @@
 // (indexer_k_quant_and_cache, contract in rtp_ref/kv/indexer.py).
 //
 // Both kernels split a warp into groups of p.lanes lanes (a power of two up to 32, host-chosen so that one
-// V-value vector a lane covers a row when it can: 16 lanes for a 128-wide head at V = 8); the 32 / p.lanes groups
-// take consecutive rows side by side, and a warp makes p.rows such passes, every pass's loads issued before any
-// store. Each lane moves V consecutive values (V = 8, 4, 2 or 1, the widest the host finds every address and
-// stride aligned for) by one vector load and one vector store, striding over the row by p.lanes * V.
-// MHA: a row is one (token, head); the cache order (NHD or HND) is only strides, in elements. auto moves the 16-bit
-// bits; fp8 stores the codes of __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale).
-// Indexer: a row is one (token, quant slice); its amax folds with fmaxf (NaN dropped, as vLLM's kernel) and
-// shuffles within the group, scale = __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0 (values are
-// then multiplied by its exact reciprocal: the same correctly rounded quotient without a division); the group's
-// first lane stores the four scale bytes, as one word where the address allows.
+// V-value vector a lane covers a row when it can: 16 lanes for a 128-wide head at V = 8), the 32 / p.lanes groups
+// side by side, every load of a step issued before any store. Each lane moves V consecutive values (V = 8, 4, 2 or
+// 1, the widest the host finds every address and stride aligned for) by one vector load and one vector store,
+// striding over the row by p.lanes * V. The conversion and the input type are template parameters.
+// MHA: p.rows tokens a warp, the groups taking a token's heads side by side and stepping over them; the cache order
+// (NHD or HND) is only strides, in elements. auto moves the 16-bit bits; fp8 stores the codes of
+// __fdiv_rn(x, scale) (correctly rounded, as vLLM's x / scale).
+// Indexer: p.rows passes a warp over (token, quant slice) rows, the groups taking consecutive rows; a row's amax
+// folds with fmaxf (NaN dropped, as vLLM's kernel) and shuffles within the group, scale =
+// __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0 (values are then multiplied by its exact
+// reciprocal: the same correctly rounded quotient without a division); the group's first lane stores the four
+// scale bytes, as one word where the address allows.
 // fp8 codes come from the hardware's saturating conversion (e4m3 or e5m2, p.hardware) or the software encoder of
 // fp8_convert.cuh. A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py):
 // checking slots on the host would sync the stream. All offsets are int64. The host side is plain C, through ctypes.
@@ -34,8 +36,8 @@ struct RtpRefMhaParams {
   int64_t man_bits, emin, max_code, nan_code, neg_zero, has_inf, inf_code, satfinite;
   int64_t capacity, flags;  // slots in the caches; a device int32 set to 1 when a slot >= capacity is skipped
   int64_t vec;              // values a lane moves at once: 8, 4, 2 or 1 (every address and stride aligned for it)
-  int64_t rows;             // passes a warp makes: 1 or 2
-  int64_t lanes;            // lanes a (token, head) row: 1, 2, 4, 8, 16 or 32
+  int64_t rows;             // tokens a warp: 1 or 2
+  int64_t lanes;            // lanes a head: 1, 2, 4, 8, 16 or 32
 };
 
 struct RtpRefIndexerParams {
@@ -161,9 +163,11 @@ __device__ __forceinline__ Codes<V> encode(const Q& q, const Fmt& f) {
   return out;
 }
 
-// a / b for 0 <= a and 0 < b: in 32 bits when both fit (a 64-bit division is a long software sequence, and the
-// kernels divide a few times a row), in 64 otherwise, so a cache past 2^31 slots or rows stays exact
+// a / b for 0 <= a and 0 < b: a shift for a power of two (block sizes, one slice a token), in 32 bits when both fit
+// (a 64-bit division is a long software sequence, and the kernels divide a few times a row), in 64 otherwise, so a
+// cache past 2^31 slots or rows stays exact. b is the same for every lane: the branches do not diverge.
 __device__ __forceinline__ int64_t quotient(int64_t a, int64_t b) {
+  if ((b & (b - 1)) == 0) return a >> (__ffsll(b) - 1);
   if (((a | b) >> 31) == 0) return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
   return a / b;
 }
@@ -190,29 +194,23 @@ __device__ __forceinline__ Place place(int64_t lanes) {
   return Place{static_cast<int>(threadIdx.x & (lanes - 1)), warp * R * side + threadIdx.x / lanes, side};
 }
 
-// One (token, head) row of the MHA write: where its key and value come from and go, and their scales.
-struct MhaRow {
+// One token of the MHA write: where its key and value rows start and where its cache rows go (head 0).
+struct MhaToken {
   const uint16_t *key, *value;
   uint8_t *kc, *vc;
-  float ks, vs;
-  bool written;  // a real row whose slot is inside the cache
+  bool written;  // a real token whose slot is inside the cache
 };
 
 template <int C>
-__device__ __forceinline__ MhaRow mha_row(const RtpRefMhaParams& p, int64_t row, int64_t slot, bool leader) {
-  MhaRow r{};
+__device__ __forceinline__ MhaToken mha_token(const RtpRefMhaParams& p, int64_t t, int64_t slot, bool leader) {
+  MhaToken r{};
   if (!slot_written(slot, p.capacity, p.flags, leader)) return r;
-  const int64_t t = quotient(row, p.heads), h = row - t * p.heads;
   const int64_t block = quotient(slot, p.block_size), page = slot - block * p.block_size;
   constexpr int64_t elem = C == kCopy ? 2 : 1;  // cache element bytes
-  r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t + h * p.key_h;
-  r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t + h * p.value_h;
-  r.kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page + h * p.kc_head) * elem;
-  r.vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page + h * p.vc_head) * elem;
-  if constexpr (C != kCopy) {
-    r.ks = __ldg(reinterpret_cast<const float*>(p.k_scale) + h * p.k_scale_step);
-    r.vs = __ldg(reinterpret_cast<const float*>(p.v_scale) + h * p.v_scale_step);
-  }
+  r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t;
+  r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t;
+  r.kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page) * elem;
+  r.vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page) * elem;
   r.written = true;
   return r;
 }
@@ -227,31 +225,44 @@ __device__ __forceinline__ void mha_store(const Values<V>& in, uint8_t* dst, int
   }
 }
 
-// R passes a warp, 32 / p.lanes (token, head) rows side by side in each: their slots are loaded together, then every
-// row's key and value chunk before any is stored, so a warp waits on two memory latencies, not two a row.
+// R tokens a warp; within a token the 32 / p.lanes groups take its heads side by side, p.lanes lanes a head, and
+// step over the heads (the token's slot, block and page are worked out once, not per head). Per step every token's
+// key and value chunks are loaded before any is stored, so a warp waits on two memory latencies, not two a token.
 template <int V, int R, int C, bool kFp16>
 __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMhaParams p) {
-  const Place at = place<kMhaWarps, R>(p.lanes);
+  const int64_t lanes = p.lanes, side = 32 / lanes, group = threadIdx.x / lanes;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y) * R;
+  const int lane = static_cast<int>(threadIdx.x & (lanes - 1));
   int64_t slots[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) slots[r] = load_slot(p.slots, at.first + r * at.side, p.num_tokens * p.heads, p.heads);
-  MhaRow rows[R];
+  for (int r = 0; r < R; ++r) slots[r] = load_slot(p.slots, first + r, p.num_tokens, 1);
+  MhaToken tokens[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) rows[r] = mha_row<C>(p, at.first + r * at.side, slots[r], at.lane == 0);
+  for (int r = 0; r < R; ++r) tokens[r] = mha_token<C>(p, first + r, slots[r], threadIdx.x == 0);
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
-  for (int64_t d = static_cast<int64_t>(at.lane) * V; d < p.head_size; d += p.lanes * V) {
-    Values<V> keys[R], values[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (!rows[r].written) continue;
-      keys[r] = load_values<V>(rows[r].key + d);
-      values[r] = load_values<V>(rows[r].value + d);
+  constexpr int64_t elem = C == kCopy ? 2 : 1;
+  for (int64_t h = group; h < p.heads; h += side) {
+    float ks = 1.0f, vs = 1.0f;
+    if constexpr (C != kCopy) {
+      ks = __ldg(reinterpret_cast<const float*>(p.k_scale) + h * p.k_scale_step);
+      vs = __ldg(reinterpret_cast<const float*>(p.v_scale) + h * p.v_scale_step);
     }
+    const int64_t key_h = h * p.key_h, value_h = h * p.value_h;
+    const int64_t kc_h = h * p.kc_head * elem, vc_h = h * p.vc_head * elem;
+    for (int64_t d = static_cast<int64_t>(lane) * V; d < p.head_size; d += lanes * V) {
+      Values<V> keys[R], values[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (!rows[r].written) continue;
-      mha_store<C, kFp16, V>(keys[r], rows[r].kc, d, rows[r].ks, f);
-      mha_store<C, kFp16, V>(values[r], rows[r].vc, d, rows[r].vs, f);
+      for (int r = 0; r < R; ++r) {
+        if (!tokens[r].written) continue;
+        keys[r] = load_values<V>(tokens[r].key + key_h + d);
+        values[r] = load_values<V>(tokens[r].value + value_h + d);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (!tokens[r].written) continue;
+        mha_store<C, kFp16, V>(keys[r], tokens[r].kc + kc_h, d, ks, f);
+        mha_store<C, kFp16, V>(values[r], tokens[r].vc + vc_h, d, vs, f);
+      }
     }
   }
 }
@@ -399,10 +410,10 @@ void launch_vec(const P& p, int conversion, dim3 grid, dim3 block, cudaStream_t 
   }
 }
 
-// One launch over `rows` rows: p.rows passes of 32 / p.lanes rows a warp, kWarps warps a block, by `conversion`.
+// One launch over `rows` rows, `per_warp` a warp, kWarps warps a block, by `conversion`.
 template <typename P, int kWarps, typename K>
-int launch_rows(const P& p, int64_t rows, int conversion, void* stream) {
-  const int64_t per_block = kWarps * p.rows * (32 / p.lanes);
+int launch_rows(const P& p, int64_t rows, int64_t per_warp, int conversion, void* stream) {
+  const int64_t per_block = kWarps * per_warp;
   const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block)), block(32, kWarps);
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.rows == 2) launch_vec<K, 2>(p, conversion, grid, block, s);
@@ -417,13 +428,13 @@ extern "C" {
 int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
   const int conversion = p->fp8 ? static_cast<int>(p->hardware) : kCopy;
-  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens * p->heads, conversion, stream);
+  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens, p->rows, conversion, stream);
 }
 
 int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
-  return launch_rows<RtpRefIndexerParams, kIndexerWarps, IndexerKernel>(*p, p->num_tokens * p->n_slices,
-                                                                          static_cast<int>(p->hardware), stream);
+  return launch_rows<RtpRefIndexerParams, kIndexerWarps, IndexerKernel>(
+      *p, p->num_tokens * p->n_slices, p->rows * (32 / p->lanes), static_cast<int>(p->hardware), stream);
 }
 
 const char* rtp_ref_families_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
