@@ -32,13 +32,16 @@
 #                                      and in the graph tier, and rtp-ref bench of the MHA kernels at every size
 #   scripts/gpu_check.sh famncu        ncu's bytes, instructions, occupancy and stalls of every family kernel variant at
 #                                      2M tokens (two calls each), the full output to $OUT/ncu-families.log
+#   scripts/gpu_check.sh final         after kernel work: every kernel test on the GPU, every built-in writer certified
+#                                      (cuda-sm90 native, rocm-gfx942 emulated), then rtp-ref bench of them at every
+#                                      size (the table and chart of docs/performance.md)
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, lean or cudamutant" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean or cudamutant" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -223,6 +226,14 @@ for c in d['cases']:
     PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
     bench "${fam[@]}" --tokens 1 64 16384 2097152
     ;;
+  final)
+    writers=(--kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer
+             --kernel cuda-indexer)
+    unit_tests tests/kernels
+    certify cuda-sm90 "${writers[@]}"
+    certify rocm-gfx942 "${writers[@]}"
+    bench "${writers[@]}"
+    ;;
   famncu)
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum
     metrics+=,lts__t_sectors_op_write.sum,smsp__inst_executed.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
@@ -260,7 +271,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, lean or cudamutant" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean or cudamutant" >&2; exit 2
     ;;
   esac
 done

@@ -32,7 +32,7 @@ CUDA_MAX_QUANT_BLOCK = 1024
 #: 2): a warp loads its tokens' or rows' values before any store, so more put more loads in flight, at the cost of
 #: registers; the sweep that chose these is in docs/performance.md
 MHA_ROWS_PER_WARP = 2
-INDEXER_ROWS_PER_WARP = 1
+INDEXER_ROWS_PER_WARP = 2
 
 
 class _MhaParams(ctypes.Structure):
