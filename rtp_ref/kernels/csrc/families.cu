@@ -198,21 +198,28 @@ __device__ __forceinline__ Place place(int64_t lanes) {
 struct MhaToken {
   const uint16_t *key, *value;
   uint8_t *kc, *vc;
+  bool real;     // a token of the call: its values are loaded whatever its slot (in flight with the slot)
   bool written;  // a real token whose slot is inside the cache
 };
 
-template <int C>
-__device__ __forceinline__ MhaToken mha_token(const RtpRefMhaParams& p, int64_t t, int64_t slot, bool leader) {
+// Token t's input rows (t < p.num_tokens: real), before its slot has arrived.
+__device__ __forceinline__ MhaToken mha_inputs(const RtpRefMhaParams& p, int64_t t) {
   MhaToken r{};
-  if (!slot_written(slot, p.capacity, p.flags, leader)) return r;
-  const int64_t block = quotient(slot, p.block_size), page = slot - block * p.block_size;
-  constexpr int64_t elem = C == kCopy ? 2 : 1;  // cache element bytes
+  r.real = t < p.num_tokens;
   r.key = reinterpret_cast<const uint16_t*>(p.key) + t * p.key_t;
   r.value = reinterpret_cast<const uint16_t*>(p.value) + t * p.value_t;
+  return r;
+}
+
+// Where token r goes, once its slot is known.
+template <int C>
+__device__ __forceinline__ void mha_outputs(const RtpRefMhaParams& p, MhaToken& r, int64_t slot, bool leader) {
+  r.written = slot_written(slot, p.capacity, p.flags, leader);
+  if (!r.written) return;
+  const int64_t block = quotient(slot, p.block_size), page = slot - block * p.block_size;
+  constexpr int64_t elem = C == kCopy ? 2 : 1;  // cache element bytes
   r.kc = reinterpret_cast<uint8_t*>(p.key_cache) + (block * p.kc_block + page * p.kc_page) * elem;
   r.vc = reinterpret_cast<uint8_t*>(p.value_cache) + (block * p.vc_block + page * p.vc_page) * elem;
-  r.written = true;
-  return r;
 }
 
 // V values at dst[d..]: the 16-bit bits as they are (kCopy), or the codes of __fdiv_rn(x, s) by conversion C.
@@ -227,7 +234,8 @@ __device__ __forceinline__ void mha_store(const Values<V>& in, uint8_t* dst, int
 
 // R tokens a warp; within a token the 32 / p.lanes groups take its heads side by side, p.lanes lanes a head, and
 // step over the heads (the token's slot, block and page are worked out once, not per head). Per step every token's
-// key and value chunks are loaded before any is stored, so a warp waits on two memory latencies, not two a token.
+// key and value chunks are loaded before any is stored, and the first step's with the slots, so a warp waits on
+// one memory latency a step.
 template <int V, int R, int C, bool kFp16>
 __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMhaParams p) {
   const int64_t lanes = p.lanes, side = 32 / lanes, group = threadIdx.x / lanes;
@@ -238,9 +246,12 @@ __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMh
   for (int r = 0; r < R; ++r) slots[r] = load_slot(p.slots, first + r, p.num_tokens, 1);
   MhaToken tokens[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) tokens[r] = mha_token<C>(p, first + r, slots[r], threadIdx.x == 0);
+  for (int r = 0; r < R; ++r) tokens[r] = mha_inputs(p, first + r);
   const Fmt f = fmt_of(p.man_bits, p.emin, p.max_code, p.nan_code, p.inf_code, p.neg_zero, p.has_inf, p.satfinite);
   constexpr int64_t elem = C == kCopy ? 2 : 1;
+  // the tokens' cache rows are worked out after the first step's loads are issued, so that those loads and the
+  // slots' are in flight together (an instruction that reads a slot stalls the warp until it has arrived)
+  bool placed = false;
   for (int64_t h = group; h < p.heads; h += side) {
     float ks = 1.0f, vs = 1.0f;
     if constexpr (C != kCopy) {
@@ -253,9 +264,14 @@ __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMh
       Values<V> keys[R], values[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (!tokens[r].written) continue;
+        if (!tokens[r].real) continue;
         keys[r] = load_values<V>(tokens[r].key + key_h + d);
         values[r] = load_values<V>(tokens[r].value + value_h + d);
+      }
+      if (!placed) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) mha_outputs<C>(p, tokens[r], slots[r], threadIdx.x == 0);
+        placed = true;
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -308,29 +324,34 @@ __global__ void __launch_bounds__(32 * kIndexerWarps) indexer_write(const RtpRef
   int64_t slot[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) slot[r] = load_slot(p.slots, at.first + r * at.side, rows, p.n_slices);
-  bool written[R];
+  bool written[R], real[R];  // real: a row of the call (its values may be loaded before its slot has arrived)
   int64_t j[R];  // the row's quant slice
   const uint16_t* k[R];
   Values<V> head[R];  // the lane's first chunk of the row
   float amax[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    written[r] = slot_written(slot[r], p.capacity, p.flags, at.lane == 0);  // the same for the whole group
     const int64_t row = at.first + r * at.side, t = quotient(row, p.n_slices);
+    real[r] = row < rows;
     j[r] = row - t * p.n_slices;
     k[r] = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_row + j[r] * p.quant;
-    if (written[r]) head[r] = load_values<V>(k[r] + d0);
+    // loaded whatever the slot says, so that the values and the slot are in flight together (a load that waited
+    // for the slot would cost a second memory latency a row); padding rows' values are loaded and dropped
+    if (real[r]) head[r] = load_values<V>(k[r] + d0);
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) amax[r] = written[r] ? chunk_amax<kFp16>(0.0f, head[r]) : 0.0f;
+  for (int r = 0; r < R; ++r) {
+    written[r] = slot_written(slot[r], p.capacity, p.flags, at.lane == 0);  // the same for the whole group
+    amax[r] = real[r] ? chunk_amax<kFp16>(0.0f, head[r]) : 0.0f;
+  }
   for (int64_t d = d0 + step; d < p.quant; d += step) {
     Values<V> in[R];
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (written[r]) in[r] = load_values<V>(k[r] + d);
+      if (real[r]) in[r] = load_values<V>(k[r] + d);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (written[r]) amax[r] = chunk_amax<kFp16>(amax[r], in[r]);
+      if (real[r]) amax[r] = chunk_amax<kFp16>(amax[r], in[r]);
   }
   // every lane of the warp shuffles (rows not written fold zeros): the xor offsets stay inside a group
 #pragma unroll
