@@ -32,9 +32,9 @@
 #                                      and in the graph tier, and rtp-ref bench of the MHA kernels at every size
 #   scripts/gpu_check.sh famncu        ncu's bytes, instructions, occupancy and stalls of every family kernel variant at
 #                                      2M tokens (two calls each), the full output to $OUT/ncu-families.log
-#   scripts/gpu_check.sh final         after kernel work: every kernel test on the GPU, every built-in writer certified
-#                                      (cuda-sm90 native, rocm-gfx942 emulated), then rtp-ref bench of them at every
-#                                      size (the table and chart of docs/performance.md)
+#   scripts/gpu_check.sh final         after kernel work: rtp-ref bench of every built-in writer at every size (the
+#                                      table and chart of docs/performance.md), every kernel test on the GPU, every
+#                                      built-in writer certified (cuda-sm90 native, rocm-gfx942 emulated)
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
@@ -229,10 +229,10 @@ for c in d['cases']:
   final)
     writers=(--kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer
              --kernel cuda-indexer)
+    bench "${writers[@]}"
     unit_tests tests/kernels
     certify cuda-sm90 "${writers[@]}"
     certify rocm-gfx942 "${writers[@]}"
-    bench "${writers[@]}"
     ;;
   famncu)
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum

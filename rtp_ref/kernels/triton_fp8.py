@@ -122,14 +122,16 @@ def ue8m0_ceil(s: tl.tensor) -> tl.tensor:
 
 
 @triton.jit
-def load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.constexpr) -> tl.tensor:
-    """Load 16-bit inputs as float32. bf16 is widened by placing its bits in the top half of a float32:
+def load_f32(ptr: tl.tensor, offs: tl.tensor, mask: tl.tensor, IN_BF16: tl.constexpr,
+             ONE: tl.constexpr) -> tl.tensor:
+    """Load 16-bit inputs as float32, masked lanes as 0.0 (1.0 if ``ONE``: lanes that are only divided, since a zero
+    dividend takes div.rn's slow path). bf16 is widened by placing its bits in the top half of a float32:
     exact for every value, subnormals included (Triton 3.9's interpreter flushes bf16 subnormals to
     zero in ``.to(tl.float32)``)."""
     if IN_BF16:
-        bits = tl.load(ptr.to(tl.pointer_type(tl.int16)) + offs, mask=mask, other=0)
+        bits = tl.load(ptr.to(tl.pointer_type(tl.int16)) + offs, mask=mask, other=0x3F80 if ONE else 0)
         return ((bits.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
-    return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    return tl.load(ptr + offs, mask=mask, other=1.0 if ONE else 0.0).to(tl.float32)
 
 
 def interpreted() -> bool:

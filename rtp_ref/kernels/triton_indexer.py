@@ -66,7 +66,8 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
     # the values load whatever the slot says (padding tokens' are loaded and dropped), so that they and the slots
     # are in flight together: a load masked by the slot would wait for it
     loaded = (t < tokens)[:, None] & (lane < QUANT)[None, :]
-    x = load_f32(k, t[:, None] * k_stride + j * QUANT + lane[None, :], loaded, IN_BF16)
+    # tokens past the call read 1.0 where only divided ('none'; see load_f32), 0.0 otherwise; never stored
+    x = load_f32(k, t[:, None] * k_stride + j * QUANT + lane[None, :], loaded, IN_BF16, not UE8M0)
     magnitude = tl.abs(x)
     amax = tl.max(tl.where(magnitude != magnitude, 0.0, magnitude), axis=1)
     scale = tl.math.div_rn(tl.maximum(amax, floor), tl.full([BLOCK_T], 1.0, tl.float32) * divisor)
@@ -80,9 +81,7 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
         reciprocal = reciprocal.to(tl.float32, bitcast=True)
         q = x * reciprocal[:, None]
     else:
-        # tokens past the call divide 1.0, not their 0.0: a zero dividend takes div.rn's slow path (one token in a
-        # program of 32 ran 3.6x slower than with ue8m0's multiply), and those quotients are never stored
-        q = tl.math.div_rn(tl.where(loaded, x, 1.0), tl.full([BLOCK_T, QUANT], 1.0, tl.float32) * scale[:, None])
+        q = tl.math.div_rn(x, tl.full([BLOCK_T, QUANT], 1.0, tl.float32) * scale[:, None])
     code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE, MAX_VALUE,
                      CLAMP)
     base = cache + block * block_stride

@@ -40,7 +40,7 @@ GPU_NUM_WARPS = 2
 
 @triton.jit
 def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers and ints
-        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, scale_step, t, block, row, valid, real,
+        src, src_t, src_h, dst, d_block, d_page, d_head, scale_ptr, scale_step, t, block, row, valid,
         BLOCK_T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
         IN_BF16: tl.constexpr, FP8: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr,
         EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
@@ -49,22 +49,18 @@ def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers 
     h = tl.arange(0, H_PAD).to(tl.int64)[None, :, None]
     d = tl.arange(0, D_PAD)[None, None, :]
     mask = valid[:, None, None] & (h < H) & (d < D)
-    # loads are masked by the token, not its slot: they are then in flight with the slots (padding tokens' values
-    # are loaded and dropped)
-    loaded = real[:, None, None] & (h < H) & (d < D)
     out = dst + block[:, None, None] * d_block + row[:, None, None] * d_page + h * d_head + d
     offs = t[:, None, None] * src_t + h * src_h + d
     if FP8:
-        x = load_f32(src, offs, loaded, IN_BF16)
+        x = load_f32(src, offs, mask, IN_BF16, False)
         # scale_step 1: one scale per head; 0: head h reads the per-tensor scale
         scale = tl.load(scale_ptr + h * scale_step, mask=h < H, other=1.0)
-        # lanes past the call divide 1.0, not 0.0 (a zero dividend takes div.rn's slow path); never stored
-        q = tl.math.div_rn(tl.where(loaded, x, 1.0), tl.full([BLOCK_T, H_PAD, D_PAD], 1.0, tl.float32) * scale)
+        q = tl.math.div_rn(x, tl.full([BLOCK_T, H_PAD, D_PAD], 1.0, tl.float32) * scale)
         code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                          MAX_VALUE, CLAMP)
         tl.store(out, code, mask=mask)
     else:
-        tl.store(out, tl.load(src + offs, mask=loaded, other=0), mask=mask)
+        tl.store(out, tl.load(src + offs, mask=mask, other=0), mask=mask)
 
 
 @triton.jit
@@ -86,11 +82,10 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
     slot = tl.where(valid, slot, 0)
     block = slot // block_size
     row = slot % block_size
-    real = t < tokens
-    _rows(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, k_step, t, block, row, valid, real,
+    _rows(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, k_step, t, block, row, valid,
           BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
-    _rows(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, v_step, t, block, row, valid, real,
+    _rows(value, value_t, value_h, value_cache, vc_block, vc_page, vc_head, v_scale, v_step, t, block, row, valid,
           BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)
 

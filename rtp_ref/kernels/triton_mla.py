@@ -118,14 +118,15 @@ def _mla_cache_write(
     if NOPE_MODE == 0:
         nbits = tl.load(kv_c.to(tl.pointer_type(tl.int16)) + nsrc, mask=nload)
     else:
-        x = load_f32(kv_c, nsrc, nload, IN_BF16)
+        # masked lanes: 1.0 where only divided (per-tensor fp8; see load_f32), 0.0 where a tile's amax reads them
+        x = load_f32(kv_c, nsrc, nload, IN_BF16, NOPE_MODE == 1)
     pcols = tl.arange(0, P_PAD)
     pload = in_range[:, None] & (pcols < P)[None, :]
     psrc = t[:, None] * k_pe_row + pcols[None, :]
     if ROPE_MODE == 0:
         pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pload)
     else:
-        y = load_f32(k_pe, psrc, pload, IN_BF16)
+        y = load_f32(k_pe, psrc, pload, IN_BF16, True)  # only divided
     if NOPE_MODE == 1 or ROPE_MODE == 1:
         tensor_scale = tl.load(scale_ptr)
 
@@ -149,9 +150,7 @@ def _mla_cache_write(
         _store16(cache, row + NOPE_OFF, cols, nbits, nmask, SPLIT)
     else:
         if NOPE_MODE == 1:
-            # masked lanes divide 1.0, not their 0.0: a zero dividend takes div.rn's slow path (one token in a
-            # program of four ran 3x slower), and those quotients are never stored
-            q = tl.math.div_rn(tl.where(nload, x, 1.0), tensor_scale)
+            q = tl.math.div_rn(x, tensor_scale)
         else:
             # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
             x3 = tl.reshape(x, (BLOCK_T, NT_PAD, TILE))
@@ -192,7 +191,7 @@ def _mla_cache_write(
     if ROPE_MODE == 0:
         _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
     else:
-        pq = tl.math.div_rn(tl.where(pload, y, 1.0), tensor_scale)  # masked lanes: as for nope
+        pq = tl.math.div_rn(y, tensor_scale)
         pcode = fp8_codes(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                      MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
