@@ -33,6 +33,10 @@ CUDA_MAX_QUANT_BLOCK = 1024
 #: registers; the sweep that chose these is in docs/performance.md
 MHA_ROWS_PER_WARP = 2
 INDEXER_ROWS_PER_WARP = 2
+#: below this many tokens the MHA kernel gives each warp one step of its tokens' heads (MHA_ROWS_PER_WARP tokens
+#: shared by ceil(heads / heads side by side) warps) instead of all of them: a decode batch then still spreads
+#: over the GPU's warps, where a warp a token left 64 tokens' 8 heads to 64 warps walking their heads in turn
+MHA_SPLIT_BELOW_TOKENS = 8192
 
 
 class _MhaParams(ctypes.Structure):
@@ -43,7 +47,7 @@ class _MhaParams(ctypes.Structure):
         "num_tokens", "heads", "head_size", "key_t", "key_h", "value_t", "value_h",
         "kc_block", "kc_page", "kc_head", "vc_block", "vc_page", "vc_head", "block_size",
         "fp8", "k_scale_step", "v_scale_step", "input_fp16", "hardware", *CUDA_TRAIT_FIELDS, "capacity", "flags",
-        "vec", "rows", "lanes")]
+        "vec", "rows", "lanes", "split")]
 
 
 class _IndexerParams(ctypes.Structure):
@@ -109,6 +113,12 @@ def row_lanes(values: int, vec: int) -> int:
     return min(32, 1 << (vectors - 1).bit_length())
 
 
+def mha_split(tokens: int, heads: int, lanes: int) -> int:
+    """The warps that share a token's heads in the MHA kernel: one for ``MHA_SPLIT_BELOW_TOKENS`` tokens and more
+    (a warp a token), else as many as the token's heads need at ``32 / lanes`` heads a warp (each warp one step)."""
+    return 1 if tokens >= MHA_SPLIT_BELOW_TOKENS else -(-heads // (32 // lanes))
+
+
 def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                      value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor,
                      v_scale: torch.Tensor, flags: torch.Tensor) -> Launch:
@@ -121,6 +131,7 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
     fmt = layout.element_format
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode).cuda_params()
     vec = mha_vector_width(layout.head_size, (key, value), (key_cache, value_cache), 1 if fmt is not None else 2)
+    lanes = row_lanes(layout.head_size, vec)
     params = _MhaParams(
         num_tokens=slot_mapping.numel(), heads=layout.num_kv_heads,
         head_size=layout.head_size, key_t=key.stride(0), key_h=key.stride(1), value_t=value.stride(0),
@@ -131,7 +142,7 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
         input_fp16=key.dtype == torch.float16,
         hardware=0 if fmt is None else hardware_conversion(fmt, layout.conversion_mode, key_cache.device),
         **traits, capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(), vec=vec,
-        rows=MHA_ROWS_PER_WARP, lanes=row_lanes(layout.head_size, vec),
+        rows=MHA_ROWS_PER_WARP, lanes=lanes, split=mha_split(slot_mapping.numel(), layout.num_kv_heads, lanes),
     )
     run = _launcher("rtp_ref_mha_paged_write", params, key_cache.device)
 

@@ -5,9 +5,10 @@
 One program writes every head of ``BLOCK_T`` tokens to the K and the V cache (``GPU_BLOCK_T`` on a GPU,
 ``INTERPRETER_BLOCK_T`` under the interpreter). The cache order (NHD or HND) is only
 strides: the program addresses ``block * block_stride + row * page_stride + head * head_stride + d``, in
-elements, for each cache separately. ``auto`` moves the 16-bit inputs as int16, so every bit pattern
-(NaN payloads included) is copied; fp8 divides in fp32 with ``tl.math.div_rn`` (correctly rounded, as
-vLLM's ``x / scale``) and converts with rtp_ref.kernels.triton_fp8. All offsets are int64.
+elements, for each cache separately. ``auto`` moves the 16-bit inputs as int16 (the kernel casts its pointers:
+views made per call cost host time), so every bit pattern (NaN payloads included) is copied; fp8 divides in fp32
+with ``tl.math.div_rn`` (correctly rounded, as vLLM's ``x / scale``) and converts with rtp_ref.kernels.triton_fp8.
+All offsets are int64.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def _rows(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers 
         EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
         HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
         CLAMP: tl.constexpr):
+    if not FP8:  # the 16-bit bits moved as int16: every pattern, NaN payloads included, copied as it is
+        src = src.to(tl.pointer_type(tl.int16))
+        dst = dst.to(tl.pointer_type(tl.int16))
     h = tl.arange(0, H_PAD).to(tl.int64)[None, :, None]
     d = tl.arange(0, D_PAD)[None, None, :]
     mask = valid[:, None, None] & (h < H) & (d < D)
@@ -94,7 +98,7 @@ def _constexprs(layout: MhaPagedLayout, block_t: int, in_bf16: bool, hw: int, cl
     """The kernel's constexprs for ``layout``: ``block_t`` tokens a program, fp8 conversion ``hw`` (a
     rtp_ref.kernels.triton_fp8 selector), an explicit saturating clamp before it if ``clamp``."""
     fmt = layout.element_format
-    # no fp8 value: one specialisation; 16-bit bits moved as int16
+    # no fp8 value: the traits are unused (the 16-bit bits are moved as int16)
     traits = FormatTraits.of(fmt or E4M3FN, layout.conversion_mode if fmt else ConversionMode.SATFINITE)
     heads = layout.num_kv_heads
     return {"BLOCK_T": block_t, "H": heads, "H_PAD": triton.next_power_of_2(heads), "D": layout.head_size,
@@ -152,14 +156,10 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
                value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1])
     write = CompiledLaunch(_reshape_and_cache_flash, (triton.cdiv(tokens, BLOCK_T),), constexprs,
                            enable_fp_fusion=False, num_warps=GPU_NUM_WARPS)
-    as_bits = fmt is None
     index = key_cache.device.index if key_cache.is_cuda else None
 
     def launch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
-        if as_bits:
-            key, value = key.view(torch.int16), value.view(torch.int16)
-            key_cache, value_cache = key_cache.view(torch.int16), value_cache.view(torch.int16)
         with on_device(index):
             write(key, value, key_cache, value_cache, slots, *steps, k_scale, v_scale, *scalars)
 

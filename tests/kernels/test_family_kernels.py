@@ -158,14 +158,18 @@ def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: st
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="the cuda kernels need a GPU")
+@pytest.mark.parametrize("split_below", [0, 1 << 30], ids=["warp-a-token", "heads-split"])
 @pytest.mark.parametrize("rows", [1, 2])
-def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, split_below: int,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The cuda kernels are compiled for 1 and 2 passes a warp (cuda_families.*_ROWS_PER_WARP pick one): each
     instance, with rows left over in the last warp, rows of 8, 16 and 32 lanes side by side (a row's tokens and
     heads split across groups: 3 heads), rows with idle lanes (80 = 10 vectors on 16 lanes) and rows strided over
-    the warp twice (320), padding slots, strided inputs, narrower vectors where an input is misaligned."""
+    the warp twice (320), padding slots, strided inputs, narrower vectors where an input is misaligned; the MHA
+    kernel with a warp a token and with a token's heads split over warps."""
     monkeypatch.setattr(cuda_families, "MHA_ROWS_PER_WARP", rows)
     monkeypatch.setattr(cuda_families, "INDEXER_ROWS_PER_WARP", rows)
+    monkeypatch.setattr(cuda_families, "MHA_SPLIT_BELOW_TOKENS", split_below)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8", "cuda-sm90", True, 8, 128, 16, True)
     test_mha_paged_is_bit_exact("cuda", "HND", "auto", "cuda-sm90", False, 1, 64, 16, False)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8_e5m2", "cuda-sm90", False, 2, 256, 64, False)
@@ -310,6 +314,16 @@ def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:
     wide = torch.zeros(3, 16, 2, 128, dtype=torch.bfloat16)
     assert mha_vector_width(100, (key, key), (wide, wide), 2) == 4  # 100 = 4 x 25
     assert mha_vector_width(128, (key, key), (wide, wide), 2) == 8  # 16-bit: moved 16 bytes a lane
+
+
+@pytest.mark.parametrize(("tokens", "heads", "lanes", "split"), [
+    (64, 8, 16, 4), (64, 1, 16, 1), (64, 3, 16, 2), (64, 8, 32, 8), (64, 8, 4, 1), (8191, 8, 16, 4), (8192, 8, 16, 1),
+])
+def test_a_few_tokens_share_their_heads_across_warps(tokens: int, heads: int, lanes: int, split: int) -> None:
+    """ceil(heads / (32 / lanes)) warps a token below MHA_SPLIT_BELOW_TOKENS (8192), one from there; by hand."""
+    from rtp_ref.kernels.cuda_families import mha_split
+
+    assert mha_split(tokens, heads, lanes) == split
 
 
 @pytest.mark.parametrize(("values", "vec", "lanes"), [

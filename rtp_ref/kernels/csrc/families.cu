@@ -38,6 +38,7 @@ struct RtpRefMhaParams {
   int64_t vec;              // values a lane moves at once: 8, 4, 2 or 1 (every address and stride aligned for it)
   int64_t rows;             // tokens a warp: 1 or 2
   int64_t lanes;            // lanes a head: 1, 2, 4, 8, 16 or 32
+  int64_t split;            // warps sharing those tokens' heads (more warps for a few tokens): 1 or more
 };
 
 struct RtpRefIndexerParams {
@@ -232,14 +233,16 @@ __device__ __forceinline__ void mha_store(const Values<V>& in, uint8_t* dst, int
   }
 }
 
-// R tokens a warp; within a token the 32 / p.lanes groups take its heads side by side, p.lanes lanes a head, and
-// step over the heads (the token's slot, block and page are worked out once, not per head). Per step every token's
-// key and value chunks are loaded before any is stored, and the first step's with the slots, so a warp waits on
-// one memory latency a step.
+// R tokens a warp (p.split warps share them: a few tokens then still fill the GPU); within a token the 32 / p.lanes
+// groups take its heads side by side, p.lanes lanes a head, and step over the heads (the token's slot, block and
+// page are worked out once, not per head; every warp of a split has a head for its first lane, which flags). Per
+// step every token's key and value chunks are loaded before any is stored, and the first step's with the slots, so
+// a warp waits on one memory latency a step.
 template <int V, int R, int C, bool kFp16>
 __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMhaParams p) {
   const int64_t lanes = p.lanes, side = 32 / lanes, group = threadIdx.x / lanes;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y) * R;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kMhaWarps + threadIdx.y, tokens_at = quotient(warp, p.split);
+  const int64_t first = tokens_at * R, heads_from = (warp - tokens_at * p.split) * side + group;
   const int lane = static_cast<int>(threadIdx.x & (lanes - 1));
   int64_t slots[R];
 #pragma unroll
@@ -252,7 +255,7 @@ __global__ void __launch_bounds__(32 * kMhaWarps) mha_paged_write(const RtpRefMh
   // the tokens' cache rows are worked out after the first step's loads are issued, so that those loads and the
   // slots' are in flight together (an instruction that reads a slot stalls the warp until it has arrived)
   bool placed = false;
-  for (int64_t h = group; h < p.heads; h += side) {
+  for (int64_t h = heads_from; h < p.heads; h += side * p.split) {
     float ks = 1.0f, vs = 1.0f;
     if constexpr (C != kCopy) {
       ks = __ldg(reinterpret_cast<const float*>(p.k_scale) + h * p.k_scale_step);
@@ -449,7 +452,8 @@ extern "C" {
 int rtp_ref_mha_paged_write(const RtpRefMhaParams* p, void* stream) {
   if (p->num_tokens == 0) return 0;
   const int conversion = p->fp8 ? static_cast<int>(p->hardware) : kCopy;
-  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens, p->rows, conversion, stream);
+  return launch_rows<RtpRefMhaParams, kMhaWarps, MhaKernel>(*p, p->num_tokens * p->split, p->rows, conversion,
+                                                            stream);
 }
 
 int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
