@@ -23,7 +23,7 @@ from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
-#: the largest quant block the indexer kernel takes: one thread a value, one block of threads a slice
+#: the largest quant block the indexer kernel claims (a power of two: a row's lanes stride over it, V values a lane)
 CUDA_MAX_QUANT_BLOCK = 1024
 
 
