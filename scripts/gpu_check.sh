@@ -245,8 +245,9 @@ for c in d['cases']:
     PYTHONPATH="$site:$PWD" ncu --clock-control none -k "regex:indexer|reshape_and_cache|mha_paged" --metrics "$metrics" \
       python3 -m tests.kernels.family_bandwidth 2097152 --once > "$out/ncu-families.log" 2>&1
     echo "ncu exit $?"
-    grep -E "^  [_a-z].*\(|called|^\s+(gpu__|dram__|lts__|smsp__inst|sm__|launch__)" "$out/ncu-families.log" | \
-      awk '{print $1, $2, $NF}' | tail -400 > "$out/ncu-brief.log"
+    # kernel lines whole, metric lines as name, unit and value
+    grep -E "^  [_a-z].*\(|called|^\s+(gpu__|dram__|lts__|smsp__|sm__|launch__)" "$out/ncu-families.log" | \
+      awk '/^    [a-z]/ {print "    " $1, $2, $NF; next} {print}' | tail -600 > "$out/ncu-brief.log"
     ;;
   reader)
     unit_tests tests/kernels/test_gather_kernels.py

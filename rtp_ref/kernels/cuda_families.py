@@ -18,7 +18,7 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN
 from rtp_ref.kernels.call_signature import Launch, on_device
-from rtp_ref.kernels.cuda_build import arch_of, build_library, hardware_conversion
+from rtp_ref.kernels.cuda_build import HARDWARE_NONE, arch_of, build_library, hardware_conversion
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
@@ -31,9 +31,9 @@ CUDA_MAX_QUANT_BLOCK = 1024
 #: one warp of the indexer kernel makes over (token, quant slice) rows, 32 / row_lanes side by side a pass (1 or
 #: 2): a warp loads its tokens' or rows' values before any store, so more put more loads in flight, at the cost of
 #: registers; the sweep that chose these is in docs/performance.md
-MHA_ROWS_PER_WARP = 2
+MHA_TOKENS_PER_WARP = 2
 INDEXER_ROWS_PER_WARP = 2
-#: below this many tokens the MHA kernel gives each warp one step of its tokens' heads (MHA_ROWS_PER_WARP tokens
+#: below this many tokens the MHA kernel gives each warp one step of its tokens' heads (MHA_TOKENS_PER_WARP tokens
 #: shared by ceil(heads / heads side by side) warps) instead of all of them: a decode batch then still spreads
 #: over the GPU's warps, where a warp a token left 64 tokens' 8 heads to 64 warps walking their heads in turn
 MHA_SPLIT_BELOW_TOKENS = 8192
@@ -140,9 +140,9 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
         vc_head=value_cache.stride(2), block_size=key_cache.shape[1], fp8=fmt is not None,
         k_scale_step=scale_step(k_scale, layout.num_kv_heads), v_scale_step=scale_step(v_scale, layout.num_kv_heads),
         input_fp16=key.dtype == torch.float16,
-        hardware=0 if fmt is None else hardware_conversion(fmt, layout.conversion_mode, key_cache.device),
+        hardware=HARDWARE_NONE if fmt is None else hardware_conversion(fmt, layout.conversion_mode, key_cache.device),
         **traits, capacity=key_cache.shape[0] * key_cache.shape[1], flags=flags.data_ptr(), vec=vec,
-        rows=MHA_ROWS_PER_WARP, lanes=lanes, split=mha_split(slot_mapping.numel(), layout.num_kv_heads, lanes),
+        rows=MHA_TOKENS_PER_WARP, lanes=lanes, split=mha_split(slot_mapping.numel(), layout.num_kv_heads, lanes),
     )
     run = _launcher("rtp_ref_mha_paged_write", params, key_cache.device)
 

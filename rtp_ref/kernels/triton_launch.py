@@ -28,6 +28,14 @@ def release_of(version: str) -> tuple[int, int]:
 FULL_ARGUMENT_LAUNCH = release_of(triton.__version__) >= (3, 3)
 
 
+def has_backend(name: str) -> bool:
+    """Whether this Triton build has the backend ``name`` (``nvidia``, ``amd``): what ahead-of-time builds for a
+    GPU this machine lacks need."""
+    from triton.backends import backends
+
+    return name in backends
+
+
 def reusable(made: object) -> bool:
     """Whether ``made`` (what ``kernel[grid](...)`` returned) can be launched again as ``made[grid](*arguments)``:
     a compiled kernel of a Triton that takes every argument there; never under the interpreter (it returns none)."""

@@ -29,7 +29,7 @@ from rtp_ref.kernels.triton_fp8 import (
     interpreted,
     load_f32,
 )
-from rtp_ref.kernels.triton_launch import CompiledLaunch
+from rtp_ref.kernels.triton_launch import CompiledLaunch, has_backend
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python
@@ -111,11 +111,10 @@ def ptx_for_mha(layout: MhaPagedLayout, sm: int) -> str:
     conversion of the cache's format (rtp_ref.kernels.triton_fp8.hardware_selector's choice on a GPU that lists
     it), no clamp (the conversion is expected to saturate by itself). Needs no GPU. Raises RuntimeError when this
     Triton has no NVIDIA backend or ``layout`` has no fp8 format with a hardware type."""
-    from triton.backends import backends
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if "nvidia" not in backends:
+    if not has_backend("nvidia"):
         raise RuntimeError("this Triton build has no NVIDIA backend; ptx_for_mha needs triton's 'nvidia' backend")
     if layout.element_format is None or layout.element_format not in HARDWARE_TYPES:
         raise RuntimeError(f"{layout.kv_cache_dtype}: no hardware fp8 type to compile for")

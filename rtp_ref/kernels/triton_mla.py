@@ -53,7 +53,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
     ue8m0_ceil,
 )
-from rtp_ref.kernels.triton_launch import CompiledLaunch
+from rtp_ref.kernels.triton_launch import CompiledLaunch, has_backend
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -320,13 +320,6 @@ _selector = functools.lru_cache(maxsize=64)(hardware_selector)
 _saturates = functools.cache(conversion_saturates)
 
 
-@functools.cache
-def _backend_ready(name: str) -> bool:
-    from triton.backends import backends
-
-    return name in backends
-
-
 def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
     """AMDGCN assembly of the kernel for ``plan`` compiled ahead of time for ``arch`` (e.g. ``gfx942``).
 
@@ -334,7 +327,7 @@ def amdgcn_for(plan: WritePlan, arch: str, hardware: bool = True) -> str:
     use the Triton type of the plan's format (fnuz -> ``tl.float8e4b8``, OCP -> ``tl.float8e4nv``),
     else the software conversion. Raises RuntimeError when this Triton has no AMD backend.
     """
-    if not _backend_ready("amd"):
+    if not has_backend("amd"):
         raise RuntimeError("this Triton build has no AMD backend; amdgcn_for needs triton's 'amd' backend")
     fmt_is_fnuz = not plan.traits.negative_zero
     hw = (HW_E4M3FNUZ if fmt_is_fnuz else HW_E4M3FN) if hardware else SW
@@ -345,7 +338,7 @@ def ptx_for(plan: WritePlan, sm: int) -> str:
     """PTX of the kernel for ``plan`` on NVIDIA ``sm`` (e.g. 90) as it runs there: hardware e4m3
     conversion, no clamp (the conversion is expected to saturate by itself). Needs no GPU.
     Raises RuntimeError when this Triton has no NVIDIA backend."""
-    if not _backend_ready("nvidia"):
+    if not has_backend("nvidia"):
         raise RuntimeError("this Triton build has no NVIDIA backend; ptx_for needs triton's 'nvidia' backend")
     return _compile_ahead(plan, ("cuda", sm, 32), HW_E4M3FN, clamp=False, asm="ptx")
 

@@ -30,16 +30,20 @@ ROWS = (1, 2)
 CUDA = torch.device("cuda")
 
 
-def _time(name: str, kernel: object, op: str, tokens: int, roof: float, once: bool = False) -> None:
+def _call_twice(name: str, kernel: object, op: str, tokens: int) -> None:
     c = contract("cuda-sm90")
     for variant in VARIANTS[op]:
         w = workload(op, variant, tokens, c, CUDA)
-        if once:
-            w.call(kernel)
-            w.call(kernel)
-            torch.cuda.synchronize()
-            print(f"  {variant:10s} {name:28s} called twice", flush=True)
-            continue
+        w.call(kernel)
+        w.call(kernel)
+        torch.cuda.synchronize()
+        print(f"  {variant:10s} {name:28s} called twice", flush=True)
+
+
+def _time(name: str, kernel: object, op: str, tokens: int, roof: float) -> None:
+    c = contract("cuda-sm90")
+    for variant in VARIANTS[op]:
+        w = workload(op, variant, tokens, c, CUDA)
         seconds = time_call(lambda w=w: w.call(kernel), CUDA).seconds
         print(f"  {variant:10s} {name:28s} {seconds * 1e3:8.3f} ms  {w.nbytes / seconds / 1e12:5.2f} TB/s  "
               f"{100 * w.nbytes / seconds / roof:5.1f}% of copy", flush=True)
@@ -47,12 +51,16 @@ def _time(name: str, kernel: object, op: str, tokens: int, roof: float, once: bo
 
 def main(tokens: int, names: list[str], sweep: bool, once: bool) -> None:
     c = contract("cuda-sm90")
-    roof = 1.0 if once else copy_roof(CUDA, 4 << 30)
+    chosen = [k for k in family_kernels() if k.impl in ("triton", "cuda")
+              and (not names or f"{k.impl}{SUFFIX[k.op]}" in names)]
+    if once:
+        for kernel in chosen:
+            _call_twice(f"{kernel.impl}{SUFFIX[kernel.op]}", kernel.bind(c), kernel.op, tokens)
+        return
+    roof = copy_roof(CUDA, 4 << 30)
     print(f"device copy: {roof / 1e12:.2f} TB/s; {tokens} tokens, block 64, bf16 inputs, random slots")
-    for kernel in family_kernels():
-        name = f"{kernel.impl}{SUFFIX[kernel.op]}"
-        if kernel.impl in ("triton", "cuda") and (not names or name in names):
-            _time(name, kernel.bind(c), kernel.op, tokens, roof, once)
+    for kernel in chosen:
+        _time(f"{kernel.impl}{SUFFIX[kernel.op]}", kernel.bind(c), kernel.op, tokens, roof)
     if sweep:
         kernels = {(k.impl, k.op): k for k in family_kernels()}
         for values, warps in SWEEP:
@@ -63,7 +71,7 @@ def main(tokens: int, names: list[str], sweep: bool, once: bool) -> None:
             triton_mha_paged.GPU_BLOCK_T, triton_mha_paged.GPU_NUM_WARPS = block_t, warps
             _time(f"triton-mha t{block_t} w{warps}", kernels["triton", MHA_OP].bind(c), MHA_OP, tokens, roof)
         for rows in ROWS:
-            cuda_families.MHA_ROWS_PER_WARP = cuda_families.INDEXER_ROWS_PER_WARP = rows
+            cuda_families.MHA_TOKENS_PER_WARP = cuda_families.INDEXER_ROWS_PER_WARP = rows
             for op in (MHA_OP, INDEXER_OP):
                 _time(f"cuda{SUFFIX[op]} passes {rows}", kernels["cuda", op].bind(c), op, tokens, roof)
 

@@ -167,7 +167,7 @@ def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, split_be
     heads split across groups: 3 heads), rows with idle lanes (80 = 10 vectors on 16 lanes) and rows strided over
     the warp twice (320), padding slots, strided inputs, narrower vectors where an input is misaligned; the MHA
     kernel with a warp a token and with a token's heads split over warps."""
-    monkeypatch.setattr(cuda_families, "MHA_ROWS_PER_WARP", rows)
+    monkeypatch.setattr(cuda_families, "MHA_TOKENS_PER_WARP", rows)
     monkeypatch.setattr(cuda_families, "INDEXER_ROWS_PER_WARP", rows)
     monkeypatch.setattr(cuda_families, "MHA_SPLIT_BELOW_TOKENS", split_below)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8", "cuda-sm90", True, 8, 128, 16, True)

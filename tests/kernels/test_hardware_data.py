@@ -20,6 +20,8 @@ triton_fp8 = pytest.importorskip("rtp_ref.kernels.triton_fp8", reason="needs tri
 def test_each_table_states_what_triton_converts_in_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
     converts = triton_fp8.triton_converts
     assert converts(load_platform("cuda-sm90"), E4M3FN) and not converts(load_platform("cuda-sm90"), E4M3FNUZ)
+    assert converts(load_platform("cuda-sm90"), E5M2) and converts(load_platform("cuda-sm100"), E5M2)
+    assert not converts(load_platform("rocm-gfx942"), E5M2) and not converts(load_platform("rocm-gfx950"), E5M2)
     assert converts(load_platform("rocm-gfx942"), E4M3FNUZ) and not converts(load_platform("rocm-gfx942"), E4M3FN)
     assert not converts(load_platform("cpu"), E4M3FN)
     monkeypatch.setattr(triton_fp8, "triton_version", lambda: (3, 6))
