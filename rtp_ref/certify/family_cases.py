@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, num_blocks_for
+from rtp_ref.certify.storage import StorageMap, field_places, slot_namer
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
+from rtp_ref.fp8.elements import dtype_element, element_traits
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, slice_scales
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout
@@ -195,6 +197,17 @@ class MhaCase:
                 out.append(region.view(s.num_blocks, s.heads, s.block_size, s.width).permute(0, 2, 1, 3))
         return out[0], out[1]
 
+    def storage_map(self) -> StorageMap:
+        """The case storage's fields, ``key`` and ``value`` (every head of every slot), named by token and slot."""
+        layer = torch.empty(self.storage.numel(), dtype=torch.uint8)
+        fmt = self.layout.element_format
+        element = dtype_element(self.spec.input_dtype) if fmt is None else element_traits(fmt.name)
+        fields = [field_places(name, cache, layer, element, 2, ("head",))
+                  for name, cache in zip(("key", "value"), self.caches(layer), strict=True)]
+        areas = [("key_cache", GUARD_BYTES, GUARD_BYTES + self.cache_bytes),
+                 ("value_cache", 2 * GUARD_BYTES + self.cache_bytes, 2 * GUARD_BYTES + 2 * self.cache_bytes)]
+        return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping))
+
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``reshape_and_cache_flash``."""
         kernel(self.key, self.value, self.key_cache, self.value_cache, self.slot_mapping, self.spec.layout,
@@ -254,6 +267,21 @@ class IndexerCase:
         s = self.spec
         region = storage[GUARD_BYTES: GUARD_BYTES + self.cache_bytes]
         return region.view(s.num_blocks, s.block_size, self.layout.bytes_per_token)
+
+    def storage_map(self) -> StorageMap:
+        """The case storage's fields, ``k`` (the fp8 codes) and ``scale`` (fp32, one per quant block) of every slot:
+        a block holds every token's codes, then every token's scales."""
+        layer = torch.empty(self.storage.numel(), dtype=torch.uint8)
+        s, lay = self.spec, self.layout
+        blocks = self.cache(layer).reshape(s.num_blocks, -1)
+        values = s.block_size * lay.head_dim
+        scales = s.block_size * 4 * lay.scales_per_token
+        fields = [field_places("k", blocks[:, :values].view(s.num_blocks, s.block_size, -1), layer,
+                               element_traits(lay.element_format.name), 2),
+                  field_places("scale", blocks[:, values: values + scales].view(s.num_blocks, s.block_size, -1),
+                               layer, element_traits("fp32"), 2)]
+        areas = [("kv_cache", GUARD_BYTES, GUARD_BYTES + self.cache_bytes)]
+        return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping))
 
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``indexer_k_quant_and_cache``."""

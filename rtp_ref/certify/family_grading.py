@@ -10,6 +10,7 @@ are written too, and a kernel whose whole storage equals one fails the check nam
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,15 +18,28 @@ import torch
 from rtp_ref.certify.cases import ALT_CANARY, CANARY
 from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.family_cases import FamilyCase, IndexerCase, MhaCase
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueNamer, first, fp8_value_checks
-from rtp_ref.fp8 import decode
-from rtp_ref.fp8.formats import Fp8Format
+from rtp_ref.certify.grading import Grading, merge_checks
+from rtp_ref.certify.storage import StorageMap, kernel_text, value_text
+from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueNamer, failing, first, fp8_value_checks, with_examples
 
 
-#: failed checks name at most this many examples
 def _check(name: str, ok: bool, detail: str) -> Check:
     return Check(name, ok, "" if ok else detail)
+
+
+@dataclass(frozen=True)
+class _Images:
+    """The case storage after the call, the reference's, and before the call (CPU), with the case's storage map."""
+
+    after: torch.Tensor
+    ref: torch.Tensor
+    before: torch.Tensor
+    map: StorageMap
+
+    def differing(self, mask: torch.Tensor, versus: str = "reference") -> list[str]:
+        """Examples for the storage bytes of ``mask`` where the kernel's bytes are not ``versus``'s."""
+        want = self.before if versus == "untouched" else self.ref
+        return self.map.examples(torch.nonzero(mask).flatten(), self.after, want, self.before, versus)
 
 
 class _Targets:
@@ -67,15 +81,15 @@ def _reference(case: FamilyCase, canary: int, hypothesis: str | None = None) -> 
     return storage
 
 
-def _untouched(case: FamilyCase, before: torch.Tensor, after: torch.Tensor, footprint: torch.Tensor) -> list[Check]:
-    changed = after != before
-    stray = torch.nonzero(changed & ~footprint).flatten()
-    checks = [_check("layout.untouched_bytes", stray.numel() == 0,
-                     f"{stray.numel()} byte(s) outside the target entries changed, e.g. storage byte(s) "
-                     f"{stray[:MAX_EXAMPLES].tolist()} of {before.numel()} (the caches sit between guard zones)")]
+def _untouched(case: FamilyCase, images: _Images, footprint: torch.Tensor) -> list[Check]:
+    changed = images.after != images.before
+    stray = changed & ~footprint
+    checks = [failing("layout.untouched_bytes", not bool(stray.any()), lambda: with_examples(
+        f"{int(stray.sum())} byte(s) outside the target entries changed", images.differing(stray, "untouched")))]
     if case.spec.kind == "padding_only":
-        n = int(changed.sum())
-        checks.append(_check("layout.negative_slots", n == 0, f"{n} byte(s) changed although every slot was negative"))
+        checks.append(failing("layout.negative_slots", not bool(changed.any()), lambda: with_examples(
+            f"{int(changed.sum())} byte(s) changed although every slot was negative",
+            images.differing(changed, "untouched"))))
     return checks
 
 
@@ -91,13 +105,15 @@ def _written(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, to
                   f"e.g. {'; '.join(targets.name(i) for i in torch.nonzero(~ok).flatten()[:MAX_EXAMPLES].tolist())}")
 
 
-def _hypotheses(case: FamilyCase, after: torch.Tensor, exact: bool) -> list[Check]:
-    """One check per wrong hypothesis of the case: failed when the kernel wrote exactly what it predicts."""
+def _hypotheses(case: FamilyCase, images: _Images, differ: torch.Tensor, exact: bool) -> list[Check]:
+    """One check per wrong hypothesis of the case: failed when the kernel wrote exactly what it predicts (the
+    examples: where those bytes differ from the contract's)."""
     checks = []
     for name in case.hypotheses():
-        matched = not exact and torch.equal(after, _reference(case, CANARY, name))
-        checks.append(_check(name, not matched, f"the bytes are exactly what a writer with this fault writes "
-                                                f"({name.split('.')[1].replace('_', ' ')})"))
+        matched = not exact and torch.equal(images.after, _reference(case, CANARY, name))
+        checks.append(failing(name, not matched, lambda name=name: with_examples(  # type: ignore[misc]
+            f"the bytes are exactly what a writer with this fault writes "
+            f"({name.split('.')[1].replace('_', ' ')})", images.differing(differ))))
     return checks
 
 
@@ -117,96 +133,104 @@ def _head_order(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str,
                   f"exchanged), e.g. {'; '.join(bad[:MAX_EXAMPLES])}")
 
 
-def _fp8_namer(label: str, codes: torch.Tensor, exact: torch.Tensor, fmt: Fp8Format,
-               where: list[str]) -> ValueNamer:
-    """Names value ``[row, col]`` of field ``label`` as ``token 3 (slot 17) key[5]: kernel 1.5 (0x3c) vs 1.25``
-    (``where`` names each row; the exact quotient stands for the contract unless a wanted value is given)."""
+def _fp8_namer(field: str, targets: _Targets, images: _Images, exact: torch.Tensor) -> ValueNamer:
+    """Names value ``[row, col]`` of ``field`` (row: a target) as ``token 3 (slot 17) key head 0 [5]: kernel 1.5
+    (0x3c) vs 1.25`` (the exact quotient stands for the contract unless a wanted value is given; a value the
+    kernel never wrote is ``not written``)."""
     def name(row: int, col: int, want: str | None) -> str:
-        code = int(codes[row, col])
-        return (f"{where[row]} {label}[{col}]: kernel {float(decode(codes[row, col:col + 1], fmt)):.6g} "
-                f"(0x{code:02x}) vs {want or f'{float(exact[row, col]):.6g}'}")
+        place = images.map.at(field, int(targets.slots[row]), col)
+        return (f"{images.map.where(place)}: kernel {kernel_text(place, images.after, images.before)} vs "
+                f"{want or f'{float(exact[row, col]):.6g}'}")
     return name
 
 
-def _mha_numerics(case: MhaCase, targets: _Targets, got: dict[str, torch.Tensor], max_ulp: float,
-                  stats: dict[str, Any]) -> list[Check]:
+def _mha_numerics(case: MhaCase, targets: _Targets, got: dict[str, torch.Tensor], images: _Images,
+                  max_ulp: float, stats: dict[str, Any]) -> list[Check]:
     fmt = case.layout.element_format
     if fmt is None:
         return []
     checks: list[Check] = []
-    where = [targets.name(i) for i in range(targets.tokens.numel())]
     for part, x, scale in (("key", case.key, case.k_scale), ("value", case.value, case.v_scale)):
         rows = x.cpu()[targets.tokens].double()
         v = (rows / scale.cpu().double().reshape(1, -1, 1)).flatten(1)
         graded = fp8_value_checks(part, got[part], v, fmt, case.layout.conversion_mode, max_ulp,
-                                  _fp8_namer(part, got[part], v, fmt, where))
+                                  _fp8_namer(part, targets, images, v))
         checks += graded.checks
         stats[part] = {"max_error_steps": graded.worst_steps}
     return checks
 
 
 def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch.Tensor],
-                      want: dict[str, torch.Tensor], max_ulp: float, stats: dict[str, Any]) -> list[Check]:
+                      want: dict[str, torch.Tensor], images: _Images, max_ulp: float,
+                      stats: dict[str, Any]) -> list[Check]:
     lay = case.layout
     k = got["scales"].contiguous().view(torch.float32).double()
     r = want["scales"].contiguous().view(torch.float32).double()
-    where = [targets.name(i) for i in range(targets.tokens.numel())]
 
-    def examples(mask: torch.Tensor) -> str:
-        return "; ".join(f"{where[i]} scale[{j}]: kernel {float(k[i, j]):.6g} vs contract {float(r[i, j]):.6g}"
-                         for i, j in first(mask))
+    def examples(mask: torch.Tensor) -> list[str]:
+        out = []
+        for i, j in first(mask):
+            place = images.map.at("scale", int(targets.slots[i]), j)
+            contract = value_text(place.field.element, images.ref[place.positions])
+            out.append(f"{images.map.where(place)}: kernel {kernel_text(place, images.after, images.before)} vs "
+                       f"contract {contract}")
+        return out
 
     expected_positive = torch.isfinite(r) & (r > 0)
     bad = expected_positive & ~(torch.isfinite(k) & (k > 0))
-    checks = [_check("numerics.scale_positive", not bool(bad.any()),
-                     f"{int(bad.sum())} scale(s) are zero, negative, inf or NaN, e.g. {examples(bad)}")]
+    checks = [failing("numerics.scale_positive", not bool(bad.any()), lambda: with_examples(
+        f"{int(bad.sum())} scale(s) are zero, negative, inf or NaN", examples(bad)))]
     if case.spec.layout == "ue8m0":
         mantissa, _ = torch.frexp(k)
         not_pow2 = torch.isfinite(k) & (mantissa != 0.5)
-        checks.append(_check("numerics.scale_form", not bool(not_pow2.any()),
-                             f"{int(not_pow2.sum())} scale(s) are not powers of two (scale_fmt ue8m0), "
-                             f"e.g. {examples(not_pow2)}"))
+        checks.append(failing("numerics.scale_form", not bool(not_pow2.any()), lambda: with_examples(
+            f"{int(not_pow2.sum())} scale(s) are not powers of two (scale_fmt ue8m0)", examples(not_pow2))))
         equal = (k == r) | (torch.isnan(k) & torch.isnan(r))
     else:
         equal = ((k - r).abs() <= r.abs() * 2.0**-22) | (k == r) | (torch.isnan(k) & torch.isnan(r))
-    checks.append(_check("numerics.scale_value", bool(equal.all()),
-                         f"{int((~equal).sum())} scale(s) differ from max(amax, 1e-4) / {lay.scale_divisor:g}"
-                         f"{' raised to a power of two' if case.spec.layout == 'ue8m0' else ''}, e.g. "
-                         f"{examples(~equal)}"))
+    checks.append(failing("numerics.scale_value", bool(equal.all()), lambda: with_examples(
+        f"{int((~equal).sum())} scale(s) differ from max(amax, 1e-4) / {lay.scale_divisor:g}"
+        f"{' raised to a power of two' if case.spec.layout == 'ue8m0' else ''}", examples(~equal))))
     x = case.k.cpu()[targets.tokens].double()
     v = x / k.repeat_interleave(lay.quant_block_size, dim=1)
     graded = fp8_value_checks("k", got["values"], v, lay.element_format, lay.conversion_mode, max_ulp,
-                              _fp8_namer("k", got["values"], v, lay.element_format, where))
+                              _fp8_namer("k", targets, images, v))
     stats["k"] = {"max_error_steps": graded.worst_steps}
     return checks + graded.checks
 
 
 def grade_family_write(case: FamilyCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
-    """Grade one call: ``before``/``after`` are CPU copies of the case storage around it (module doc)."""
+    """Grade one call: ``before``/``after`` are CPU copies of the case storage around it (module doc). A failed
+    check names up to ``MAX_EXAMPLES`` places (token, slot, field, element) with the kernel's value (or ``not
+    written``) against the contract's."""
     ref = _reference(case, CANARY)
     footprint = (ref != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
-    checks = _untouched(case, before, after, footprint)
+    images = _Images(after, ref, before, case.storage_map())
+    checks = _untouched(case, images, footprint)
     targets = _Targets(case)
     got, want, was = targets.parts(after), targets.parts(ref), targets.parts(before)
     checks.append(_written(targets, got, want, was))
     differ = (after != ref) & footprint
     exact = not bool(differ.any()) and not bool((after != before)[~footprint].any())
-    checks += _hypotheses(case, after, exact)
+    checks += _hypotheses(case, images, differ, exact)
     stats: dict[str, Any] = {"targets": int(targets.tokens.numel()), "tokens": case.spec.tokens}
     if isinstance(case, MhaCase):
-        itemsize = case.itemsize
-        checks.append(_head_order(targets, got, want, itemsize))
+        checks.append(_head_order(targets, got, want, case.itemsize))
         if case.layout.element_format is None:
             for part in ("key", "value"):
-                same = torch.equal(got[part], want[part])
-                checks.append(_check(f"layout.{part}_exact", same,
-                                     f"{part}: {int((got[part] != want[part]).any(dim=1).sum())} token(s) are not "
-                                     f"copied bit for bit"))
-        checks += _mha_numerics(case, targets, got, max_ulp, stats)
+                copied = torch.zeros_like(differ)
+                at = images.map.field(part).positions.flatten()
+                copied[at] = differ[at]
+                checks.append(failing(f"layout.{part}_exact", not bool(copied.any()),
+                                      lambda part=part, copied=copied: with_examples(  # type: ignore[misc]
+                                          f"{part}: {int((got[part] != want[part]).any(dim=1).sum())} token(s) are "
+                                          f"not copied bit for bit", images.differing(copied))))
+        checks += _mha_numerics(case, targets, got, images, max_ulp, stats)
     elif targets.tokens.numel():
-        checks += _indexer_numerics(case, targets, got, want, max_ulp, stats)
+        checks += _indexer_numerics(case, targets, got, want, images, max_ulp, stats)
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
-    checks.append(_check("bit_exact.bytes", mismatched == 0,
-                         f"{mismatched} of {int(footprint.sum())} written byte(s) differ from the reference"))
-    return Grading(checks, grade_reached([c.name for c in checks if not c.passed]), stats)
+    checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
+        f"{mismatched} of {int(footprint.sum())} written byte(s) differ from the reference",
+        images.differing(differ))))
+    return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, cache_view, make_cache
+from rtp_ref.certify.storage import StorageMap, field_places
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import decode
+from rtp_ref.fp8.elements import dtype_element
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ, Fp8Format
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import gather_entries, reference_write
@@ -178,6 +180,15 @@ class GatherCase:
         region = storage[GUARD_BYTES: GUARD_BYTES + self.dst_bytes]
         return region.view(self.out_dtype).view(self.dst_rows, width)
 
+    def storage_map(self) -> StorageMap:
+        """The ``dst`` storage's fields, ``kv_c`` and ``k_pe`` of every row, each row named by the slot it reads."""
+        layer = torch.empty(self.dst_storage.numel(), dtype=torch.uint8)
+        dst, rank, element = self.dst_view(layer), self.layout.kv_lora_rank, dtype_element(self.out_dtype)
+        fields = [field_places("kv_c", dst[:, :rank], layer, element, 1),
+                  field_places("k_pe", dst[:, rank:], layer, element, 1)]
+        return StorageMap(layer.numel(), fields, [("dst", GUARD_BYTES, GUARD_BYTES + self.dst_bytes)],
+                          read_row_namer(self.read_slots()))
+
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``gather_and_maybe_dequant_cache``."""
         kernel(self.kv_cache, self.dst, self.block_table, self.cu_seq_lens, self.spec.layout, self.scale,
@@ -229,6 +240,16 @@ class GatherCase:
         if rope.element == ELEMENT_INPUT16 and nope.element != ELEMENT_INPUT16:
             out.append("read.rope_as_fp8")
         return out
+
+
+def read_row_namer(read_slots: torch.Tensor) -> Callable[[int], str]:
+    """Names output row ``r`` of a read: ``row 3 (reads slot 17)``, or ``row 40 (past the sequences)``."""
+    slots = read_slots.tolist()
+
+    def name(row: int) -> str:
+        return f"row {row} (reads slot {slots[row]})" if row < len(slots) else f"row {row} (past the sequences)"
+
+    return name
 
 
 def _with_format(layout: MlaLayout, fmt: Fp8Format) -> MlaLayout:

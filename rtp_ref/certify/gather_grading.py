@@ -18,9 +18,10 @@ import torch
 from rtp_ref.certify.cases import GUARD_BYTES
 from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.gather_cases import GatherCase
-from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.grading import Grading, merge_checks
 from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
-from rtp_ref.certify.value_checks import MAX_EXAMPLES
+from rtp_ref.certify.storage import StorageMap, kernel_text, value_text
+from rtp_ref.certify.value_checks import MAX_EXAMPLES, failing, first, with_examples
 from rtp_ref.fp8 import decode
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import stored_tile_scales
@@ -45,12 +46,23 @@ def _rows(case: GatherCase, storage: torch.Tensor) -> torch.Tensor:
     return case.dst_view(storage)[: case.spec.tokens]
 
 
-def _examples(case: GatherCase, mask: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> str:
-    """``row 3 kv_c[17]: reader 1.5 vs 1.25`` for the first few places of ``mask``."""
-    r_width = case.layout.kv_lora_rank
-    return "; ".join(f"row {r} {'kv_c' if c < r_width else 'k_pe'}[{c if c < r_width else c - r_width}]: reader "
-                     f"{float(got[r, c]):.6g} vs {float(want[r, c]):.6g}"
-                     for r, c in torch.nonzero(mask)[:MAX_EXAMPLES].tolist())
+def _examples(case: GatherCase, map_: StorageMap, mask: torch.Tensor, dst_after: torch.Tensor,
+              dst_before: torch.Tensor, ref: torch.Tensor) -> list[str]:
+    """``row 3 (reads slot 17) kv_c[17]: kernel 1.5 (0x3fc0) vs contract 1.25 (0x3fa0)`` for the first few places of
+    ``mask`` (over ``dst``'s sequence rows), ``not written`` where the reader left the canary."""
+    rank = case.layout.kv_lora_rank
+    out = []
+    for r, c in first(mask):
+        place = map_.at("kv_c", r, c) if c < rank else map_.at("k_pe", r, c - rank)
+        out.append(f"{map_.where(place)}: kernel {kernel_text(place, dst_after, dst_before, ref[place.positions])} "
+                   f"vs contract {value_text(place.field.element, ref[place.positions])}")
+    return out
+
+
+def _differing(map_: StorageMap, mask: torch.Tensor, after: torch.Tensor, want: torch.Tensor, before: torch.Tensor,
+               versus: str = "contract") -> list[str]:
+    """Examples for the output bytes of ``mask`` where the reader's bytes are not ``want``."""
+    return map_.examples(torch.nonzero(mask).flatten(), after, want, before, versus)
 
 
 def _tile_scale(case: GatherCase, got: torch.Tensor, want: torch.Tensor) -> Check:
@@ -92,56 +104,64 @@ def grade_indexer_gather(case: IndexerGatherCase, cache_before: torch.Tensor, ca
                          dst_before: torch.Tensor, dst_after: torch.Tensor) -> Grading:
     """Grade one indexer gather: the ``*_before``/``*_after`` tensors are CPU copies of the case's cache and
     output storages around the call."""
-    ref, footprint = case.reference_dst(), case.footprint()
+    ref, footprint, map_ = case.reference_dst(), case.footprint(), case.storage_map()
     checks = [_cache_untouched(cache_before, cache_after)]
-    stray = torch.nonzero((dst_after != dst_before) & ~footprint).flatten()
-    checks.append(_check("read.untouched_rows", stray.numel() == 0,
-                         f"{stray.numel()} byte(s) of dst_k/dst_scale outside their first {case.spec.tokens} rows "
-                         f"changed, e.g. storage byte(s) {stray[:MAX_EXAMPLES].tolist()}"))
-    exact = torch.equal(dst_after[footprint], ref[footprint])
+    stray = (dst_after != dst_before) & ~footprint
+    checks.append(failing("read.untouched_rows", not bool(stray.any()), lambda: with_examples(
+        f"{int(stray.sum())} byte(s) of dst_k/dst_scale outside their first {case.spec.tokens} rows changed",
+        _differing(map_, stray, dst_after, dst_before, dst_before, "untouched"))))
+    differ = (dst_after != ref) & footprint
+    exact = not bool(differ.any())
     for name in case.hypotheses():
         matched = not exact and torch.equal(dst_after[footprint], case.reference_dst(name)[footprint])
-        checks.append(_check(name, not matched, f"dst_k and dst_scale hold exactly what a reader with this fault "
-                                                f"reads ({name.split('.')[1].replace('_', ' ')})"))
-    mismatched = int((dst_after != ref)[footprint].sum())
-    checks.append(_check("bit_exact.bytes", mismatched == 0,
-                         f"{mismatched} of {int(footprint.sum())} byte(s) of the rows differ from the reference's"))
+        checks.append(failing(name, not matched, lambda name=name: with_examples(  # type: ignore[misc]
+            f"dst_k and dst_scale hold exactly what a reader with this fault reads "
+            f"({name.split('.')[1].replace('_', ' ')})", _differing(map_, differ, dst_after, ref, dst_before))))
+    mismatched = int(differ.sum())
+    checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
+        f"{mismatched} of {int(footprint.sum())} byte(s) of the rows differ from the reference's",
+        _differing(map_, differ, dst_after, ref, dst_before))))
     stats: dict[str, Any] = {"rows": case.spec.tokens, "mismatched_bytes": mismatched}
-    return Grading(checks, grade_reached([c.name for c in checks if not c.passed]), stats)
+    return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)
 
 
 def grade_gather(case: GatherCase, cache_before: torch.Tensor, cache_after: torch.Tensor,
                  dst_before: torch.Tensor, dst_after: torch.Tensor, max_ulp: float = 1.0) -> Grading:
-    """Grade one call: the ``*_before``/``*_after`` tensors are CPU copies of the case's two storages around it."""
+    """Grade one call: the ``*_before``/``*_after`` tensors are CPU copies of the case's two storages around it. A
+    failed check names up to ``MAX_EXAMPLES`` places (row, the slot it reads, field, element) with the reader's
+    value (or ``not written``) against the contract's."""
     spec = case.spec
-    ref = case.reference_dst()
+    ref, map_ = case.reference_dst(), case.storage_map()
     checks = [_cache_untouched(cache_before, cache_after)]
     footprint = torch.zeros_like(dst_before, dtype=torch.bool)
     footprint[GUARD_BYTES: GUARD_BYTES + spec.tokens * (case.dst_bytes // case.dst_rows)] = True
-    stray = torch.nonzero((dst_after != dst_before) & ~footprint).flatten()
-    checks.append(_check("read.untouched_rows", stray.numel() == 0,
-                         f"{stray.numel()} byte(s) of dst outside its first {spec.tokens} rows (cu_seq_lens[-1]) "
-                         f"changed, e.g. storage byte(s) {stray[:MAX_EXAMPLES].tolist()} (dst sits between guard "
-                         f"zones, with {case.dst_rows - spec.tokens} rows past the sequences)"))
+    stray = (dst_after != dst_before) & ~footprint
+    checks.append(failing("read.untouched_rows", not bool(stray.any()), lambda: with_examples(
+        f"{int(stray.sum())} byte(s) of dst outside its first {spec.tokens} rows (cu_seq_lens[-1]) changed (dst sits "
+        f"between guard zones, with {case.dst_rows - spec.tokens} rows past the sequences)",
+        _differing(map_, stray, dst_after, dst_before, dst_before, "untouched"))))
     got, want = _rows(case, dst_after), _rows(case, ref)
     gbits, wbits = got.view(_BITS[got.dtype]), want.view(_BITS[got.dtype])
     exact = torch.equal(gbits, wbits)
+    differ = (dst_after != ref) & footprint
     for name in case.hypotheses():
         matched = not exact and torch.equal(gbits, _rows(case, case.reference_dst(name)).view(_BITS[got.dtype]))
-        checks.append(_check(name, not matched, f"dst holds exactly what a reader with this fault reads "
-                                                f"({name.split('.')[1].replace('_', ' ')})"))
+        checks.append(failing(name, not matched, lambda name=name: with_examples(  # type: ignore[misc]
+            f"dst holds exactly what a reader with this fault reads ({name.split('.')[1].replace('_', ' ')})",
+            _differing(map_, differ, dst_after, ref, dst_before))))
     if case.tiled() and spec.tokens:
         checks.append(_check("read.tile_scale", True, "") if exact else _tile_scale(case, got, want))
     gnan, wnan = torch.isnan(got.float()), torch.isnan(want.float())
     steps = (_ordered(gbits) - _ordered(wbits)).abs()
     off = (gnan != wnan) | (~wnan & (steps > max_ulp))
     worst = int(steps[~(gnan | wnan)].max()) if bool((~(gnan | wnan)).any()) else 0
-    checks.append(_check("read.values", not bool(off.any()),
-                         f"{int(off.sum())} value(s) are more than {max_ulp:g} unit(s) in the last place of "
-                         f"{str(got.dtype).removeprefix('torch.')} from the contract's (NaN where it is NaN), e.g. "
-                         f"{_examples(case, off, got, want)}"))
-    mismatched = int((dst_after != ref)[footprint].sum())
-    checks.append(_check("bit_exact.bytes", mismatched == 0 and exact,
-                         f"{mismatched} of {int(footprint.sum())} byte(s) of dst's rows differ from the reference's"))
+    checks.append(failing("read.values", not bool(off.any()), lambda: with_examples(
+        f"{int(off.sum())} value(s) are more than {max_ulp:g} unit(s) in the last place of "
+        f"{str(got.dtype).removeprefix('torch.')} from the contract's (NaN where it is NaN)",
+        _examples(case, map_, off, dst_after, dst_before, ref))))
+    mismatched = int(differ.sum())
+    checks.append(failing("bit_exact.bytes", mismatched == 0 and exact, lambda: with_examples(
+        f"{mismatched} of {int(footprint.sum())} byte(s) of dst's rows differ from the reference's",
+        _differing(map_, differ, dst_after, ref, dst_before))))
     stats: dict[str, Any] = {"rows": spec.tokens, "mismatched_bytes": mismatched, "max_ulp": worst}
-    return Grading(checks, grade_reached([c.name for c in checks if not c.passed]), stats)
+    return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)

@@ -378,7 +378,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
         f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference",
         loc.differing(torch.nonzero(differ).flatten(), after, ref.storage))))
-    return Grading(_merge(checks), _grade(checks), stats)
+    return Grading(merge_checks(checks), _grade(checks), stats)
 
 
 def _clip(detail: str) -> str:
@@ -389,8 +389,9 @@ def _clip(detail: str) -> str:
     return f"{detail[:cut if cut > 0 else MAX_DETAIL - 4]} ..."
 
 
-def _merge(checks: list[Check]) -> list[Check]:
-    """One entry per check name: failed if any instance failed (details joined by `` | ``, clipped)."""
+def merge_checks(checks: list[Check]) -> list[Check]:
+    """One entry per check name, in first-seen order: failed if any instance failed (details joined by `` | ``),
+    each detail clipped to ``MAX_DETAIL`` characters at an example's end."""
     merged: dict[str, Check] = {}
     for c in checks:
         prev = merged.get(c.name)

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec
-from rtp_ref.certify.gather_cases import EXTRA_ROWS, block_table_for
+from rtp_ref.certify.gather_cases import EXTRA_ROWS, block_table_for, read_row_namer
+from rtp_ref.certify.storage import StorageMap, field_places
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.elements import element_traits
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.gather import sequence_slots
 from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
@@ -101,6 +103,18 @@ class IndexerGatherCase:
         out[GUARD_BYTES: GUARD_BYTES + n * d] = True
         out[2 * GUARD_BYTES + self.k_bytes: 2 * GUARD_BYTES + self.k_bytes + n * s] = True
         return out
+
+    def storage_map(self) -> StorageMap:
+        """The output storage's fields, ``dst_k`` (fp8 codes) and ``dst_scale`` (fp32) of every row, each row named
+        by the slot it reads."""
+        layer = torch.empty(self.dst_storage.numel(), dtype=torch.uint8)
+        dst_k, dst_scale = self.outputs(layer)
+        fields = [field_places("dst_k", dst_k, layer, element_traits(self.layout.element_format.name), 1),
+                  field_places("dst_scale", dst_scale, layer, element_traits("fp32"), 1)]
+        k_at, s_at = GUARD_BYTES, 2 * GUARD_BYTES + self.k_bytes
+        areas = [("dst_k", k_at, k_at + self.k_bytes), ("dst_scale", s_at, s_at + self.scale_bytes)]
+        slots = sequence_slots(self.block_table.cpu(), self.cu_seq_lens.cpu(), self.spec.block_size)
+        return StorageMap(layer.numel(), fields, areas, read_row_namer(slots))
 
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``cp_gather_indexer_k_quant_cache``."""

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import torch
 
+from rtp_ref.fp8 import decode, encode
 from rtp_ref.kernels.contract import WriteContract, default_contract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.family_records import INDEXER_FIELDS
@@ -106,6 +107,25 @@ class PerTensorForPerHead(MhaMutant):
                                           first(v_scale))
 
 
+class TruncatingConversion(MhaMutant):
+    """Rounds each fp8 quotient toward zero instead of to nearest even: every value within one fp8 step of the
+    contract, so only the bytes tell it apart (a kernel whose division or conversion rounds differently)."""
+
+    name = "mutant-mha-truncating-conversion"
+    kv_cache_dtypes = ("fp8",)
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        fmt, mode = layout.element_format, layout.conversion_mode
+        keep = slots >= 0
+        blocks, rows = slots[keep] // key_cache.shape[1], slots[keep] % key_cache.shape[1]
+        for x, scale, cache in ((key, k_scale, key_cache), (value, v_scale, value_cache)):
+            v = x[: slots.shape[0]][keep].float() / scale.float().reshape(1, -1, 1)  # x may be longer (padded)
+            codes = encode(v, fmt, mode)
+            rounded_up = decode(codes, fmt).abs() > v.abs()  # False for NaN, and for a clamped +-max
+            codes[rounded_up] -= 1  # one step toward zero: sign and magnitude codes
+            cache[blocks, rows] = codes
+
+
 class IndexerMutant(_BoundMutant):
     """The indexer reference with one fault injected by a subclass (``write``)."""
 
@@ -160,6 +180,25 @@ class WholeTokenQuantBlock(IndexerMutant):
             dst[block, start:start + 4 * n] = scale.repeat(n)
 
 
+class SkipsSecondScale(IndexerMutant):
+    """Writes every token's values and scales but its second quant block's scale (an off-by-one in the scale
+    loop): readers take that block's scale from whatever the cache held."""
+
+    name = "mutant-indexer-skips-second-scale"
+
+    def write(self, layout, k, kv_cache, slots, scale_fmt):  # type: ignore[no-untyped-def]
+        before = kv_cache.clone()
+        reference_indexer_k_quant_and_cache(layout, k, kv_cache, slots, scale_fmt)
+        if layout.scales_per_token < 2:
+            return
+        block_size, d, n = kv_cache.shape[1], layout.head_dim, layout.scales_per_token
+        blocks, old = kv_cache.reshape(kv_cache.shape[0], -1), before.reshape(kv_cache.shape[0], -1)
+        for slot in slots[slots >= 0].tolist():
+            block, row = divmod(slot, block_size)
+            second = block_size * d + row * 4 * n + 4
+            blocks[block, second:second + 4] = old[block, second:second + 4]
+
+
 #: mutant class -> (platform it is certified on, the check that must catch it)
 FAMILY_EXPECTED: dict[type[MhaMutant] | type[IndexerMutant], tuple[str, str]] = {
     KvSwapped: ("cpu", "layout.kv_order"),
@@ -168,4 +207,6 @@ FAMILY_EXPECTED: dict[type[MhaMutant] | type[IndexerMutant], tuple[str, str]] = 
     PerTensorForPerHead: ("cpu", "numerics.per_head_scale"),
     ScalesInTokenData: ("cpu", "layout.scale_placement"),
     WholeTokenQuantBlock: ("cpu", "numerics.quant_block"),
+    TruncatingConversion: ("cpu", "bit_exact.bytes"),
+    SkipsSecondScale: ("cpu", "numerics.scale_positive"),
 }

@@ -127,6 +127,22 @@ class ReadsUnclaimedLayouts(GatherMutant):
         self.read(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
 
 
+class LeavesLastRow(GatherMutant):
+    """Reads every row of the sequences but the last (an off-by-one in the row count): that row of dst keeps
+    whatever it held."""
+
+    name = "mutant-gather-leaves-last-row"
+    kv_cache_dtypes = ("auto", "fp8")
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        last = int(cu_seq_lens[-1]) - 1
+        kept = dst[last].clone() if last >= 0 else None
+        gather_and_maybe_dequant_cache(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+        if kept is not None:
+            dst[last] = kept
+
+
 class IndexerGatherMutant:
     """The reference indexer gather with one fault injected by a subclass (``read``); CPU only."""
 
@@ -187,4 +203,5 @@ GATHER_EXPECTED: dict[type[GatherMutant] | type[IndexerGatherMutant], tuple[str,
     FnuzReadAsFn: ("rocm-gfx942", "read.fp8_format"),
     RopeReadAsFp8: ("cpu", "read.rope_as_fp8"),
     ReadsUnclaimedLayouts: ("cpu", "support.unclaimed_layout_raises"),
+    LeavesLastRow: ("cpu", "read.values"),
 }

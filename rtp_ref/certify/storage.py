@@ -1,0 +1,200 @@
+"""The locator every op's checks share: which token, slot, field and element a byte of a case storage belongs to,
+and the example a failed check prints for it.
+
+A case keeps all its tensors (caches, outputs) as views into one canary-filled byte storage between guard zones.
+An op describes its storage once, as fields: for each field, a view over the storage whose first dimensions index
+the slot (or output row) and whose other dimensions index the field's elements there, and the field's element
+format. ``byte_positions`` turns any such view, strided or permuted (an HND cache), into the storage positions of
+its bytes, so the map is derived from the very views the kernel was given, never from a second copy of the layout
+arithmetic. From the fields, ``StorageMap`` names any byte (``token 3 (slot 17) key head 2 [5]``), decodes the
+element it belongs to with the element's traits, and says ``not written`` where the kernel left an element as the
+canary had it: a reader of the cache would get the canary there, which is not a number the kernel computed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rtp_ref.certify.value_checks import MAX_EXAMPLES
+from rtp_ref.fp8.elements import ElementTraits
+
+
+def byte_positions(view: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
+    """Where each byte of each element of ``view`` sits in ``storage``, a flat uint8 tensor ``view`` is a view of:
+    int64 ``[*view.shape, view.element_size()]`` (any strides, any dtype; CPU result)."""
+    item = view.element_size()
+    origin = view.data_ptr() - storage.data_ptr()
+    assert 0 <= origin <= storage.numel(), "the view does not start inside the storage"
+    span = 1 + sum((n - 1) * s for n, s in zip(view.shape, view.stride(), strict=True) if n > 0)
+    grid = torch.as_strided(torch.arange(span), tuple(view.shape), tuple(view.stride()))
+    return origin + grid[..., None] * item + torch.arange(item)
+
+
+@dataclass(frozen=True)
+class FieldPlaces:
+    """One field of a storage at every slot: ``positions[slot, i]`` is where byte ``i`` of the field's bytes at that
+    slot sits in the storage. The field's elements lie there side by side, ``element.size`` bytes each, indexed by
+    ``shape`` (``(heads, head_size)``: element ``k`` is head ``k // head_size``); ``labels`` names every index of
+    ``shape`` but the last (``("head",)``)."""
+
+    name: str
+    element: ElementTraits
+    positions: torch.Tensor
+    shape: tuple[int, ...]
+    labels: tuple[str, ...] = ()
+
+    def element_bytes(self, slot: int, index: int) -> torch.Tensor:
+        """The storage positions of element ``index`` (flat over ``shape``) at ``slot``."""
+        size = self.element.size
+        return self.positions[slot, index * size:(index + 1) * size]
+
+    def index_text(self, index: int) -> str:
+        """``key head 2 [5]`` for flat element index ``index`` (``nope[5]`` for a one-dimensional field)."""
+        parts, rest = [], index
+        for n in reversed(self.shape):
+            rest, i = divmod(rest, n)
+            parts.append(i)
+        parts.reverse()
+        lead = "".join(f" {label} {i}" for label, i in zip(self.labels, parts[:-1], strict=True))
+        return f"{self.name}{lead}{' ' if lead else ''}[{parts[-1]}]"
+
+
+def field_places(name: str, view: torch.Tensor, storage: torch.Tensor, element: ElementTraits, slot_dims: int,
+                 labels: tuple[str, ...] = ()) -> FieldPlaces:
+    """The places of field ``name``, given as ``view`` over ``storage``: its first ``slot_dims`` dimensions index the
+    slot (``(block, row)``, slots counted block-major, or ``(row,)``), the others the field's elements at a slot. A
+    uint8 view of a wider element counts bytes in its last dimension."""
+    pos = byte_positions(view, storage)
+    slots = math.prod(view.shape[:slot_dims])
+    inner = tuple(view.shape[slot_dims:])
+    if view.element_size() != element.size:
+        assert view.element_size() == 1 and inner[-1] % element.size == 0, f"{name}: bytes do not hold whole elements"
+        inner = (*inner[:-1], inner[-1] // element.size)
+    return FieldPlaces(name, element, pos.reshape(slots, -1), inner, labels)
+
+
+def hex_bytes(raw: torch.Tensor) -> str:
+    """An element's little-endian bytes as one hex word (``0x3c800000`` for the fp32 value 2^-6)."""
+    return f"0x{int.from_bytes(bytes(raw.tolist()), 'little'):0{2 * raw.numel()}x}"
+
+
+def value_text(element: ElementTraits, raw: torch.Tensor) -> str:
+    """``0.015625 (0x3c800000)``: an element's value and its bytes."""
+    return f"{float(element.values(raw.reshape(1, -1))[0, 0]):.6g} ({hex_bytes(raw)})"
+
+
+@dataclass(frozen=True)
+class Place:
+    """The element a storage byte belongs to: its field, slot and flat index, and the positions of its bytes."""
+
+    field: FieldPlaces
+    slot: int
+    index: int
+    positions: torch.Tensor
+
+
+class StorageMap:
+    """Every field of a case storage, and the guard zones and areas between them (module doc).
+
+    ``areas``: the named byte ranges ``(name, start, end)`` of the storage's tensors (``key_cache``...), so that a
+    byte in no field is named by where it is (``guard byte +3 (after value_cache)``); ``slot_name`` names a slot
+    (``token 3 (slot 17)``, ``slot 9 (no token)``, ``row 4``).
+    """
+
+    def __init__(self, size: int, fields: Sequence[FieldPlaces], areas: Sequence[tuple[str, int, int]],
+                 slot_name: Callable[[int], str]) -> None:
+        self.size, self.fields, self.areas, self.slot_name = size, list(fields), sorted(areas, key=lambda a: a[1]), \
+            slot_name
+        self._field = torch.full((size,), -1, dtype=torch.int64)
+        self._slot = torch.full((size,), -1, dtype=torch.int64)
+        self._byte = torch.full((size,), -1, dtype=torch.int64)
+        for i, f in enumerate(self.fields):
+            slots, width = f.positions.shape
+            self._field[f.positions] = i
+            self._slot[f.positions] = torch.arange(slots)[:, None].expand(slots, width)
+            self._byte[f.positions] = torch.arange(width)[None, :].expand(slots, width)
+
+    def field(self, name: str) -> FieldPlaces:
+        """The field called ``name``."""
+        return next(f for f in self.fields if f.name == name)
+
+    def place(self, pos: int) -> Place | None:
+        """The element storage byte ``pos`` belongs to, None for a byte in no field."""
+        i = int(self._field[pos])
+        if i < 0:
+            return None
+        f = self.fields[i]
+        slot, index = int(self._slot[pos]), int(self._byte[pos]) // f.element.size
+        return Place(f, slot, index, f.element_bytes(slot, index))
+
+    def at(self, name: str, slot: int, index: int) -> Place:
+        """Element ``index`` of field ``name`` at ``slot``."""
+        f = self.field(name)
+        return Place(f, slot, index, f.element_bytes(slot, index))
+
+    def outside(self, pos: int) -> str:
+        """Where a byte in no field is: ``key_cache byte 40 (in no field)``, ``guard byte -3 (before key_cache)``."""
+        for name, start, end in self.areas:
+            if start <= pos < end:
+                return f"{name} byte {pos - start} (in no field)"
+        before = [a for a in self.areas if a[2] <= pos]
+        if before:
+            name, _, end = before[-1]
+            return f"guard byte +{pos - end} (after {name})"
+        name, start, _ = self.areas[0]
+        return f"guard byte {pos - start} (before {name})"
+
+    def where(self, place: Place) -> str:
+        """``token 3 (slot 17) key head 2 [5]``."""
+        return f"{self.slot_name(place.slot)} {place.field.index_text(place.index)}"
+
+    def example(self, place: Place, got: torch.Tensor, want: torch.Tensor, before: torch.Tensor,
+                versus: str) -> str:
+        """One element as a failed check shows it: the kernel's value against ``versus``'s (``want``), or ``not
+        written`` where the kernel left the element as it was ``before`` and ``want`` differs from that."""
+        w = want[place.positions]
+        shown = hex_bytes(w) if versus == "untouched" else value_text(place.field.element, w)
+        return f"{self.where(place)}: kernel {kernel_text(place, got, before, w)} vs {versus} {shown}"
+
+    def examples(self, positions: torch.Tensor, got: torch.Tensor, want: torch.Tensor, before: torch.Tensor,
+                 versus: str = "reference") -> list[str]:
+        """Up to ``MAX_EXAMPLES`` examples for the storage bytes ``positions`` (ascending), one per element; a byte
+        in no field is shown as bytes, with where it is."""
+        seen: set[int] = set()
+        out: list[str] = []
+        # an element has at most 4 bytes, so the first 4 * MAX_EXAMPLES positions hold enough elements
+        for pos in positions[: 4 * MAX_EXAMPLES].tolist():
+            place = self.place(pos)
+            if place is None:
+                out.append(f"{self.outside(pos)}: kernel {int(got[pos]):#04x} vs {versus} {int(want[pos]):#04x}")
+                continue
+            start = int(place.positions[0])
+            if start not in seen:
+                seen.add(start)
+                out.append(self.example(place, got, want, before, versus))
+        return out[:MAX_EXAMPLES]
+
+
+def kernel_text(place: Place, got: torch.Tensor, before: torch.Tensor, want: torch.Tensor | None = None) -> str:
+    """What the kernel left in an element: its value and bytes, or ``not written (still 0xa5a5)`` where the bytes
+    are as they were ``before`` and the contract's bytes ``want`` (when given) differ from those."""
+    g, b = got[place.positions], before[place.positions]
+    if torch.equal(g, b) and (want is None or not torch.equal(want, b)):
+        return f"not written (still {hex_bytes(g)})"
+    return value_text(place.field.element, g)
+
+
+def slot_namer(slot_mapping: torch.Tensor) -> Callable[[int], str]:
+    """Names slot ``s`` after the token that writes it (the last one, as a write leaves it): ``token 3 (slot 17)``,
+    or ``slot 9 (no token)``."""
+    writer = {int(s): t for t, s in enumerate(slot_mapping.cpu().tolist()) if s >= 0}
+
+    def name(slot: int) -> str:
+        token = writer.get(slot)
+        return f"slot {slot} (no token)" if token is None else f"token {token} (slot {slot})"
+
+    return name

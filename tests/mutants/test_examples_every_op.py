@@ -1,0 +1,76 @@
+"""Every op's failed checks read like the MLA write's: each names up to three examples (token or row, slot, field,
+element, the kernel's value or ``not written``, the contract's), on one line of bounded length.
+
+Each mutant of the MHA, indexer and read ops is run on its op's cases until the check that must catch it fails;
+then every check that failed in that case is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from rtp_ref.certify.family_cases import FamilySpec, build_family_case
+from rtp_ref.certify.family_grading import grade_family_write
+from rtp_ref.certify.gather_cases import GatherCase
+from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
+from rtp_ref.certify.grading import MAX_DETAIL, Grading
+from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.ops import MLA_GATHER_OP, op_cases, op_name
+from rtp_ref.platform import load_platform
+from tests.mutants.family_mutants import FAMILY_EXPECTED
+from tests.mutants.gather_mutants import GATHER_EXPECTED
+
+#: every mutant of the other ops whose fault a grade check names (an unclaimed layout is not graded)
+GRADED = {cls: expected for cls, expected in {**FAMILY_EXPECTED, **GATHER_EXPECTED}.items()
+          if not expected[1].startswith("support.")}
+
+
+def _contract(platform: str) -> WriteContract:
+    return WriteContract.for_platform(load_platform(platform))
+
+
+def _graded(kernel: Any, spec: Any, contract: WriteContract) -> Grading:
+    """Build ``spec``'s case on the CPU, call ``kernel`` on it and grade the call."""
+    if isinstance(spec, FamilySpec):
+        case = build_family_case(spec, contract, "cpu")
+        before = case.storage.clone()
+        case.call(kernel)
+        return grade_family_write(case, before, case.storage.clone(), 1.0)
+    reader = GatherCase(spec, contract, "cpu") if spec.op == MLA_GATHER_OP else IndexerGatherCase(spec, contract, "cpu")
+    cache_before, dst_before = reader.cache_storage.clone(), reader.dst_storage.clone()
+    reader.call(kernel)
+    after = (reader.cache_storage.clone(), reader.dst_storage.clone())
+    if isinstance(reader, GatherCase):
+        return grade_gather(reader, cache_before, after[0], dst_before, after[1])
+    return grade_indexer_gather(reader, cache_before, after[0], dst_before, after[1])
+
+
+def _first_failing_case(cls: type, platform: str, check: str) -> Grading:
+    contract = _contract(platform)
+    kernel = cls().bind(contract)
+    claims = getattr(kernel, "kv_cache_dtypes", None) or getattr(kernel, "scale_fmts", ())
+    for variant in claims:
+        for spec in op_cases(op_name(kernel))(variant):
+            if spec.tokens >= 5:
+                grading = _graded(kernel, spec, contract)
+                if check in grading.failed:
+                    return grading
+    raise AssertionError(f"{cls.__name__} never failed {check}")
+
+
+@pytest.mark.parametrize("cls", list(GRADED), ids=lambda c: c.name)
+def test_every_failed_check_of_every_op_carries_examples_on_one_short_line(cls: type) -> None:
+    platform, check = GRADED[cls]
+    with torch.no_grad():
+        grading = _first_failing_case(cls, platform, check)
+    for c in grading.checks:
+        if not c.passed:
+            assert ", e.g. " in c.detail, f"{c.name}: {c.detail}"
+            assert "\n" not in c.detail and len(c.detail) <= MAX_DETAIL, f"{c.name}: {c.detail}"
+            first = c.detail.split(" | ")[0].split(", e.g. ", 1)[1]
+            assert first.count("; ") <= 2, f"{c.name}: more than 3 examples: {c.detail}"
+            assert "0xa5a5 (" not in c.detail, f"{c.name} shows the canary as a number: {c.detail}"
