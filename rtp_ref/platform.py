@@ -16,11 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rtp_ref.certify.checks import GRADES
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
+from rtp_ref.grades import GRADES
 from rtp_ref.kv.flags import check_flag_table
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
+from rtp_ref.kv.reader_convention import TILE_SCALE_READS, ReaderConvention
 
 if TYPE_CHECKING:
     import torch
@@ -85,25 +86,6 @@ class Platform:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     #: how the target's attention reader interprets a written cache (``[reader]``; None: the table states none)
     reader: ReaderConvention | None = None
-
-
-#: how a reader takes a stored fp32 tile scale: as it is, rounded to bf16 (nearest even), or as an e8m0 power of two
-#: rounded toward zero (the exponent kept, the mantissa dropped)
-TILE_SCALE_READS = ("fp32", "bf16", "e8m0_toward_zero")
-
-
-@dataclass(frozen=True)
-class ReaderConvention:
-    """A platform's attention reader, as data (``[reader]``): what it does with the bytes a writer stored."""
-
-    #: the reader, for messages (``FlashMLA SM100 sparse decode``)
-    name: str
-    #: one of TILE_SCALE_READS
-    tile_scale: str
-    #: the fp8 format it decodes the cache's codes as
-    element_format: Fp8Format
-    #: where this is stated (a public file, issue or PR)
-    source: str
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: grades a case can reach, weakest first (``none``: not even ``layout``)
-GRADES = ("layout", "numerics", "bit_exact")
+from rtp_ref.grades import GRADES as GRADES  # re-exported: the ladder lives below the platform loader, which needs it
+
 #: the grade of a check that grades no case (input hardening)
 INPUT = "input"
 #: the grade of the CUDA-graph tier's checks: they grade no write; they decide the graph-safe column, and fail

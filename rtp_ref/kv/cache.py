@@ -29,7 +29,7 @@ from rtp_ref.kv.layouts import MlaLayout, layout_for_platform
 from rtp_ref.kv.validate import validate_read_args, validate_write_args
 
 if TYPE_CHECKING:
-    from rtp_ref.platform import Platform
+    from rtp_ref.kv.platform_table import PlatformTable
 
 #: vLLM's other spelling of the per-tensor fp8 layout.
 KV_CACHE_DTYPE_ALIASES = {"fp8_e4m3": "fp8"}
@@ -122,7 +122,7 @@ def concat_and_cache_mla(
     kv_cache_dtype: str,
     scale: torch.Tensor,
     *,
-    platform: Platform,
+    platform: PlatformTable,
     layout_flags: Mapping[str, str] | None = None,
 ) -> None:
     """The kernels' signature over the reference: layout ``kv_cache_dtype``, R and P from the inputs.

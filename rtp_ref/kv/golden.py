@@ -28,7 +28,7 @@ from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.layouts import MlaLayout, layout_for_platform
 
 if TYPE_CHECKING:
-    from rtp_ref.platform import Platform
+    from rtp_ref.kv.platform_table import PlatformTable
 
 #: Version of the file's key set; bumped when a key changes meaning.
 GOLDEN_FORMAT = "1"
@@ -68,7 +68,7 @@ def _inputs(generator: torch.Generator, tokens: int, width: int, tile: int, dtyp
 
 
 def make_golden(
-    platform: Platform,
+    platform: PlatformTable,
     layout_name: str,
     *,
     overrides: Mapping[str, str] | None = None,
@@ -149,7 +149,7 @@ def input_dtype_of(name: str) -> torch.dtype:
 
 
 def _metadata(
-    platform: Platform,
+    platform: PlatformTable,
     layout: MlaLayout,
     input_dtype: str,
     block_size: int,

@@ -19,7 +19,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.golden import GOLDEN_FORMAT, GOLDEN_MAX_BYTES, SEED_RANGE, SKIP_EVERY, GoldenCase, input_dtype_of
 from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import CACHE_ORDERS, mha_layout, reference_reshape_and_cache_flash
-from rtp_ref.platform import Platform
+from rtp_ref.kv.platform_table import PlatformTable
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class GoldenShape:
         slots[SKIP_EVERY - 1:: SKIP_EVERY] = -1
         return slots
 
-    def metadata(self, platform: Platform, op: str, layout: str) -> dict[str, str]:
+    def metadata(self, platform: PlatformTable, op: str, layout: str) -> dict[str, str]:
         """The metadata every family's golden file has."""
         return {"golden_format": GOLDEN_FORMAT, "rtp_ref_version": __version__, "op": op, "layout": layout,
                 "platform": platform.name, "platform_sha256": platform.sha256, "input_dtype": self.input_dtype,
@@ -69,7 +69,7 @@ def _values(generator: torch.Generator, shape: tuple[int, ...], dtype: torch.dty
     return (torch.randn(*shape, generator=generator) * spread).to(dtype)
 
 
-def make_mha_golden(platform: Platform, kv_cache_dtype: str, num_kv_heads: int, head_size: int,
+def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: int, head_size: int,
                     order: str = "NHD", per_head_scales: bool = False,
                     shape: GoldenShape | None = None) -> GoldenCase:
     """The golden vector of one ``reshape_and_cache_flash`` call on ``platform`` (keys: docs/layouts.md)."""
@@ -109,7 +109,7 @@ def make_mha_golden(platform: Platform, kv_cache_dtype: str, num_kv_heads: int, 
     return GoldenCase(tensors, meta)
 
 
-def make_indexer_golden(platform: Platform, scale_fmt: str, head_dim: int, quant_block_size: int,
+def make_indexer_golden(platform: PlatformTable, scale_fmt: str, head_dim: int, quant_block_size: int,
                         shape: GoldenShape | None = None) -> GoldenCase:
     """The golden vector of one ``indexer_k_quant_and_cache`` call on ``platform`` (keys: docs/layouts.md).
     Token 0 is all zero (the amax floor)."""

@@ -36,7 +36,7 @@ from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
 if TYPE_CHECKING:
-    from rtp_ref.platform import Platform
+    from rtp_ref.kv.platform_table import PlatformTable
 
 #: ``scale_fmt``: fp32 scales as computed, or raised to powers of two: the names of the variant records
 SCALE_FORMATS = tuple(r.name for r in INDEXER_VARIANTS)
@@ -87,7 +87,7 @@ class IndexerLayout:
 
 
 
-def indexer_layout(platform: Platform, head_dim: int = DEFAULT_HEAD_DIM,
+def indexer_layout(platform: PlatformTable, head_dim: int = DEFAULT_HEAD_DIM,
                    quant_block_size: int = DEFAULT_QUANT_BLOCK,
                    element_format: Fp8Format | None = None, flags: LayoutFlags | None = None) -> IndexerLayout:
     """The indexer layout on ``platform`` (the cache's fp8 format, flag ``cache_fp8_format``, unless

@@ -42,7 +42,7 @@ from rtp_ref.kv.place_fields import place_fields
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from rtp_ref.platform import Platform
+    from rtp_ref.kv.platform_table import PlatformTable
 
 @dataclass(frozen=True)
 class MlaLayout:
@@ -307,7 +307,7 @@ def build_layout(
 
 
 def layout_for_platform(
-    platform: Platform,
+    platform: PlatformTable,
     name: str,
     *,
     kv_lora_rank: int | None = None,
@@ -331,7 +331,7 @@ def layout_for_platform(
     )
 
 
-def check_layout_bytes(platform: Platform) -> None:
+def check_layout_bytes(platform: PlatformTable) -> None:
     """Check a platform table's hand-written ``[layout_bytes]`` against the reference layouts.
 
     Bundled tables are checked by the test suite; an out-of-tree table (``--platform path.toml``) only here,

@@ -18,7 +18,7 @@ from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import stored_tile_scales
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Source
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.platform import ReaderConvention
+from rtp_ref.kv.reader_convention import ReaderConvention
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ class ReadChange:
 
 
 def scale_as_read(scales: torch.Tensor, how: str) -> torch.Tensor:
-    """float32 ``scales`` as a reader takes them (``rtp_ref.platform.TILE_SCALE_READS``): as they are, rounded
-    to bf16 (nearest even), or rounded toward zero to a power of two (e8m0: the fp32 exponent, no mantissa)."""
+    """float32 ``scales`` as a reader takes them (``how``: one of rtp_ref.kv.reader_convention.TILE_SCALE_READS): as
+    they are, rounded to bf16 (nearest even), or rounded toward zero to a power of two (e8m0: the fp32 exponent, no
+    mantissa)."""
     if how == "fp32":
         return scales.clone()
     if how == "bf16":
