@@ -21,6 +21,7 @@ import pytest
 from rtp_ref.certify.faults import read_faults
 from rtp_ref.certify.quarantine import QUARANTINE_FILE, Quarantine
 from rtp_ref.certify.report import build_report, render_markdown
+from rtp_ref.certify.session import describe_run, discover_run_kernels
 from rtp_ref.certify.worker_watch import WorkerWatch
 
 CASE_PROPERTY = "rtp_ref_case"
@@ -76,7 +77,8 @@ def _reason(report: pytest.TestReport) -> str:
 
 
 class ReportCollector:
-    """Collects one record per test and writes the report files when the session ends.
+    """Collects one record per test and writes the report files when the session ends; the kernels' origins
+    are taken when it starts (``discover_run_kernels``).
 
     It also supervises the run's workers (controller side): ``Quarantine`` stops running a
     (kernel, layout) pair after ``crash_limit`` worker deaths, ``WorkerWatch`` stops the run when
@@ -87,6 +89,7 @@ class ReportCollector:
     def __init__(self, config: pytest.Config, out_dir: Path, crash_limit: int) -> None:
         self.out_dir = out_dir
         self.started = time.time()
+        self.kernels = discover_run_kernels(config)
         self.cases: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self._index: dict[str, dict[str, Any]] = {}
@@ -124,8 +127,6 @@ class ReportCollector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if os.environ.get("PYTEST_XDIST_WORKER"):
             return
-        from rtp_ref.certify.session import describe_run
-
         index = read_case_index(self.out_dir)
         for path in self.out_dir.glob(CASE_INDEX_GLOB):
             path.unlink(missing_ok=True)
@@ -148,8 +149,8 @@ class ReportCollector:
                                   "failed_checks": ["support.not_run"], "reason": f"not run: {why}"}
         cases = list(self.cases.values())
         complete = not self.interrupted and exitstatus in (0, 1) and not not_run and stop_reason is None
-        report = build_report(**describe_run(session.config, cases, self.started), cases=cases, complete=complete,
-                              exit_status=int(exitstatus), stop_reason=stop_reason)
+        report = build_report(**describe_run(session.config, cases, self.started, self.kernels), cases=cases,
+                              complete=complete, exit_status=int(exitstatus), stop_reason=stop_reason)
         write_report(report, self.out_dir)
 
 

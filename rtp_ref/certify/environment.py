@@ -1,4 +1,5 @@
-"""What a report records about the machine it ran on (so results can be compared across runs)."""
+"""What a report records about the machine it ran on and the rtp-ref that ran (so results can be compared across
+runs)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,45 @@ def _nvidia_driver() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+#: how long one git query may take before the commit is recorded as unknown
+GIT_TIMEOUT_S = 20
+
+
+def _git(checkout: Path, *args: str) -> str | None:
+    """``git ARGS`` run in ``checkout`` (its stdout), or None when git is absent, fails or times out. The
+    caller's ``GIT_*`` variables are left out, so that they cannot point git at another repository, and git takes
+    no optional lock (``status`` would otherwise refresh the index of a tree someone is working in)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    try:
+        out = subprocess.run([git, "-C", str(checkout), *args], capture_output=True, text=True, env=env,
+                             timeout=GIT_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def rtp_ref_build(checkout: Path | None = None) -> dict[str, Any]:
+    """The rtp-ref that runs: ``version``, and ``commit`` (the full hash checked out) and ``dirty`` (whether a
+    tracked file differs from it; untracked files do not count, as for ``git describe --dirty``) when it runs
+    from a git checkout: ``checkout`` (default: the directory holding the imported ``rtp_ref`` package) has a
+    ``.git``. Both are None for an installed wheel, or where git is absent or cannot read the checkout; this
+    never raises."""
+    root = Path(__file__).resolve().parents[2] if checkout is None else checkout
+    commit = dirty = None
+    # a wheel's site-packages may lie inside some project's repository (its .venv): only a .git right here
+    # makes this a checkout of rtp-ref
+    if (root / ".git").exists():
+        head = _git(root, "rev-parse", "--verify", "HEAD")
+        status = _git(root, "status", "--porcelain", "--untracked-files=no")
+        if head is not None and status is not None:
+            commit, dirty = head.strip(), bool(status.strip())
+    return {"version": __version__, "commit": commit, "dirty": dirty}
 
 
 def layout_table() -> dict[str, Any] | None:

@@ -237,6 +237,17 @@ def _fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {o}" for o, n in counts.items() if n)
 
 
+def _rtp_ref_text(run: Mapping[str, Any], env: Mapping[str, Any]) -> str:
+    """The rtp-ref that wrote a report: its version, and from a git checkout its commit and whether the tree
+    had uncommitted changes (``run.rtp_ref``; a report without one names the environment's version only)."""
+    build = run.get("rtp_ref") or {}
+    version = build.get("version", env.get("rtp_ref"))
+    commit = build.get("commit")
+    if not commit:
+        return str(version)
+    return f"{version} (git commit {commit[:12]}, {'with uncommitted changes' if build.get('dirty') else 'clean'})"
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     """A publishable markdown summary of one report."""
     large_ran = any("large" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
@@ -250,7 +261,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"- {EXECUTION_MEANING}",
         f"- run {run.get('started', '-')} to {run.get('finished', '-')} ({run.get('duration_s', '-')} s) on host "
         f"{run.get('host', '-')}: `{run.get('command', '-')}`",
-        f"- rtp-ref {env.get('rtp_ref')}, torch {env.get('torch')}, triton {env.get('triton')}, "
+        f"- rtp-ref {_rtp_ref_text(run, env)}, torch {env.get('torch')}, triton {env.get('triton')}, "
         f"device {env.get('device')} ({env.get('device_arch') or 'cpu'}), driver {env.get('driver') or '-'}",
         f"- platform table `{p['source']}` sha256 `{p['sha256']}`; "
         f"fp8 {p['element_format']} {p['conversion_mode']}; required grade {p['required_grade']}",

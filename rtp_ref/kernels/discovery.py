@@ -29,7 +29,10 @@ def _expand(loaded: Any, origin: str) -> list[Any]:
     if isinstance(getattr(loaded, "name", None), str) and callable(loaded):
         return [check_kernel(loaded, origin)]
     if callable(loaded):
-        produced = loaded()
+        try:
+            produced = loaded()
+        except Exception as exc:  # the vendor's factory: whatever it raises is named with its origin
+            raise RtpRefError(f"{origin} failed to load: {type(exc).__name__}: {exc}") from exc
         items = produced if isinstance(produced, list | tuple) else [produced]
         return [check_kernel(k, origin) for k in items]
     raise RtpRefError(f"{origin} loaded {loaded!r}: expected a kernel object or a callable returning kernels")

@@ -227,6 +227,22 @@ def test_a_published_report_says_when_where_what_and_how(tmp_path: Path) -> None
     assert "| (suite) | (all) | certified | - | - | emulated |" in md
 
 
+@pytest.mark.parametrize(("build", "line"), [
+    ({"version": "0.9.0", "commit": "0123456789abcdef" * 2 + "01234567", "dirty": False},
+     "- rtp-ref 0.9.0 (git commit 0123456789ab, clean), torch "),
+    ({"version": "0.9.0", "commit": "0123456789abcdef" * 2 + "01234567", "dirty": True},
+     "- rtp-ref 0.9.0 (git commit 0123456789ab, with uncommitted changes), torch "),
+    ({"version": "0.9.0", "commit": None, "dirty": None}, "- rtp-ref 0.9.0, torch "),  # a wheel, or no git
+    (None, "- rtp-ref 0.8.0, torch "),  # a report of an rtp-ref that did not record its build
+])
+def test_the_header_names_the_rtp_ref_that_ran(build: dict[str, Any] | None, line: str) -> None:
+    report = minimal_report([case_row("k", "auto", "passed")])
+    report["environment"]["rtp_ref"] = "0.8.0"
+    if build is not None:
+        report["run"]["rtp_ref"] = build
+    assert line in render_markdown(report)
+
+
 def test_the_scoreboard_names_each_rows_op_op_by_op() -> None:
     """Rows come op by op in rtp_ref.ops order (the MLA write first), each naming its op; a record without
     an op (a report of an older rtp-ref) is the MLA write's."""
