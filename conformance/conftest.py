@@ -11,53 +11,24 @@ from typing import Any
 
 import pytest
 
-from rtp_ref.certify.cases import CaseSpec
+from rtp_ref.certify.calls import DEVICE_FAULT
 from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
-from rtp_ref.certify.family_cases import FamilySpec
 from rtp_ref.certify.faults import FaultLog
-from rtp_ref.certify.gather_cases import GatherSpec
 from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_specs
-from rtp_ref.certify.indexer_gather_cases import IndexerGatherSpec
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
+from rtp_ref.certify.opcases import op_cases_of
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.certify.tiers import declined_reason, runs_tier
-from rtp_ref.kv.layouts import default_dims
-from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS, op_cases
-from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform
+from rtp_ref.certify.verdict import XFAILED, Judgement, matching_deviation
+from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS
 
-from .matrix import KernelUnderTest, matching_deviation, suite
-from .outcome import DeviationOccurred
-from .runner import DEVICE_FAULT
-
-
-@dataclass(frozen=True)
-class WriteCase:
-    """One generated write case: the bound kernel, the case spec, R/P, and a known deviation index."""
-
-    kut: KernelUnderTest
-    spec: CaseSpec
-    dims: tuple[int, int]
-    deviation: int | None
+from .matrix import KernelUnderTest, suite
 
 
 def _skip_marks(k: KernelUnderTest) -> list[pytest.MarkDecorator]:
     return [pytest.mark.skip(reason=k.skip_reason)] if k.skip_reason else []
-
-
-def _case_marks(platform: Platform, k: KernelUnderTest,
-                spec: CaseSpec) -> tuple[list[pytest.MarkDecorator], int | None]:
-    """A case's marks (the kernel's skip, its known deviation as a strict xfail) and the deviation's index."""
-    marks = _skip_marks(k)
-    match = matching_deviation(platform, k, spec)
-    if match is None:
-        return marks, None
-    d = match[1]
-    # raises=: only the shortfall the deviation names is excused; any other failure is a failure
-    marks.append(pytest.mark.xfail(strict=True, raises=DeviationOccurred, reason=f"known deviation: {d.reason} "
-                                                                                 f"[{d.source}]"))
-    return marks, match[0]
 
 
 def _runs(config: pytest.Config, tier: str) -> bool:
@@ -65,21 +36,31 @@ def _runs(config: pytest.Config, tier: str) -> bool:
     return runs_tier(str(config.getoption("rtp_tier")), tier)
 
 
-def write_case_params(config: pytest.Config) -> list[Any]:
-    """Every (kernel, layout, case) this session certifies, with deviations as strict xfails."""
+@dataclass(frozen=True)
+class CaseParam:
+    """One regular case of any op: the bound kernel, the case's key (its op's rtp_ref.certify.opcases), and the
+    platform's known deviation covering it (an index, or None)."""
+
+    kut: KernelUnderTest
+    key: Any
+    deviation: int | None
+
+
+def case_params(config: pytest.Config) -> list[Any]:
+    """Every (kernel, variant, case) of every op this session certifies (the regular tier)."""
     s = suite(config)
-    params: list[Any] = []
     if not _runs(config, "regular"):
-        return params
-    for k in s.kernels_of(MLA_OP):
-        for layout in s.layouts:
-            if layout not in k.claims:
-                continue
-            for spec, dims in op_cases(MLA_OP)(layout):
-                marks, deviation = _case_marks(s.platform, k, spec)
-                suffix = "" if dims == default_dims(layout) else f"-r{dims[0]}p{dims[1]}"
-                case = WriteCase(k, spec, dims, deviation)
-                params.append(pytest.param(case, marks=marks, id=f"{k.name}-{layout}-{spec.case_id}{suffix}"))
+        return []
+    params: list[Any] = []
+    for op in OPS:
+        for k in s.kernels_of(op):
+            for variant in s.layouts_by_op[op]:
+                if variant not in k.claims:
+                    continue
+                for key in op_cases_of(op).specs(variant):
+                    deviation = matching_deviation(s.platform, k.name, k.device, key)
+                    params.append(pytest.param(CaseParam(k, key, deviation), marks=_skip_marks(k),
+                                               id=f"{k.name}-{variant}-{key.case_id}"))
     return params
 
 
@@ -131,71 +112,23 @@ def graph_case_params(config: pytest.Config) -> list[Any]:
             for spec in graph_specs(op, layout)]
 
 
-def _pairs(config: pytest.Config, claimed: bool) -> list[Any]:
-    """(kernel, layout) pairs: the claimed ones under test, or every layout a kernel does not claim."""
-    s = suite(config)
-    out: list[Any] = []
-    if not _runs(config, "regular"):
-        return out
-    for k in s.kernels_of(MLA_OP):
-        for layout in s.layouts if claimed else MLA_LAYOUT_NAMES:
-            if (layout in k.claims) == claimed:
-                out.append(pytest.param((k, layout), marks=_skip_marks(k), id=f"{k.name}-{layout}"))
-    return out
-
-
-@dataclass(frozen=True)
-class FamilyCaseParam:
-    """One generated case of the MHA or indexer write: the bound kernel, the case spec, a known deviation."""
-
-    kut: KernelUnderTest
-    spec: FamilySpec
-    deviation: int | None
-
-
-def family_case_params(config: pytest.Config) -> list[Any]:
-    """Every (kernel, variant, case) of the other ops this session certifies, deviations as strict xfails."""
-    s = suite(config)
-    params: list[Any] = []
-    if not _runs(config, "regular"):
-        return params
-    for op in (MHA_OP, INDEXER_OP):
-        for k in s.kernels_of(op):
-            for variant in s.layouts_by_op[op]:
-                if variant not in k.claims:
-                    continue
-                for spec in op_cases(op)(variant):
-                    marks, deviation = _case_marks(s.platform, k, spec)
-                    case = FamilyCaseParam(k, spec, deviation)
-                    params.append(pytest.param(case, marks=marks, id=f"{k.name}-{variant}-{spec.case_id}"))
-    return params
-
-
-@dataclass(frozen=True)
-class GatherCaseParam:
-    """One case of a read op: the bound reader, the case spec (its op), a known deviation."""
-
-    kut: KernelUnderTest
-    spec: GatherSpec | IndexerGatherSpec
-    deviation: int | None
-
-
-def gather_case_params(config: pytest.Config) -> list[Any]:
-    """Every (reader, variant, case) of the read ops this session certifies."""
+def _claimed_pairs(config: pytest.Config) -> list[Any]:
+    """(kernel, layout) pairs of the MLA write under test (the out-of-range-slot and determinism cases)."""
     s = suite(config)
     if not _runs(config, "regular"):
         return []
-    params: list[Any] = []
-    for op in (MLA_GATHER_OP, INDEXER_GATHER_OP):
-        for k in s.kernels_of(op):
-            for variant in s.layouts_by_op[op]:
-                if variant not in k.claims:
-                    continue
-                for spec in op_cases(op)(variant):
-                    marks, deviation = _case_marks(s.platform, k, spec)
-                    params.append(pytest.param(GatherCaseParam(k, spec, deviation), marks=marks,
-                                               id=f"{k.name}-{variant}-{spec.case_id}"))
-    return params
+    return [pytest.param((k, layout), marks=_skip_marks(k), id=f"{k.name}-{layout}")
+            for k in s.kernels_of(MLA_OP) for layout in s.layouts if layout in k.claims]
+
+
+def _unclaimed_pairs(config: pytest.Config) -> list[Any]:
+    """(kernel, variant) for every variant of its op a kernel does not claim, where the op's call names the variant
+    (a kernel can refuse only a variant it is told)."""
+    s = suite(config)
+    if not _runs(config, "regular"):
+        return []
+    return [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in OPS for k in s.kernels_of(op)
+            for v in OPS[op].variants if v not in k.claims and op_cases_of(op).unclaimed_key(v) is not None]
 
 
 @dataclass(frozen=True)
@@ -241,34 +174,18 @@ def round_trip_params(config: pytest.Config) -> list[Any]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "write_case" in metafunc.fixturenames:
-        metafunc.parametrize("write_case", write_case_params(metafunc.config))
-    if "family_case" in metafunc.fixturenames:
-        metafunc.parametrize("family_case", family_case_params(metafunc.config))
-    if "gather_case" in metafunc.fixturenames:
-        metafunc.parametrize("gather_case", gather_case_params(metafunc.config))
+    if "case" in metafunc.fixturenames:
+        metafunc.parametrize("case", case_params(metafunc.config))
     if "round_trip" in metafunc.fixturenames:
         metafunc.parametrize("round_trip", round_trip_params(metafunc.config))
     if "large_case" in metafunc.fixturenames:
         metafunc.parametrize("large_case", large_case_params(metafunc.config))
     if "graph_case" in metafunc.fixturenames:
         metafunc.parametrize("graph_case", graph_case_params(metafunc.config))
-    if "unclaimed_family_pair" in metafunc.fixturenames:
-        s = suite(metafunc.config)
-        pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in (MHA_OP, INDEXER_OP)
-                 for k in s.kernels_of(op) for v in OPS[op].variants if v not in k.claims
-                 if _runs(metafunc.config, "regular")]
-        metafunc.parametrize("unclaimed_family_pair", pairs)
-    if "unclaimed_reader_pair" in metafunc.fixturenames:
-        # the MLA gather names its layout in the call, so it can refuse one (the indexer gather's call names none)
-        s = suite(metafunc.config)
-        pairs = [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for k in s.kernels_of(MLA_GATHER_OP)
-                 for v in OPS[MLA_GATHER_OP].variants if v not in k.claims if _runs(metafunc.config, "regular")]
-        metafunc.parametrize("unclaimed_reader_pair", pairs)
     if "claimed_pair" in metafunc.fixturenames:
-        metafunc.parametrize("claimed_pair", _pairs(metafunc.config, claimed=True))
+        metafunc.parametrize("claimed_pair", _claimed_pairs(metafunc.config))
     if "unclaimed_pair" in metafunc.fixturenames:
-        metafunc.parametrize("unclaimed_pair", _pairs(metafunc.config, claimed=False))
+        metafunc.parametrize("unclaimed_pair", _unclaimed_pairs(metafunc.config))
 
 
 #: the case kind of each per-pair test of test_support_matrix.py (what its case record says)
@@ -278,11 +195,11 @@ PAIR_TEST_KINDS = {"test_out_of_range_slot": BAD_INPUT_KIND, "test_deterministic
 def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     """The kernel, layout and kind of a collected case (None for the suite's own sanity test)."""
     params = getattr(item, "callspec", None)
-    case = params.params.get("write_case") if params else None
+    case = params.params.get("case") if params else None
     pair = (params.params.get("claimed_pair") or params.params.get("unclaimed_pair")) if params else None
-    if isinstance(case, WriteCase):
-        return {"kernel": case.kut.name, "layout": case.spec.layout, "kind": case.spec.kind,
-                "case": case.spec.case_id, "execution": case.kut.execution, "op": MLA_OP}
+    if isinstance(case, CaseParam):
+        return {"kernel": case.kut.name, "layout": case.key.layout, "kind": case.key.kind, "case": case.key.case_id,
+                "execution": case.kut.execution, "op": case.kut.op}
     large = params.params.get("large_case") if params else None
     if isinstance(large, LargeCaseParam):
         return {"kernel": large.kut.name, "layout": large.spec.layout, "kind": large.spec.kind,
@@ -291,23 +208,12 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     if isinstance(graph, GraphCaseParam):
         return {"kernel": graph.kut.name, "layout": graph.spec.layout, "kind": graph.spec.kind,
                 "case": graph.spec.case_id, "execution": graph.kut.execution, "op": graph.spec.op, "tier": "graph"}
-    gather = params.params.get("gather_case") if params else None
-    if isinstance(gather, GatherCaseParam):
-        return {"kernel": gather.kut.name, "layout": gather.spec.layout, "kind": gather.spec.kind,
-                "case": gather.spec.case_id, "execution": gather.kut.execution, "op": gather.spec.op}
     trip = params.params.get("round_trip") if params else None
     if isinstance(trip, RoundTripParam):
         return {"kernel": trip.kut.name, "layout": trip.layout, "kind": "round_trip",
                 "case": f"round_trip-from-{trip.writer_name}", "execution": trip.kut.execution, "op": trip.kut.op}
-    family = params.params.get("family_case") if params else None
-    if isinstance(family, FamilyCaseParam):
-        return {"kernel": family.kut.name, "layout": family.spec.layout, "kind": family.spec.kind,
-                "case": family.spec.case_id, "execution": family.kut.execution, "op": family.spec.op}
-    pair = pair or (params.params.get("unclaimed_family_pair") or params.params.get("unclaimed_reader_pair")
-                    if params else None)
     if isinstance(pair, tuple) and params is not None:
-        unclaimed = any(name in params.params for name in ("unclaimed_pair", "unclaimed_family_pair",
-                                                            "unclaimed_reader_pair"))
+        unclaimed = "unclaimed_pair" in params.params
         kind = "unclaimed" if unclaimed else PAIR_TEST_KINDS[getattr(item, "originalname", "")]
         return {"kernel": pair[0].name, "layout": pair[1], "kind": kind, "execution": pair[0].execution,
                 "op": pair[0].op}
@@ -413,6 +319,15 @@ def _replace_worker_after_device_fault(pytestconfig: pytest.Config) -> Iterator[
             os._exit(70)
         pytest.exit(f"device fault: {DEVICE_FAULT[0]} left the CUDA context unusable; stopping the run",
                     returncode=pytest.ExitCode.INTERRUPTED)
+
+
+def show(judgement: Judgement) -> None:
+    """End a test as the engine judged its case: a failure (a stale deviation too) fails it, a known deviation is
+    an xfail; a pass or a declared refusal returns."""
+    if judgement.failed:
+        pytest.fail(judgement.message, pytrace=False)
+    if judgement.outcome == XFAILED:
+        pytest.xfail(judgement.message)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from rtp_ref.certify.cases import CaseSpec
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
@@ -19,7 +18,7 @@ from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.protocol import device_to_run
 from rtp_ref.kv.layouts import check_layout_bytes
 from rtp_ref.ops import MLA_OP, OPS, claimed_variants, op_name, supported_variants
-from rtp_ref.platform import Deviation, Platform
+from rtp_ref.platform import Platform
 
 
 @dataclass(frozen=True)
@@ -116,17 +115,3 @@ def _layouts_by_op(config: pytest.Config, platform: Platform) -> dict[str, list[
         supported = supported_variants(platform, op)
         out[op] = [n for n in wanted if n in supported] if wanted else list(supported)
     return out
-
-
-def matching_deviation(platform: Platform, kernel: KernelUnderTest, spec: CaseSpec) -> tuple[int, Deviation] | None:
-    """The platform's known deviation covering this case, with its index, if any.
-
-    A case that writes nothing (no tokens, or only padding slots) cannot show a deviation.
-    """
-    if spec.tokens == 0 or spec.kind == "padding_only":
-        return None
-    for i, d in enumerate(platform.deviations):
-        if (d.kernel == kernel.name and spec.layout in d.layouts and (not d.cases or spec.kind in d.cases)
-                and (not d.devices or kernel.device in d.devices)):
-            return i, d
-    return None

@@ -9,14 +9,15 @@ from collections.abc import Callable
 
 import pytest
 
+from rtp_ref.certify.calls import call_once
 from rtp_ref.certify.device_errors import describe_error
+from rtp_ref.certify.engine import with_ran_check
 from rtp_ref.certify.large_cases import LargeCase, buffer_bytes, memory_shortfall
 from rtp_ref.certify.large_grading import grade_large
+from rtp_ref.certify.verdict import judge
 
-from .conftest import LargeCaseParam
+from .conftest import LargeCaseParam, show
 from .matrix import suite
-from .outcome import judge, with_ran_check
-from .runner import call_large_kernel
 
 
 def test_large_addresses(large_case: LargeCaseParam, record_case: Callable[..., None],
@@ -32,15 +33,16 @@ def test_large_addresses(large_case: LargeCaseParam, record_case: Callable[..., 
         pytest.skip(shortfall)
     case = LargeCase(spec, s.contract, k.device)
     try:
-        result = call_large_kernel(k.kernel, case, k.device)
+        result = call_once(k.kernel, lambda: case.call(k.kernel), spec.layout, k.device)
         for check, problem in (("support.device_error", result.device_error),
                                ("support.kernel_raised", result.error and describe_error(result.error))):
             if problem:
                 record_case(**base, grade="none", failed_checks=[check], checks={check: problem})
                 pytest.fail(f"{k.name} on the large-address case: {problem}", pytrace=False)
-        grading = with_ran_check(grade_large(case), result.calls, result.launched, expect_launch=True)
+        grading = with_ran_check(grade_large(case), result, expect_launch=True)
     finally:
         case.release()
     failed = {c.name: c.detail for c in grading.checks if not c.passed}
-    record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed)
-    judge(grading, k.name, s.platform, None)
+    judgement = judge(grading.grade, grading.checks, k.name, s.platform, None)
+    record_case(**base, grade=grading.grade, failed_checks=sorted(failed), checks=failed, outcome=judgement.outcome)
+    show(judgement)

@@ -14,47 +14,57 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from rtp_ref.certify.cases import GUARD_BYTES, CaseSpec, build_case, num_blocks_for
+from rtp_ref.certify.calls import CallResult, call_once
+from rtp_ref.certify.cases import GUARD_BYTES, CaseInputs, CaseSpec, build_case, num_blocks_for
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.grading import reference_image
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, REFUSING, classify_bad_slot
+from rtp_ref.certify.opcases import op_cases_of
 from rtp_ref.certify.session import execution_mode
 from rtp_ref.kv.layouts import default_dims
 
 from .matrix import KernelUnderTest, suite
-from .runner import CallResult, call_kernel
 
 
 def _case(layout: str, kind: str = "random", tokens: int = 9, seed: int = 7) -> CaseSpec:
     return CaseSpec(layout, kind, tokens, 16, num_blocks_for(tokens, 16), torch.bfloat16, seed)
 
 
+def _call_mla(k: KernelUnderTest, inputs: CaseInputs, layout_name: str) -> CallResult:
+    return call_once(k.kernel, lambda: k.kernel(inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.slot_mapping,
+                                                layout_name, inputs.scale), layout_name, k.device)
+
+
 def _device_error_fails(k: KernelUnderTest, layout_name: str, result: CallResult, record_case: Callable[..., None],
                         kind: str, case: str) -> None:
     """A device error the call left fails this case under ``support.device_error`` (never the next case's)."""
     if result.device_error is not None:
-        record_case(kernel=k.name, layout=layout_name, kind=kind, case=case, execution=k.execution,
+        record_case(op=k.op, kernel=k.name, layout=layout_name, kind=kind, case=case, execution=k.execution,
                     failed_checks=["support.device_error"], checks={"support.device_error": result.device_error})
         pytest.fail(f"{k.name} left a device error: {result.device_error}", pytrace=False)
 
 
 def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
                                  record_case: Callable[..., None]) -> None:
-    k, layout_name = unclaimed_pair
-    layout = suite(pytestconfig).contract.layout(layout_name, *default_dims(layout_name))
-    inputs = build_case(_case(layout_name), layout, k.device)
-    before = inputs.storage.cpu().clone()
+    """A variant of its op the kernel does not claim must raise, and leave every byte untouched (never write garbage
+    and then complain)."""
+    k, variant = unclaimed_pair
+    cases = op_cases_of(k.op)
+    key = cases.unclaimed_key(variant)
+    assert key is not None  # the pairs are those whose op names the variant in its call
+    case = cases.build(key, suite(pytestconfig).contract, k.device)
+    before = case.snapshot()
     take_flags = getattr(k.kernel, "take_input_errors", None)
     if callable(take_flags):
         take_flags()  # what earlier cases left is not this case's
-    result = call_kernel(k.kernel, inputs, layout_name, k.device)
-    _device_error_fails(k, layout_name, result, record_case, "unclaimed", "unclaimed-layout")
-    untouched = torch.equal(before, inputs.storage.cpu())
+    result = call_once(k.kernel, lambda: case.call(k.kernel), variant, k.device)
+    _device_error_fails(k, variant, result, record_case, "unclaimed", "unclaimed-layout")
+    untouched = torch.equal(before, case.snapshot())
     ok = result.error is not None and untouched
-    record_case(kernel=k.name, layout=layout_name, kind="unclaimed", case="unclaimed-layout", execution=k.execution,
-                failed_checks=[] if ok else ["support.unclaimed_layout_raises"])
-    assert result.error is not None, f"{k.name} does not claim {layout_name} but accepted it without an error"
-    assert untouched, f"{k.name} raised for unclaimed {layout_name} but had already written to the cache"
+    record_case(op=k.op, kernel=k.name, layout=variant, kind="unclaimed", case="unclaimed-layout",
+                execution=k.execution, failed_checks=[] if ok else ["support.unclaimed_layout_raises"])
+    assert result.error is not None, f"{k.name} does not claim {variant} but accepted it without an error"
+    assert untouched, f"{k.name} raised for unclaimed {variant} but had already written"
 
 
 def test_out_of_range_slot(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
@@ -76,7 +86,7 @@ def test_out_of_range_slot(claimed_pair: tuple[KernelUnderTest, str], pytestconf
     take_flags = getattr(k.kernel, "take_input_errors", None)
     if callable(take_flags):
         take_flags()  # what earlier cases left is not this case's
-    result = call_kernel(k.kernel, inputs, layout_name, k.device)
+    result = _call_mla(k, inputs, layout_name)
     required = s.platform.require_input_checks or bool(pytestconfig.getoption("rtp_require_input_checks"))
     base = dict(kernel=k.name, layout=layout_name, kind=BAD_INPUT_KIND, case="slot-out-of-range",
                 execution=k.execution, input_checks_required=required)
@@ -105,7 +115,7 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
     images = []
     for _ in range(2):
         inputs = build_case(_case(layout_name, tokens=37), layout, k.device)
-        result = call_kernel(k.kernel, inputs, layout_name, k.device)
+        result = _call_mla(k, inputs, layout_name)
         _device_error_fails(k, layout_name, result, record_case, "determinism", "twice-same-inputs")
         assert result.error is None, describe_error(result.error)
         images.append(inputs.storage.cpu())
@@ -117,18 +127,11 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
 
 def test_the_suite_generates_cases(pytestconfig: pytest.Config, record_case: Callable[..., None]) -> None:
     """Zero cases is a failure, never a pass: the platform and selection must yield runnable cases (of any op)."""
-    from .conftest import (
-        family_case_params,
-        gather_case_params,
-        graph_case_params,
-        large_case_params,
-        write_case_params,
-    )
+    from .conftest import case_params, graph_case_params, large_case_params
 
     record_case(kernel="(suite)", layout="(all)", kind="sanity", case="cases-generated",
                 execution=execution_mode(suite(pytestconfig).platform))
-    params = [*write_case_params(pytestconfig), *family_case_params(pytestconfig), *gather_case_params(pytestconfig),
-              *large_case_params(pytestconfig), *graph_case_params(pytestconfig)]
+    params = [*case_params(pytestconfig), *large_case_params(pytestconfig), *graph_case_params(pytestconfig)]
     runnable = [p for p in params if not any(m.name == "skip" for m in p.marks)]
     assert runnable, ("no runnable conformance case for this platform and selection "
                       f"(kernels: {[k.name for k in suite(pytestconfig).kernels]}, "

@@ -20,7 +20,7 @@ import pytest
 
 from rtp_ref.certify.faults import read_faults
 from rtp_ref.certify.quarantine import QUARANTINE_FILE, Quarantine
-from rtp_ref.certify.report import build_report, render_markdown
+from rtp_ref.certify.report import OUTCOMES, build_report, render_markdown
 from rtp_ref.certify.session import describe_run, discover_run_kernels
 from rtp_ref.certify.worker_watch import WorkerWatch
 
@@ -105,13 +105,18 @@ class ReportCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = self.cases.setdefault(report.nodeid, {"nodeid": report.nodeid})
+        judged = None
         for key, value in report.user_properties:
             if key == CASE_PROPERTY and isinstance(value, str):  # JSON, so junit.xml shows it as JSON too
-                case.update(json.loads(value))
+                record = json.loads(value)
+                judged = record.pop("outcome", None)
+                case.update(record)
         # A passing setup or teardown says nothing about the case; everything else decides it.
         # xdist reports a crashed worker's test with when="???": that is a failed case.
         if report.when == "call" or not report.passed:
-            outcome = _outcome(report)
+            # the engine's judgement where the case returned one (rtp_ref.certify.verdict); pytest's own outcome
+            # only for a case that never returned it (a crash, a hang, the suite's own error)
+            outcome = judged if judged in OUTCOMES and report.when == "call" else _outcome(report)
             if report.when in ("setup", "teardown") and outcome == "failed":
                 outcome = "error"
             previous = case.get("outcome")

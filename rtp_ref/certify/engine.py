@@ -1,0 +1,118 @@
+"""One case of any op, end to end, in plain Python: build it on the device under test, check the inputs as built,
+call the kernel once, settle how the call ended (a device error, a refusal the kernel declared, a raise), grade
+it, diagnose wrong bytes, and judge it (rtp_ref.certify.verdict). The result is the case's report record and its
+outcome; pytest only runs this in an isolated worker, with a timeout, and shows the outcome.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rtp_ref.certify.calls import CallResult, call_once
+from rtp_ref.certify.checks import Check, grade_reached
+from rtp_ref.certify.device_errors import describe_error
+from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.opcases import op_cases_of
+from rtp_ref.certify.opcases.base import BuiltCase, CaseKey
+from rtp_ref.certify.verdict import FAILED, REFUSED, Judgement, judge, not_covered
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kernels.protocol import broken_requirements, declared_limit
+from rtp_ref.platform import Platform
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The kernel under test as a case sees it: its name, the bound kernel, its op, where it runs and how
+    (``native`` or ``emulated``)."""
+
+    name: str
+    kernel: Any
+    op: str
+    device: str
+    execution: str
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What a case came to: its report record (every field the report reads) and its judgement."""
+
+    record: dict[str, Any]
+    judgement: Judgement
+
+
+def with_ran_check(grading: Grading, call: CallResult, expect_launch: bool) -> Grading:
+    """Add ``support.kernel_ran``: called exactly once and, when it counts launches and had something to do,
+    launched."""
+    launched = call.launched
+    ok = call.calls == 1 and (launched is not False or not expect_launch)
+    detail = "the kernel's launch counter did not move: it fell back instead of launching" if launched is False \
+        else f"called {call.calls} times"
+    checks = [*grading.checks, Check("support.kernel_ran", ok, "" if ok else detail)]
+    return Grading(checks, grading.grade if ok else "none", grading.stats)
+
+
+def _settled(subject: Subject, case: BuiltCase, call: CallResult, before: torch.Tensor, after: torch.Tensor,
+             prefix: str) -> tuple[dict[str, Any], Judgement] | None:
+    """How a call that did not write normally ends: a device error or an undeclared raise fails the case; a
+    refusal the kernel declared (a broken ``input_requirements`` or a ``supports`` limit) that wrote nothing is
+    ``refused``, a limit of the kernel and never a pass of the write. None: the call returned; grade it."""
+    if call.device_error is not None:
+        fields = {"grade": "none", "failed_checks": ["support.device_error"],
+                  "checks": {"support.device_error": call.device_error}}
+        return fields, Judgement(FAILED, f"{prefix}{subject.name} left a device error on this case: "
+                                         f"{call.device_error}")
+    if call.error is None:
+        return None
+    refusal = ", ".join(broken_requirements(getattr(subject.kernel, "input_requirements", ()), *case.value_inputs())) \
+        or declared_limit(subject.kernel, case.layout)
+    if refusal and torch.equal(before, after):
+        return ({"refused": refusal, "failed_checks": [], "checks": {"refused": describe_error(call.error)}},
+                Judgement(REFUSED, f"refused as declared: {refusal}"))
+    fields = {"grade": "none", "failed_checks": ["support.kernel_raised"],
+              "checks": {"support.kernel_raised": describe_error(call.error)}}
+    return fields, Judgement(FAILED, f"{prefix}{subject.name} raised on a claimed layout: {describe_error(call.error)}")
+
+
+def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: Platform,
+             deviation: int | None) -> CaseResult:
+    """Run one case of ``subject``'s op (module doc). ``deviation``: the index of the platform's known deviation
+    that covers the case (rtp_ref.certify.verdict.matching_deviation), or None. A suite error (inputs not built as
+    the case says) raises AssertionError: it is not the kernel's finding."""
+    case = op_cases_of(subject.op).build(key, contract, subject.device)
+    case.check_as_built(subject.device)
+    record: dict[str, Any] = {
+        "op": subject.op, "kernel": subject.name, "layout": key.layout, "platform": platform.name,
+        "case": key.case_id, "kind": key.kind, "seed": key.seed, **case.record_fields(), "device": subject.device,
+        "execution": subject.execution, "required_grade": platform.required_grade, "deviation": deviation,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER"), "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    before = case.snapshot()
+    call = call_once(subject.kernel, lambda: case.call(subject.kernel), f"{key.layout} {key.case_id}",
+                     subject.device)
+    after = case.snapshot()
+    settled = _settled(subject, case, call, before, after, not_covered(platform, deviation))
+    if settled is not None:
+        fields, judgement = settled
+        # a refusal is no outcome of the write: the case's outcome is what its test shows (a pass), beside ``refused``
+        outcome = {} if judgement.outcome == REFUSED else {"outcome": judgement.outcome}
+        return CaseResult({**record, **fields, **outcome}, judgement)
+    grading = with_ran_check(case.grade(before, after, platform.numerics_max_ulp), call,
+                             expect_launch=key.tokens > 0)
+    failed = {c.name: c.detail for c in grading.checks if not c.passed}
+    diagnosis = case.diagnose(after, contract) if failed and grading.reaches("layout") else None
+    judgement = judge(grading.grade, grading.checks, subject.name, platform, deviation,
+                      f"\n  diagnosis: {diagnosis}" if diagnosis else "")
+    record.update(grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats,
+                  outcome=judgement.outcome)
+    if diagnosis is not None:
+        record["diagnosis"] = diagnosis
+    return CaseResult(record, judgement)
+
+
+def graded(checks: list[Check], stats: dict[str, Any] | None = None) -> Grading:
+    """A grading of ``checks`` alone (the grade their failures leave)."""
+    return Grading(checks, grade_reached([c.name for c in checks if not c.passed]), stats or {})

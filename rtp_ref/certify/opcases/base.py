@@ -1,0 +1,78 @@
+"""What the engine needs of an op's conformance cases: ``OpCases`` (the cases of each variant and how one is built)
+and ``BuiltCase`` (a case on the device under test: snapshot, call, grade). Every op's module in this package
+defines one ``OpCases`` as ``CASES``; the engine and the conformance suite are written once over them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from rtp_ref.certify.grading import Grading
+from rtp_ref.kernels.contract import WriteContract
+
+
+class CaseKey(Protocol):
+    """A case's identity: its variant (``layout``), kind, token count, seed and id."""
+
+    @property
+    def layout(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def case_id(self) -> str: ...
+
+
+class BuiltCase(Protocol):
+    """One case built on the device under test: its tensors are views into byte storages between guard zones."""
+
+    @property
+    def key(self) -> CaseKey: ...
+
+    @property
+    def layout(self) -> object:
+        """The op's layout object at the case's shapes (what a kernel's ``supports`` is asked about)."""
+
+    def check_as_built(self, device: str) -> None:
+        """Raise AssertionError (the suite's own error) unless every tensor is on ``device`` and the strided kinds
+        are strided there."""
+
+    def snapshot(self) -> torch.Tensor:
+        """A CPU copy of every byte the call may touch (the storages, in a fixed order)."""
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        """Call ``kernel`` the way engines call the op."""
+
+    def value_inputs(self) -> tuple[torch.Tensor, ...]:
+        """The inputs a kernel's ``input_requirements`` speak of."""
+
+    def grade(self, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
+        """Grade the call from ``snapshot()`` before and after it."""
+
+    def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
+        """Which known contract the bytes follow instead, when they are wrong (None: nothing to say)."""
+
+    def record_fields(self) -> Mapping[str, Any]:
+        """Facts of the case for its report record beyond its key (the MLA dims, say)."""
+
+
+@dataclass(frozen=True)
+class OpCases:
+    """The conformance cases of one op: ``specs(variant)`` gives every case key of a variant, ``build(key,
+    contract, device)`` builds one; ``unclaimed_key(variant)`` the case a kernel must refuse for a variant it does
+    not claim (None: the op's call names no variant, so nothing can be refused)."""
+
+    op: str
+    specs: Callable[[str], Iterable[CaseKey]]
+    build: Callable[[Any, WriteContract, str], BuiltCase]
+    unclaimed_key: Callable[[str], CaseKey | None]

@@ -1,0 +1,102 @@
+"""The MLA write's conformance cases (``concat_and_cache_mla``): rtp_ref.certify.case_matrix's cases of each
+layout at each certified (R, P), built by rtp_ref.certify.cases, graded by rtp_ref.certify.grading, and when the
+bytes are wrong, the contract they follow instead found by rtp_ref.certify.diagnosis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rtp_ref.certify.case_matrix import case_specs
+from rtp_ref.certify.cases import STRIDED_KINDS, CaseSpec, build_case
+from rtp_ref.certify.diagnosis import diagnose_contract
+from rtp_ref.certify.grading import Grading, grade_write, reference_image
+from rtp_ref.certify.opcases.base import OpCases
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kv.layouts import default_dims
+from rtp_ref.ops import MLA_OP
+
+
+@dataclass(frozen=True)
+class MlaCaseKey:
+    """A case of the MLA write: its spec at the layout's (R, P) ``dims``."""
+
+    spec: CaseSpec
+    dims: tuple[int, int]
+
+    @property
+    def layout(self) -> str:
+        return self.spec.layout
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def tokens(self) -> int:
+        return self.spec.tokens
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def case_id(self) -> str:
+        """``random-t37-b16-bf16``, with ``-r256p64`` where the dims are not the layout's default."""
+        suffix = "" if self.dims == default_dims(self.layout) else f"-r{self.dims[0]}p{self.dims[1]}"
+        return f"{self.spec.case_id}{suffix}"
+
+
+class MlaWriteCase:
+    """One MLA write case on a device (rtp_ref.certify.opcases.base.BuiltCase)."""
+
+    def __init__(self, key: MlaCaseKey, contract: WriteContract, device: str) -> None:
+        self.key = key
+        self.layout = contract.layout(key.layout, *key.dims)
+        self.inputs = build_case(key.spec, self.layout, device)
+
+    def check_as_built(self, device: str) -> None:
+        """The inputs are on the device under test, and the strided kinds strided THERE (a CPU slice copied to a
+        GPU arrives contiguous, which once hid misaligned vector loads from the suite)."""
+        i = self.inputs
+        assert all(t.device.type == device for t in (i.kv_c, i.k_pe, i.kv_cache, i.slot_mapping, i.scale)), \
+            f"suite error: inputs are not all on {device}"
+        if self.key.kind in STRIDED_KINDS:
+            assert not (i.kv_c.is_contiguous() and i.k_pe.is_contiguous()), \
+                f"suite error: the {self.key.kind} case's inputs are contiguous on {device}"
+        if self.key.kind == "elem_aligned":
+            assert i.k_pe.data_ptr() % 4, "suite error: the elem_aligned k_pe is aligned beyond its element"
+
+    def snapshot(self) -> torch.Tensor:
+        return self.inputs.storage.cpu().clone()
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        i = self.inputs
+        kernel(i.kv_c, i.k_pe, i.kv_cache, i.slot_mapping, self.key.layout, i.scale)
+
+    def value_inputs(self) -> tuple[torch.Tensor, ...]:
+        return self.inputs.kv_c, self.inputs.k_pe
+
+    def grade(self, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
+        return grade_write(self.layout, self.key.kind, self.inputs, before, after,
+                           reference_image(self.layout, self.inputs), max_ulp)
+
+    def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
+        return diagnose_contract(self.key.layout, self.key.dims, contract, self.inputs, after).summary
+
+    def record_fields(self) -> Mapping[str, Any]:
+        return {"kv_lora_rank": self.layout.kv_lora_rank, "rope_dim": self.layout.rope_dim}
+
+
+def _keys(variant: str) -> Iterator[MlaCaseKey]:
+    return (MlaCaseKey(spec, dims) for spec, dims in case_specs(variant))
+
+
+def _unclaimed(variant: str) -> MlaCaseKey:
+    return next(k for k in _keys(variant) if k.tokens > 1 and k.kind == "random")
+
+
+CASES = OpCases(MLA_OP, _keys, MlaWriteCase, _unclaimed)

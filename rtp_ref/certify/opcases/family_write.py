@@ -1,0 +1,50 @@
+"""What the MHA paged write's and the indexer write's conformance cases share: a case of rtp_ref.certify.
+family_cases, built on the device, graded by rtp_ref.certify.family_grading."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, build_family_case
+from rtp_ref.certify.family_grading import grade_family_write
+from rtp_ref.certify.grading import Grading
+from rtp_ref.kernels.contract import WriteContract
+
+
+class FamilyWriteCase:
+    """One MHA or indexer write case on a device (rtp_ref.certify.opcases.base.BuiltCase)."""
+
+    def __init__(self, key: FamilySpec, contract: WriteContract, device: str) -> None:
+        self.key = key
+        self.case = build_family_case(key, contract, device)
+        self.layout: object = self.case.layout
+
+    def check_as_built(self, device: str) -> None:
+        """The inputs and caches are on the device under test, the strided kinds strided there."""
+        case = self.case
+        assert case.storage.device.type == device, f"suite error: the case storage is not on {device}"
+        assert all(t.device.type == device for t in case.value_inputs()), f"suite error: inputs are not on {device}"
+        if self.key.kind in STRIDED_FAMILY_KINDS:
+            assert not any(t.is_contiguous() for t in case.value_inputs()), \
+                f"suite error: the {self.key.kind} case's inputs are contiguous on {device}"
+
+    def snapshot(self) -> torch.Tensor:
+        return self.case.storage.cpu().clone()
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        self.case.call(kernel)
+
+    def value_inputs(self) -> tuple[torch.Tensor, ...]:
+        return self.case.value_inputs()
+
+    def grade(self, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
+        return grade_family_write(self.case, before, after, max_ulp)
+
+    def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
+        return None
+
+    def record_fields(self) -> Mapping[str, Any]:
+        return {}
