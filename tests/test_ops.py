@@ -1,5 +1,6 @@
-"""The op records (rtp_ref/ops.py) name each op's reference writer and case generator, and the suite takes
-both from there: a record pointed elsewhere changes what the built-in reference kernel writes."""
+"""The op records (rtp_ref/ops, one module each) name each op's reference, each op's conformance cases
+(rtp_ref/certify/opcases) give cases of every variant, and the suite takes the reference from the record: a record
+pointed elsewhere changes what the built-in reference kernel writes."""
 
 from __future__ import annotations
 
@@ -9,35 +10,36 @@ import pytest
 import torch
 
 from rtp_ref import ops
-from rtp_ref.certify.family_cases import build_family_case
+from rtp_ref.certify.family_cases import build_family_case, mha_specs
+from rtp_ref.certify.opcases import OP_CASES, op_cases_of
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.platform import load_platform
 
-# the functions the records must name, written out here rather than read from the records
+# the references the records must name, written out here rather than read from the records
 NAMED = {
-    ops.MLA_OP: ("rtp_ref.kv.cache", "reference_write", "rtp_ref.certify.case_matrix", "case_specs"),
-    ops.MHA_OP: ("rtp_ref.kv.mha_paged", "reference_reshape_and_cache_flash", "rtp_ref.certify.family_cases",
-                 "mha_specs"),
-    ops.INDEXER_OP: ("rtp_ref.kv.indexer", "reference_indexer_k_quant_and_cache", "rtp_ref.certify.family_cases",
-                     "indexer_specs"),
-    ops.MLA_GATHER_OP: ("rtp_ref.kv.gather", "gather_and_maybe_dequant_cache", "rtp_ref.certify.gather_cases",
-                        "gather_specs"),
-    ops.INDEXER_GATHER_OP: ("rtp_ref.kv.indexer_gather", "gather_indexer_k_quant_cache",
-                            "rtp_ref.certify.indexer_gather_cases", "indexer_gather_specs"),
+    ops.MLA_OP: ("rtp_ref.kv.cache", "reference_write"),
+    ops.MHA_OP: ("rtp_ref.kv.mha_paged", "reference_reshape_and_cache_flash"),
+    ops.INDEXER_OP: ("rtp_ref.kv.indexer", "reference_indexer_k_quant_and_cache"),
+    ops.MLA_GATHER_OP: ("rtp_ref.kv.gather", "gather_and_maybe_dequant_cache"),
+    ops.INDEXER_GATHER_OP: ("rtp_ref.kv.indexer_gather", "gather_indexer_k_quant_cache"),
 }
 
 
+def test_the_scans_find_the_five_ops_in_rank_order_and_the_cases_of_each() -> None:
+    assert list(ops.OPS) == list(NAMED)
+    assert set(OP_CASES) == set(NAMED)
+
+
 @pytest.mark.parametrize("op", list(ops.OPS))
-def test_each_record_names_its_reference_and_the_cases_of_each_variant(op: str) -> None:
-    ref_module, ref_name, cases_module, cases_name = NAMED[op]
-    reference, cases = ops.op_reference(op), ops.op_cases(op)
-    assert (reference.__module__, reference.__name__) == (ref_module, ref_name)
-    assert (cases.__module__, cases.__name__) == (cases_module, cases_name)
+def test_each_record_names_its_reference_and_its_op_has_cases_of_each_variant(op: str) -> None:
+    reference = ops.op_reference(op)
+    assert (reference.__module__, reference.__name__) == NAMED[op]
     for variant in ops.OPS[op].variants:
-        specs = [c[0] if isinstance(c, tuple) else c for c in cases(variant)]
-        assert specs and all(s.layout == variant for s in specs)
-        assert all(getattr(s, "op", ops.MLA_OP) == op for s in specs)
+        keys = list(op_cases_of(op).specs(variant))
+        assert keys and all(k.layout == variant for k in keys)
+        # the MLA write's keys wrap its case specs (which name no op); the other ops' specs name theirs
+        assert all(getattr(getattr(k, "spec", k), "op", ops.MLA_OP) == op for k in keys)
 
 
 def _writes_nothing(*args: object) -> None:
@@ -47,7 +49,7 @@ def _writes_nothing(*args: object) -> None:
 def test_the_builtin_reference_kernel_writes_what_its_record_names(monkeypatch: pytest.MonkeyPatch) -> None:
     contract = WriteContract.for_platform(load_platform("cpu"))
     kernel = next(k for k in family_kernels() if k.name == "reference-mha").bind(contract)
-    spec = next(s for s in ops.op_cases(ops.MHA_OP)("fp8") if s.tokens > 1)
+    spec = next(s for s in mha_specs("fp8") if s.tokens > 1)
 
     def storage_after_a_call() -> tuple[torch.Tensor, torch.Tensor]:
         case = build_family_case(spec, contract, "cpu")
@@ -57,7 +59,7 @@ def test_the_builtin_reference_kernel_writes_what_its_record_names(monkeypatch: 
 
     before, after = storage_after_a_call()
     assert not torch.equal(before, after)
-    elsewhere = dataclasses.replace(ops.OPS[ops.MHA_OP], reference=f"{__name__}:_writes_nothing")
+    elsewhere = dataclasses.replace(ops.OPS[ops.MHA_OP], reference=_writes_nothing)
     monkeypatch.setitem(ops.OPS, ops.MHA_OP, elsewhere)
     before, after = storage_after_a_call()
     assert torch.equal(before, after)

@@ -1,0 +1,13 @@
+"""``cp_gather_indexer_k_quant_cache``: The indexer cache's stored codes and scales gathered into dense rows; its call
+names no variant, the variants (scale_fmt) say how the cache read was written."""
+
+from __future__ import annotations
+
+from rtp_ref.kv.indexer import SCALE_FORMATS
+from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
+from rtp_ref.ops.names import INDEXER_GATHER_OP
+from rtp_ref.ops.record import OpSpec
+
+OP = OpSpec(INDEXER_GATHER_OP, "indexer", "scale_fmts", SCALE_FORMATS,
+            "kernel(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)",
+            "-indexer-gather", gather_indexer_k_quant_cache, reads=True, rank=4)
