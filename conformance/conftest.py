@@ -112,13 +112,14 @@ def graph_case_params(config: pytest.Config) -> list[Any]:
             for spec in graph_specs(op, layout)]
 
 
-def _claimed_pairs(config: pytest.Config) -> list[Any]:
-    """(kernel, layout) pairs of the MLA write under test (the out-of-range-slot and determinism cases)."""
+def _claimed_pairs(config: pytest.Config, slotted: bool) -> list[Any]:
+    """(kernel, variant) pairs under test of every op (the determinism case), or of the ops that write through a
+    slot mapping (``slotted``: the out-of-range-slot case)."""
     s = suite(config)
     if not _runs(config, "regular"):
         return []
-    return [pytest.param((k, layout), marks=_skip_marks(k), id=f"{k.name}-{layout}")
-            for k in s.kernels_of(MLA_OP) for layout in s.layouts if layout in k.claims]
+    return [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in OPS for k in s.kernels_of(op)
+            for v in s.layouts_by_op[op] if v in k.claims and (not slotted or op_cases_of(op).past_capacity)]
 
 
 def _unclaimed_pairs(config: pytest.Config) -> list[Any]:
@@ -128,7 +129,7 @@ def _unclaimed_pairs(config: pytest.Config) -> list[Any]:
     if not _runs(config, "regular"):
         return []
     return [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in OPS for k in s.kernels_of(op)
-            for v in OPS[op].variants if v not in k.claims and op_cases_of(op).unclaimed_key(v) is not None]
+            for v in OPS[op].variants if v not in k.claims and op_cases_of(op).names_variant]
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "graph_case" in metafunc.fixturenames:
         metafunc.parametrize("graph_case", graph_case_params(metafunc.config))
     if "claimed_pair" in metafunc.fixturenames:
-        metafunc.parametrize("claimed_pair", _claimed_pairs(metafunc.config))
+        metafunc.parametrize("claimed_pair", _claimed_pairs(metafunc.config, slotted=False))
+    if "slotted_pair" in metafunc.fixturenames:
+        metafunc.parametrize("slotted_pair", _claimed_pairs(metafunc.config, slotted=True))
     if "unclaimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("unclaimed_pair", _unclaimed_pairs(metafunc.config))
 
@@ -196,7 +199,8 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     """The kernel, layout and kind of a collected case (None for the suite's own sanity test)."""
     params = getattr(item, "callspec", None)
     case = params.params.get("case") if params else None
-    pair = (params.params.get("claimed_pair") or params.params.get("unclaimed_pair")) if params else None
+    pair = (params.params.get("claimed_pair") or params.params.get("slotted_pair")
+            or params.params.get("unclaimed_pair")) if params else None
     if isinstance(case, CaseParam):
         return {"kernel": case.kut.name, "layout": case.key.layout, "kind": case.key.kind, "case": case.key.case_id,
                 "execution": case.kut.execution, "op": case.kut.op}

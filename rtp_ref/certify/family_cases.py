@@ -71,8 +71,10 @@ def mha_specs(variant: str) -> Iterator[FamilySpec]:
         ("edge", 8, 16, torch.float16, 8, 64, "HND", "head"),
         ("padded", 37, 16, torch.bfloat16, 8, 128, "HND", "tensor"),
         ("padding_only", 5, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
+        # each strided case is a random case above with only its inputs strided: a failure here and not there is
+        # the stride's
         ("fused", 37, 16, torch.bfloat16, 8, 128, "NHD", "head"),
-        ("fused", 37, 16, torch.float16, 8, 64, "HND", "tensor"),
+        ("fused", 37, 16, torch.float16, 1, 256, "HND", "tensor"),
     ]
     for seed, (kind, tokens, block, dtype, heads, size, order, scales) in enumerate(rows, start=1):
         yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
@@ -82,7 +84,7 @@ def mha_specs(variant: str) -> Iterator[FamilySpec]:
 def indexer_specs(variant: str) -> Iterator[FamilySpec]:
     """The indexer cases of one ``scale_fmt``: head_dim 128 with quant blocks 128 and 64, head_dim 256, block
     sizes 16 and 64, edge values (an all-zero row: the amax floor; NaN, inf, overflow), padding slots, a
-    strided ``k`` (a view of a wider projection), no tokens."""
+    strided ``k`` (a view of a wider projection) at each quant block, no tokens."""
     rows = [  # kind, tokens, block, dtype, head_dim, quant block
         ("random", 0, 16, torch.bfloat16, 128, 128),
         ("random", 1, 64, torch.bfloat16, 128, 128),
@@ -94,7 +96,10 @@ def indexer_specs(variant: str) -> Iterator[FamilySpec]:
         ("edge", 8, 16, torch.float16, 128, 64),
         ("padded", 37, 16, torch.bfloat16, 128, 128),
         ("padding_only", 5, 16, torch.bfloat16, 128, 128),
+        # each strided case is a random case above with only ``k`` strided (quant blocks 64 and 128 apart: a stride
+        # defect and a quant-block defect are told apart)
         ("fused", 37, 16, torch.bfloat16, 128, 64),
+        ("fused", 37, 16, torch.bfloat16, 128, 128),
     ]
     for seed, (kind, tokens, block, dtype, dim, quant) in enumerate(rows, start=1):
         yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=INDEXER_OP,
@@ -156,8 +161,9 @@ def _wide(g: torch.Generator, tokens: int, width: int, offset: int, dtype: torch
 class MhaCase:
     """One MHA case on a device: key, value, the two caches (views into ``storage``), slots and scales."""
 
-    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> None:
-        self.spec = spec
+    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str,
+                 guard: int = GUARD_BYTES) -> None:
+        self.spec, self.guard = spec, guard
         self.layout: MhaPagedLayout = mha_layout(contract, spec.layout, spec.heads, spec.width)
         g = torch.Generator().manual_seed(spec.seed)
         heads, size, dtype = spec.heads, spec.width, spec.input_dtype
@@ -180,7 +186,7 @@ class MhaCase:
         self.slot_mapping = _slots(g, spec).to(device)
         self.itemsize = 2 if self.layout.element_format is None else 1
         self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
-        size_all = 3 * GUARD_BYTES + 2 * self.cache_bytes
+        size_all = 3 * guard + 2 * self.cache_bytes
         self.storage = torch.full((size_all,), CANARY, dtype=torch.uint8, device=device)
         self.key_cache, self.value_cache = self.caches(self.storage)
 
@@ -189,7 +195,7 @@ class MhaCase:
         s = self.spec
         dtype = s.input_dtype if self.layout.element_format is None else torch.uint8
         out = []
-        for start in (GUARD_BYTES, 2 * GUARD_BYTES + self.cache_bytes):
+        for start in (self.guard, 2 * self.guard + self.cache_bytes):
             region = storage[start: start + self.cache_bytes].view(dtype)
             if (order or s.order) == "NHD":
                 out.append(region.view(s.num_blocks, s.block_size, s.heads, s.width))
@@ -204,8 +210,8 @@ class MhaCase:
         element = dtype_element(self.spec.input_dtype) if fmt is None else element_traits(fmt.name)
         fields = [field_places(name, cache, layer, element, 2, ("head",))
                   for name, cache in zip(("key", "value"), self.caches(layer), strict=True)]
-        areas = [("key_cache", GUARD_BYTES, GUARD_BYTES + self.cache_bytes),
-                 ("value_cache", 2 * GUARD_BYTES + self.cache_bytes, 2 * GUARD_BYTES + 2 * self.cache_bytes)]
+        g, size = self.guard, self.cache_bytes
+        areas = [("key_cache", g, g + size), ("value_cache", 2 * g + size, 2 * g + 2 * size)]
         return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping))
 
     def call(self, kernel: Callable[..., None]) -> None:
@@ -246,8 +252,9 @@ class MhaCase:
 class IndexerCase:
     """One indexer case on a device: k, the cache (a view into ``storage``) and slots."""
 
-    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> None:
-        self.spec = spec
+    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str,
+                 guard: int = GUARD_BYTES) -> None:
+        self.spec, self.guard = spec, guard
         self.layout: IndexerLayout = indexer_layout_for(contract, contract.flags, spec.width, spec.quant_block)
         g = torch.Generator().manual_seed(spec.seed)
         if spec.kind == "fused":
@@ -259,13 +266,13 @@ class IndexerCase:
             self.k = k.to(device)
         self.slot_mapping = _slots(g, spec).to(device)
         self.cache_bytes = spec.num_blocks * spec.block_size * self.layout.bytes_per_token
-        self.storage = torch.full((2 * GUARD_BYTES + self.cache_bytes,), CANARY, dtype=torch.uint8, device=device)
+        self.storage = torch.full((2 * guard + self.cache_bytes,), CANARY, dtype=torch.uint8, device=device)
         self.kv_cache = self.cache(self.storage)
 
     def cache(self, storage: torch.Tensor) -> torch.Tensor:
         """The cache view over ``storage`` (this case's or a copy)."""
         s = self.spec
-        region = storage[GUARD_BYTES: GUARD_BYTES + self.cache_bytes]
+        region = storage[self.guard: self.guard + self.cache_bytes]
         return region.view(s.num_blocks, s.block_size, self.layout.bytes_per_token)
 
     def storage_map(self) -> StorageMap:
@@ -280,7 +287,7 @@ class IndexerCase:
                                element_traits(lay.element_format.name), 2),
                   field_places("scale", blocks[:, values: values + scales].view(s.num_blocks, s.block_size, -1),
                                layer, element_traits("fp32"), 2)]
-        areas = [("kv_cache", GUARD_BYTES, GUARD_BYTES + self.cache_bytes)]
+        areas = [("kv_cache", self.guard, self.guard + self.cache_bytes)]
         return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping))
 
     def call(self, kernel: Callable[..., None]) -> None:
@@ -334,6 +341,9 @@ class IndexerCase:
 FamilyCase = MhaCase | IndexerCase
 
 
-def build_family_case(spec: FamilySpec, contract: WriteContract, device: torch.device | str) -> FamilyCase:
-    """The inputs and canary-filled caches of ``spec`` on ``device`` under ``contract``."""
-    return MhaCase(spec, contract, device) if spec.op == MHA_OP else IndexerCase(spec, contract, device)
+def build_family_case(spec: FamilySpec, contract: WriteContract, device: torch.device | str,
+                      guard: int = GUARD_BYTES) -> FamilyCase:
+    """The inputs and canary-filled caches of ``spec`` on ``device`` under ``contract``, ``guard`` bytes of canary
+    before, between and after the caches."""
+    cls = MhaCase if spec.op == MHA_OP else IndexerCase
+    return cls(spec, contract, device, guard)

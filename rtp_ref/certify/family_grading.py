@@ -199,19 +199,24 @@ def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch
     return checks + graded.checks
 
 
+def footprint(case: FamilyCase) -> torch.Tensor:
+    """The bytes of the case storage the reference writes: those it changes in either of two canary fillings."""
+    return (_reference(case, CANARY) != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
+
+
 def grade_family_write(case: FamilyCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
     """Grade one call: ``before``/``after`` are CPU copies of the case storage around it (module doc). A failed
     check names up to ``MAX_EXAMPLES`` places (token, slot, field, element) with the kernel's value (or ``not
     written``) against the contract's."""
     ref = _reference(case, CANARY)
-    footprint = (ref != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
+    written = footprint(case)
     images = _Images(after, ref, before, case.storage_map())
-    checks = _untouched(case, images, footprint)
+    checks = _untouched(case, images, written)
     targets = _Targets(case)
     got, want, was = targets.parts(after), targets.parts(ref), targets.parts(before)
     checks.append(_written(targets, got, want, was))
-    differ = (after != ref) & footprint
-    exact = not bool(differ.any()) and not bool((after != before)[~footprint].any())
+    differ = (after != ref) & written
+    exact = not bool(differ.any()) and not bool((after != before)[~written].any())
     checks += _hypotheses(case, images, differ, exact)
     stats: dict[str, Any] = {"targets": int(targets.tokens.numel()), "tokens": case.spec.tokens}
     if isinstance(case, MhaCase):
@@ -231,6 +236,6 @@ def grade_family_write(case: FamilyCase, before: torch.Tensor, after: torch.Tens
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
     checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
-        f"{mismatched} of {int(footprint.sum())} written byte(s) differ from the reference",
+        f"{mismatched} of {int(written.sum())} written byte(s) differ from the reference",
         images.differing(differ))))
     return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)

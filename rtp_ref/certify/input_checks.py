@@ -10,6 +10,8 @@ the device instead (rtp_ref.kernels.input_flags) writes nothing for the bad slot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 #: the kind of the conformance case that passes an out-of-range slot
@@ -21,20 +23,15 @@ INPUT_CHECK_VALUES = (VALIDATED, FLAGGED, UNCHECKED, CRASHED)
 REFUSING = (VALIDATED, FLAGGED)
 
 
-def _span(positions: torch.Tensor, origin: int) -> str:
-    first, last = int(positions[0]) - origin, int(positions[-1]) - origin
-    return f"+{first}" if first == last else f"+{first}..+{last}"
-
-
 def classify_bad_slot(before: torch.Tensor, after: torch.Tensor, valid_footprint: torch.Tensor, error: str | None,
-                      cache_end: int, flagged: list[str] | None = None) -> tuple[str, str]:
+                      guards: Sequence[tuple[str, int, int]], flagged: list[str] | None = None) -> tuple[str, str]:
     """(value, what happened) for a call given ``slot == capacity`` (one past the cache) among valid slots.
 
-    ``before``/``after``: the case storage around the call (CPU bytes); ``valid_footprint``: the bytes the
-    valid tokens' entries occupy (a kernel that writes those and drops the bad token is still unchecked);
-    ``cache_end``: the storage offset where the cache ends and the trailing guard (at least a block) begins;
-    ``error``: what the kernel raised, or None; ``flagged``: what its ``take_input_errors`` said after the call
-    (None: it has none). The guard canaries show where an unchecked write went.
+    ``before``/``after``: the case's bytes around the call (CPU); ``valid_footprint``: the bytes the valid tokens'
+    entries occupy (a kernel that writes those and drops the bad token is still unchecked); ``guards``: each cache's
+    trailing guard (at least one block), as ``(cache name, start, end)`` positions; ``error``: what the kernel
+    raised, or None; ``flagged``: what its ``take_input_errors`` said after the call (None: it has none). The guard
+    canaries show where an unchecked write went.
     """
     changed = after != before
     strays = torch.nonzero(changed & ~valid_footprint).flatten()
@@ -45,11 +42,14 @@ def classify_bad_slot(before: torch.Tensor, after: torch.Tensor, valid_footprint
         if error is None and flagged:
             return FLAGGED, f"wrote the valid tokens, skipped the bad one and flagged it on the device: {flagged[0]}"
         return UNCHECKED, f"{told} the valid tokens, dropping the bad one"
-    guard = strays[strays >= cache_end]
-    inside = strays.numel() - guard.numel()
-    where = []
-    if guard.numel():
-        where.append(f"{guard.numel()} byte(s) into the guard after the cache (bytes {_span(guard, cache_end)})")
+    where, inside = [], strays.numel()
+    for name, start, end in guards:
+        hit = strays[(strays >= start) & (strays < end)]
+        if hit.numel():
+            inside -= hit.numel()
+            first, last = int(hit[0]) - start, int(hit[-1]) - start
+            span = f"+{first}" if first == last else f"+{first}..+{last}"
+            where.append(f"{hit.numel()} byte(s) into the guard after {name} (bytes {span})")
     if inside:
         where.append(f"{inside} byte(s) inside the cache")
     return UNCHECKED, f"{told} {' and '.join(where)}"

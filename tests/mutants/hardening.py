@@ -11,6 +11,8 @@ import torch
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import scatter_entries
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.mha_paged import MhaPagedLayout, reference_reshape_and_cache_flash
+from tests.mutants.family_mutants import MhaMutant
 from tests.mutants.kernels import Mutant
 
 
@@ -97,6 +99,25 @@ class DeclaresRankLimit(Mutant):
         super().write(layout, kv_c, k_pe, kv_cache, slots, scale)
 
 
-def kernels() -> list[Mutant]:
+class MhaNoSlotCheck(MhaMutant):
+    """The MHA write validating nothing: slot == capacity is written where its address points, one block past each
+    cache (as a GPU kernel's unchecked pointer arithmetic does). Otherwise a correct writer."""
+
+    name = "hardening-mha-no-slot-check"
+
+    def write(self, layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+              value_cache: torch.Tensor, slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        blocks = int(slots.max()) // key_cache.shape[1] + 1 if slots.numel() else 0
+
+        def reach(cache: torch.Tensor) -> torch.Tensor:  # the cache's own strides, no bounds: a raw pointer
+            return torch.as_strided(cache, (max(blocks, cache.shape[0]), *cache.shape[1:]), cache.stride(),
+                                    cache.storage_offset())
+
+        reference_reshape_and_cache_flash(layout, key, value, reach(key_cache), reach(value_cache), slots, k_scale,
+                                          v_scale)
+
+
+def kernels() -> list[Mutant | MhaMutant]:
     """The entry point for ``RTP_REF_KERNELS``."""
-    return [NoSlotCheck(), DeclaresContiguous(), AssumesContiguous(), LaunchErrorOnEmpty(), DeclaresRankLimit()]
+    return [NoSlotCheck(), DeclaresContiguous(), AssumesContiguous(), LaunchErrorOnEmpty(), DeclaresRankLimit(),
+            MhaNoSlotCheck()]

@@ -9,7 +9,8 @@ from pathlib import Path
 from tests.mutants.test_mutation_score import certify
 
 KERNELS = ["hardening-no-slot-check", "hardening-declares-contiguous", "hardening-assumes-contiguous",
-           "hardening-launch-error-on-empty", "hardening-declares-rank-limit"]
+           "hardening-launch-error-on-empty", "hardening-declares-rank-limit", "hardening-mha-no-slot-check",
+           "reference-mha"]
 
 
 def _rows(report: dict[str, object]) -> dict[tuple[str, str], dict[str, object]]:
@@ -34,9 +35,20 @@ def test_input_hardening_and_strided_inputs(tmp_path: Path) -> None:
     (bad,) = [c for c in _cases(report, "hardening-no-slot-check") if c.get("kind") == "bad_input"
               and c["layout"] == "auto"]
     # the stray entry: 1152 bytes from the first guard byte (a byte that happens to equal the canary is invisible)
-    found = re.fullmatch(r"slot == capacity was accepted and wrote (\d+) byte\(s\) into the guard after the cache "
+    found = re.fullmatch(r"slot == capacity was accepted and wrote (\d+) byte\(s\) into the guard after kv_cache "
                          r"\(bytes \+0\.\.\+1151\)", str(bad["input_check_detail"]))
     assert found and 1100 < int(found[1]) <= 1152, bad["input_check_detail"]
+    # the same for the MHA write: every op that writes through a slot mapping has the case; its stray K and V rows
+    # land after each cache, and the reference, which validates its slots, is "validated"
+    for layout in ("auto", "fp8"):
+        row = rows[("hardening-mha-no-slot-check", layout)]
+        assert (row["verdict"], row["min_grade"], row["input_checks"]) == ("certified", "bit_exact", "unchecked")
+        assert rows[("reference-mha", layout)]["input_checks"] == "validated"
+    (bad,) = [c for c in _cases(report, "hardening-mha-no-slot-check") if c.get("kind") == "bad_input"
+              and c["layout"] == "fp8"]
+    assert re.fullmatch(r"slot == capacity was accepted and wrote \d+ byte\(s\) into the guard after key_cache "
+                        r"\(bytes \+\d+\.\.\+\d+\) and \d+ byte\(s\) into the guard after value_cache "
+                        r"\(bytes \+\d+\.\.\+\d+\)", str(bad["input_check_detail"])), bad["input_check_detail"]
     # declared and refused: certified, the refusals listed, never graded as writes
     row = rows[("hardening-declares-contiguous", "auto")]
     assert row["verdict"] == "certified" and row["input_checks"] == "validated"

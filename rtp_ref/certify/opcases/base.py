@@ -67,12 +67,27 @@ class BuiltCase(Protocol):
 
 
 @dataclass(frozen=True)
+class PastCapacity:
+    """A write case whose last token's slot is one past the cache: its built case, the bytes its valid tokens may
+    write (over ``snapshot()``), and each cache's trailing guard, at least one block long, as ``(cache name, start,
+    end)`` positions (where an unchecked write of the bad slot lands)."""
+
+    case: BuiltCase
+    valid_footprint: torch.Tensor
+    guards: tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
 class OpCases:
     """The conformance cases of one op: ``specs(variant)`` gives every case key of a variant, ``build(key,
-    contract, device)`` builds one; ``unclaimed_key(variant)`` the case a kernel must refuse for a variant it does
-    not claim (None: the op's call names no variant, so nothing can be refused)."""
+    contract, device)`` builds one; ``sample(variant)`` is a case of many tokens standing for the variant (the
+    unclaimed-variant and determinism cases use it); ``names_variant``: whether the op's call names the variant (a
+    kernel can refuse only a variant it is told); ``past_capacity(key, contract, device)``: the key's case with its
+    last slot one past the cache, for ops that write through a slot mapping (None: the op has no slots)."""
 
     op: str
     specs: Callable[[str], Iterable[CaseKey]]
     build: Callable[[Any, WriteContract, str], BuiltCase]
-    unclaimed_key: Callable[[str], CaseKey | None]
+    sample: Callable[[str], CaseKey]
+    names_variant: bool = True
+    past_capacity: Callable[[Any, WriteContract, str], PastCapacity] | None = None

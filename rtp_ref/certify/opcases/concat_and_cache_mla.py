@@ -4,6 +4,7 @@ bytes are wrong, the contract they follow instead found by rtp_ref.certify.diagn
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,10 +12,10 @@ from typing import Any
 import torch
 
 from rtp_ref.certify.case_matrix import case_specs
-from rtp_ref.certify.cases import STRIDED_KINDS, CaseSpec, build_case
+from rtp_ref.certify.cases import GUARD_BYTES, STRIDED_KINDS, CaseSpec, build_case
 from rtp_ref.certify.diagnosis import diagnose_contract
 from rtp_ref.certify.grading import Grading, grade_write, reference_image
-from rtp_ref.certify.opcases.base import OpCases
+from rtp_ref.certify.opcases.base import OpCases, PastCapacity
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.ops import MLA_OP
@@ -51,12 +52,14 @@ class MlaCaseKey:
 
 
 class MlaWriteCase:
-    """One MLA write case on a device (rtp_ref.certify.opcases.base.BuiltCase)."""
+    """One MLA write case on a device (rtp_ref.certify.opcases.base.BuiltCase); ``trailing_guard`` canary bytes
+    after the cache."""
 
-    def __init__(self, key: MlaCaseKey, contract: WriteContract, device: str) -> None:
+    def __init__(self, key: MlaCaseKey, contract: WriteContract, device: str,
+                 trailing_guard: int = GUARD_BYTES) -> None:
         self.key = key
         self.layout = contract.layout(key.layout, *key.dims)
-        self.inputs = build_case(key.spec, self.layout, device)
+        self.inputs = build_case(key.spec, self.layout, device, trailing_guard=trailing_guard)
 
     def check_as_built(self, device: str) -> None:
         """The inputs are on the device under test, and the strided kinds strided THERE (a CPU slice copied to a
@@ -95,8 +98,24 @@ def _keys(variant: str) -> Iterator[MlaCaseKey]:
     return (MlaCaseKey(spec, dims) for spec, dims in case_specs(variant))
 
 
-def _unclaimed(variant: str) -> MlaCaseKey:
-    return next(k for k in _keys(variant) if k.tokens > 1 and k.kind == "random")
+def _sample(variant: str) -> MlaCaseKey:
+    return next(k for k in _keys(variant) if k.kind == "random" and k.tokens > 1 and k.spec.block_size == 16)
 
 
-CASES = OpCases(MLA_OP, _keys, MlaWriteCase, _unclaimed)
+def _past_capacity(key: MlaCaseKey, contract: WriteContract, device: str) -> PastCapacity:
+    """``key``'s case with a whole block of guard after the cache (a write to slot == capacity lands in bytes the
+    suite owns) and its last slot set to capacity."""
+    layout = contract.layout(key.layout, *key.dims)
+    block_bytes = key.spec.block_size * layout.bytes_per_token
+    case = MlaWriteCase(key, contract, device, trailing_guard=GUARD_BYTES + block_bytes)
+    valid = copy.copy(case.inputs)
+    valid.slot_mapping = case.inputs.slot_mapping.clone()
+    valid.slot_mapping[-1] = -1  # the footprint the valid tokens may write
+    footprint = reference_image(case.layout, valid).footprint
+    capacity = case.inputs.kv_cache.shape[0] * case.inputs.kv_cache.shape[1]
+    case.inputs.slot_mapping[-1] = capacity
+    end = case.inputs.storage.numel() - GUARD_BYTES - block_bytes
+    return PastCapacity(case, footprint, (("kv_cache", end, end + block_bytes + GUARD_BYTES),))
+
+
+CASES = OpCases(MLA_OP, _keys, MlaWriteCase, _sample, past_capacity=_past_capacity)

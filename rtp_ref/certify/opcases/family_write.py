@@ -8,18 +8,21 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, build_family_case
-from rtp_ref.certify.family_grading import grade_family_write
+from rtp_ref.certify.cases import GUARD_BYTES
+from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, MhaCase, build_family_case
+from rtp_ref.certify.family_grading import footprint, grade_family_write
 from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.opcases.base import PastCapacity
 from rtp_ref.kernels.contract import WriteContract
 
 
 class FamilyWriteCase:
-    """One MHA or indexer write case on a device (rtp_ref.certify.opcases.base.BuiltCase)."""
+    """One MHA or indexer write case on a device (rtp_ref.certify.opcases.base.BuiltCase), ``guard`` canary bytes
+    before, between and after its caches."""
 
-    def __init__(self, key: FamilySpec, contract: WriteContract, device: str) -> None:
+    def __init__(self, key: FamilySpec, contract: WriteContract, device: str, guard: int = GUARD_BYTES) -> None:
         self.key = key
-        self.case = build_family_case(key, contract, device)
+        self.case = build_family_case(key, contract, device, guard)
         self.layout: object = self.case.layout
 
     def check_as_built(self, device: str) -> None:
@@ -48,3 +51,17 @@ class FamilyWriteCase:
 
     def record_fields(self) -> Mapping[str, Any]:
         return {}
+
+
+def past_capacity(key: FamilySpec, contract: WriteContract, device: str) -> PastCapacity:
+    """``key``'s case with a guard of a whole block (and more) after each cache, so that a write to slot ==
+    capacity lands in bytes the suite owns, and its last slot set to capacity."""
+    block = build_family_case(key, contract, "cpu").cache_bytes // key.num_blocks
+    built = FamilyWriteCase(key, contract, device, GUARD_BYTES + block)
+    case = built.case
+    valid = footprint(case)  # before the bad slot: the bytes the valid tokens may write
+    case.slot_mapping[-1] = key.num_blocks * key.block_size
+    g, size = case.guard, case.cache_bytes
+    names = ("key_cache", "value_cache") if isinstance(case, MhaCase) else ("kv_cache",)
+    guards = tuple((name, (i + 1) * g + (i + 1) * size, (i + 2) * g + (i + 1) * size) for i, name in enumerate(names))
+    return PastCapacity(built, valid, guards)

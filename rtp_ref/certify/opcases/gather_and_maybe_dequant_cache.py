@@ -8,8 +8,8 @@ from rtp_ref.certify.opcases.read import ReadCase
 from rtp_ref.ops import MLA_GATHER_OP
 
 
-def _unclaimed(variant: str) -> GatherSpec:
-    return next(s for s in gather_specs(variant) if s.tokens > 1)
+def _sample(variant: str) -> GatherSpec:
+    return next(s for s in gather_specs(variant) if s.tokens > 1 and s.kind == "random")
 
 
-CASES = OpCases(MLA_GATHER_OP, gather_specs, ReadCase, _unclaimed)
+CASES = OpCases(MLA_GATHER_OP, gather_specs, ReadCase, _sample)

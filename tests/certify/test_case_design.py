@@ -1,0 +1,39 @@
+"""Each op's cases separate one defect each: a strided case is a random case of the same op with only its inputs
+strided, so a kernel failing it and not its twin fails on the stride alone (and no stride hides behind another
+parameter, as a strided indexer case at quant block 64 alone once did)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from rtp_ref.certify.cases import STRIDED_KINDS
+from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS
+from rtp_ref.certify.opcases import OP_CASES
+from rtp_ref.ops import OPS
+
+
+def _shape(key: Any) -> dict[str, object]:
+    """Every field of a case key but its kind and seed."""
+    spec = getattr(key, "spec", key)
+    fields = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("kind", "seed")}
+    return {**fields, "dims": getattr(key, "dims", None)}
+
+
+@pytest.mark.parametrize("op", list(OP_CASES))
+def test_every_strided_case_has_a_contiguous_twin(op: str) -> None:
+    for variant in OPS[op].variants:
+        keys = list(OP_CASES[op].specs(variant))
+        randoms = [_shape(k) for k in keys if k.kind == "random"]
+        strided = [k for k in keys if k.kind in (*STRIDED_KINDS, *STRIDED_FAMILY_KINDS)]
+        for key in strided:
+            assert _shape(key) in randoms, f"{op} {variant}: {key.case_id} has no random twin"
+
+
+def test_the_twin_check_fails_a_strided_case_that_changes_another_parameter() -> None:
+    keys = list(OP_CASES["indexer_k_quant_and_cache"].specs("none"))
+    fused = next(k for k in keys if k.kind == "fused")
+    moved = dataclasses.replace(fused, quant_block=32)
+    assert _shape(moved) not in [_shape(k) for k in keys if k.kind == "random"]
