@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from rtp_ref.certify.selection import blocker, layouts_under_test, run_device
 from rtp_ref.certify.session import execution_mode, run_platform
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
-from rtp_ref.kernels.protocol import device_to_run
 from rtp_ref.kv.layouts import check_layout_bytes
-from rtp_ref.ops import MLA_OP, OPS, claimed_variants, op_name, supported_variants
+from rtp_ref.ops import MLA_OP, OPS, claimed_variants, op_name
 from rtp_ref.platform import Platform
 
 
@@ -61,24 +61,6 @@ class Suite:
 _SUITE = pytest.StashKey["Suite"]()
 
 
-def _device_for(kernel: Any, platform: Platform) -> tuple[str, str | None]:
-    """Where the kernel runs: the CPU for the cpu table, else the GPU when there is one."""
-    device = device_to_run(kernel.devices, prefer_gpu=platform.backend != "cpu")
-    if device is None:
-        return "cuda", f"{kernel.name} runs on {', '.join(kernel.devices)} only; torch sees no such device here"
-    return device, None
-
-
-def _bind(kernel: Any, contract: WriteContract, execution: str) -> tuple[Any, str | None]:
-    bind = getattr(kernel, "bind", None)
-    if bind is not None:
-        return bind(contract), None
-    if execution == "emulated":
-        return kernel, (f"{kernel.name} has no bind(contract), so it cannot follow the emulated "
-                        f"{contract.platform} contract; certify it on its own hardware")
-    return kernel, None
-
-
 def suite(config: pytest.Config) -> Suite:
     """The session's suite, built once from ``--platform``, ``--kernel``, ``--layout``, ``--layout-flag``."""
     if _SUITE not in config.stash:
@@ -90,13 +72,16 @@ def suite(config: pytest.Config) -> Suite:
         contract = WriteContract.for_platform(platform, config.rtp_ref_layout_flags)  # type: ignore[attr-defined]
         kernels = []
         for name, entry in discover_kernels(config.getoption("rtp_kernel") or None, ops=OPS).items():
-            device, device_reason = _device_for(entry.kernel, platform)
+            # the same rules certify checks a selection by before it runs (rtp_ref.certify.selection)
+            device = run_device(entry.kernel, platform) or "cuda"
             execution = execution_mode(platform, device)
-            bound, reason = _bind(entry.kernel, contract, execution)
+            reason = blocker(entry.kernel, platform)
+            bind = getattr(entry.kernel, "bind", None)
+            bound = bind(contract) if bind is not None else entry.kernel
             # a software fp8 conversion emulates a GPU table's hardware; the cpu table's contract IS software
             software = getattr(bound, "conversion_path", "hardware") == "software" and platform.backend != "cpu"
             path_execution = "emulated" if software else execution
-            kernels.append(KernelUnderTest(name, bound, device, path_execution, reason or device_reason,
+            kernels.append(KernelUnderTest(name, bound, device, path_execution, reason and f"{name}: {reason}",
                                            op_name(entry.kernel)))
         config.stash[_SUITE] = Suite(platform, contract, kernels, _layouts_by_op(config, platform))
     return config.stash[_SUITE]
@@ -110,8 +95,4 @@ def _layouts_by_op(config: pytest.Config, platform: Platform) -> dict[str, list[
     if unknown:
         valid = ", ".join(dict.fromkeys(v for spec in OPS.values() for v in spec.variants))
         raise pytest.UsageError(f"--layout {unknown[0]!r}: unknown; valid: {valid}")
-    out = {}
-    for op in OPS:
-        supported = supported_variants(platform, op)
-        out[op] = [n for n in wanted if n in supported] if wanted else list(supported)
-    return out
+    return {op: layouts_under_test(platform, op, wanted) for op in OPS}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rtp_ref import __version__
 from rtp_ref.commands._output import INTERRUPTED
+from rtp_ref.commands._streams import NO_READER, guarded_streams
 from rtp_ref.errors import RtpRefError
 
 #: Subcommand modules, in help order. Each defines ``register(subparsers)`` which adds its parser
@@ -37,19 +38,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C anywhere (building the parser imports torch, which takes seconds) ends with one line, never
     a traceback; commands that have something to say about an interrupted run (what was written)
     catch it themselves first.
+
+    An output stream that cannot be written never ends a command early: it runs to its end (a certify run
+    writes its reports) with the rest of that output dropped, and the exit status is then
+    ``exit_status_after_lost_output``'s.
     """
+    with guarded_streams() as (stdout, _stderr):
+        code = _run(argv)
+        return exit_status_after_lost_output(code, stdout.loss())
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
     except RtpRefError as exc:
         print(f"rtp-ref: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. `rtp-ref fp8 table | head`
-        return 0
     except KeyboardInterrupt:
         print("rtp-ref: interrupted", file=sys.stderr)
         return INTERRUPTED
     return code
+
+
+def exit_status_after_lost_output(code: int, lost: OSError | None) -> int:
+    """The exit status of a command that ended with ``code`` after its stdout stopped taking output with
+    ``lost`` (None: it took all of it).
+
+    Printing never turns a failure into a success, nor a command's verdict into another one: a reader that
+    went away (a closed pipe, a stdout closed from the start: ``| head``, ``| true``, ``>&-``) leaves ``code``
+    as it is, said on stderr in one line only when ``code`` is 1, a check that failed (its findings were in the
+    lost output; after ``| head`` of a successful command there is nothing to say, and bad input or an
+    interrupt has said why on stderr already). Output a reader wanted and did not get (a full disk, an I/O
+    error) is a failure of its own: one line, and at least 1.
+    """
+    if lost is None:
+        return code
+    reader_left = lost.errno in NO_READER
+    if reader_left and code != 1:
+        return code
+    print(f"rtp-ref: stdout could not be written ({lost.strerror or lost}); the output after that was dropped",
+          file=sys.stderr)
+    return code if reader_left else code or 1
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@
 #   scripts/gpu_check.sh final         after kernel work: rtp-ref bench of every built-in writer at every size (the
 #                                      table and chart of docs/performance.md), every kernel test on the GPU, every
 #                                      built-in writer certified (cuda-sm90 native, rocm-gfx942 emulated)
+#   scripts/gpu_check.sh gate          README's GPU gate as tox -e cuda runs it, each command timed: the unit tests
+#                                      (workers share the GPU, the 40 slowest listed) and certify --platform auto
+#                                      --tier all; then certify --platform all (every table, this host's GPU)
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
@@ -81,6 +84,16 @@ bench() { rtp bench --report "$out/bench" "$@" 2>&1 | tee "$out/bench.log"; }
 
 for stage in "$@"; do
   case "$stage" in
+  gate)
+    # the main command first (every table on this host's GPU), then the unit tests, each bounded: SIGINT lets pytest
+    # print its summary and the slowest tests even when it is cut off
+    { time timeout -s INT 330 python3 -m rtp_ref.cli certify --platform all --report "$reports/all"; } \
+      > "$out/certify-all.log" 2>&1
+    grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -70
+    { time timeout -s INT 200 python3 -m pytest -q -p no:cacheprovider -n 14 --platform cpu --durations=60 \
+        --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
+    grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -90
+    ;;
   correctness)
     unit_tests --maxfail 20 tests
     certify cuda-sm90

@@ -4,7 +4,9 @@ Each process runs in a session of its own with everything it starts (pytest's xd
 terminal's Ctrl-C reaches only this process, and every group still running is ended on the way out: on
 Ctrl-C nothing of the run is left behind, and a finished platform leaves no stray worker. With more than
 one job the processes' output is held and printed whole when each finishes, so two platforms' lines never
-interleave, and the CPU cores are shared among them (rtp_ref.certify.cores).
+interleave, and the CPU cores are shared among them (rtp_ref.certify.cores). Each process is told the command
+line the user typed (``$RTP_REF_TYPED_COMMAND``, rtp_ref.certify.session), which its report records in place of
+its own.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from typing import IO
 
 from rtp_ref.certify.cores import share_cores
-from rtp_ref.commands._output import interrupts_held
+from rtp_ref.certify.session import TYPED_COMMAND_ENV, run_command
+from rtp_ref.certify.signals import interrupts_held
 
 #: how often the running processes are polled (seconds)
 POLL_S = 0.05
@@ -44,9 +47,11 @@ def run_platforms(runs: list[tuple[str, list[str]]], jobs: int, workers: int, co
     finished platform's exit status goes into ``codes`` as it finishes (so that a caller interrupted by
     Ctrl-C, which propagates as KeyboardInterrupt after every running group is killed, knows which
     platforms finished). Each platform process runs ``workers`` pytest workers: the cores are shared
-    among all the processes that run at once."""
+    among all the processes that run at once. Each gets ``$RTP_REF_TYPED_COMMAND``: the one already set, else
+    this process's command line (``run_command``)."""
     jobs = max(1, min(jobs, len(runs)))
     env = share_cores(dict(os.environ), jobs * workers)
+    env[TYPED_COMMAND_ENV] = run_command()
     pending = list(runs)
     running: dict[str, _Running] = {}
     try:

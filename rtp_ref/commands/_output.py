@@ -1,5 +1,5 @@
 """Shared output helpers: every data-printing command takes ``--json``; commands that write files check
-their output paths before any long work, and hold Ctrl-C while they write."""
+their output paths before any long work (and hold Ctrl-C while they write: rtp_ref.certify.signals)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import contextlib
 import json
 import math
 import os
-import signal
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from rtp_ref.errors import RtpRefError
@@ -111,24 +108,3 @@ def writable_dir(option: str, value: str) -> Path:
             with contextlib.suppress(OSError):  # not ours to remove any more, or not created at all
                 directory.rmdir()
     return path
-
-
-@contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) while the block runs, so the files it writes are written whole.
-
-    A SIGINT that arrives meanwhile is raised again once the block ends, to whatever handler was in
-    place before (by default: KeyboardInterrupt right after the block). Main thread only.
-    """
-    held: list[int] = []
-
-    def hold(signum: int, _frame: FrameType | None) -> None:
-        held.append(signum)
-
-    previous = signal.signal(signal.SIGINT, hold)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:
-        signal.raise_signal(signal.SIGINT)

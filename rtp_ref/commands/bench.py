@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from rtp_ref.bench.run import run_bench, write_outputs
+from rtp_ref.certify.signals import interrupts_held
 from rtp_ref.commands._output import (
     INTERRUPTED,
     add_json_flag,
     add_layout_flag,
-    interrupts_held,
     positive_int,
     print_json,
     writable_dir,
@@ -99,7 +99,8 @@ def _bench(args: argparse.Namespace) -> int:
     # Every argument, the chart library and the report directory are checked before anything is timed.
     platform = resolve_platform(args.platform)
     contract = WriteContract.for_platform(platform, parse_overrides(args.layout_flag))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # the cpu table is timed on the CPU, as certify runs it there, even on a GPU host
+    device = torch.device("cuda" if torch.cuda.is_available() and platform.backend != "cpu" else "cpu")
     valid = every_variant(platform)
     unknown = [n for n in args.layout if n not in valid]
     if unknown:

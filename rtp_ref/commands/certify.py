@@ -20,12 +20,13 @@ from rtp_ref.certify.report import (
     render_scoreboard,
     write_scoreboard,
 )
+from rtp_ref.certify.selection import idle_reason, selection_problem
+from rtp_ref.certify.signals import interrupts_held
 from rtp_ref.certify.tiers import TIER_CHOICES, TIERS
 from rtp_ref.commands._output import (
     INTERRUPTED,
     add_json_flag,
     add_layout_flag,
-    interrupts_held,
     positive_int,
     print_json,
     writable_dir,
@@ -118,11 +119,25 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
     return argv + _pytest_extra(args)[1:]
 
 
+def _discovered() -> dict[str, Any]:
+    """Every kernel found (of every op), by name."""
+    return {name: entry.kernel for name, entry in discover_kernels(None, ops=OPS).items()}
+
+
+def _selected_kernels(args: argparse.Namespace) -> dict[str, Any]:
+    """The kernels ``--kernel`` selects (every one found without it), by name; an unknown name raises RtpRefError."""
+    return {name: entry.kernel for name, entry in discover_kernels(args.kernel or None, ops=OPS).items()}
+
+
 def validate_selection(args: argparse.Namespace) -> None:
-    """Check platform, flags, kernels, layouts, workers and the report directory (creatable and writable)
+    """Check platform, flags, kernels, layouts, tier, workers and the report directory (creatable and writable)
     before any case runs; bad input raises RtpRefError.
 
-    (Inside pytest the same mistakes would surface as collection errors and a partial report.)
+    (Inside pytest the same mistakes would surface as collection errors and a partial report.) A selection that
+    leaves no case to run here (rtp_ref.certify.selection) is bad input too: a --layout no selected kernel
+    claims, kernels that cannot run against the table here (no device of theirs; no bind(contract) on an
+    emulated table), --tier graph without a CUDA device. With several kernels (or ``--platform all``) it is
+    refused only when none of them leaves a case; the suite reports the ones skipped.
     """
     if args.jobs is not None and args.platform != ALL:
         raise RtpRefError(f"--jobs {args.jobs}: platforms are certified at once only with --platform all; "
@@ -143,7 +158,10 @@ def validate_selection(args: argparse.Namespace) -> None:
         where = f"platform {platforms[0].name} does not support it" if len(platforms) == 1 \
             else "no bundled platform supports it"
         raise RtpRefError(f"--layout {refused[0]!r}: {where}; valid: {', '.join(sorted(supported))}")
-    discover_kernels(args.kernel or None, ops=OPS)
+    problem = selection_problem(_selected_kernels(args), _discovered(), bool(args.kernel), platforms, args.layout,
+                                args.tier)
+    if problem:  # a run would skip every case, then fail for having run none
+        raise RtpRefError(problem)
     if any(platform.name != "cpu" for platform in platforms):
         from rtp_ref.pytest_plugin import gpu_count_problem, visible_gpus  # imports pytest: only when certifying
 
@@ -237,16 +255,19 @@ def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
 
 
 def _certify_all(args: argparse.Namespace) -> int:
-    """Certify every bundled platform, each in its own process and report directory, then merge.
+    """Certify every bundled platform, each in its own process and report directory, then merge; a platform
+    where the selection leaves nothing to certify here is left out, with a line saying why.
 
     Ctrl-C stops the platform running, writes the scoreboard of the platforms that finished (marked
     incomplete, naming the others) and returns INTERRUPTED.
     """
     out = Path(args.report)
-    names = [name for name in platform_names()
-             if not args.layout or set(args.layout) & set(every_variant(resolve_platform(name)))]
-    for name in sorted(set(platform_names()) - set(names)):
-        print(f"rtp-ref: platform {name} supports none of --layout {', '.join(args.layout)}: not certified")
+    selected = _selected_kernels(args)
+    idle = {name: reason for name in platform_names()
+            if (reason := idle_reason(selected, resolve_platform(name), args.layout, args.tier))}
+    names = [name for name in platform_names() if name not in idle]
+    for name, reason in idle.items():
+        print(f"rtp-ref: platform {name}: {reason}: not certified")
     codes: dict[str, int] = {}
     interrupted = False
     runs = [(name, _platform_argv(args, out, name)) for name in names]
@@ -300,7 +321,11 @@ def register(sub: Any) -> None:
         "certify",
         help="run the conformance suite and write report.json, report.md and junit.xml",
         description="Certify KV-cache kernels against the reference on a platform. Exits 1 when a claimed "
-        "layout fails or nothing ran, 2 on bad input. Extra arguments after -- go to pytest.",
+        "layout fails or nothing ran, 2 on bad input (a selection that leaves nothing to certify here included: a "
+        "--layout no selected kernel claims, kernels that cannot run against the table here, --tier graph without "
+        "a CUDA device). A stdout that cannot be written (a closed pipe, a full disk) does not stop the run: the "
+        "reports are written and the exit status stays the verdict (at least 1 when a full disk or an I/O error "
+        "lost the output). Extra arguments after -- go to pytest.",
     )
     parser.add_argument(
         "--platform",

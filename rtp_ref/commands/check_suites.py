@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.commands._output import add_json_flag, interrupts_held, print_json, writable_dir
+from rtp_ref.certify.signals import interrupts_held
+from rtp_ref.commands._output import add_json_flag, print_json, writable_dir
 from rtp_ref.suites.run import SUITES, check_impl, run_suite
 from rtp_ref.suites.verdict import Verdict, write_report
 
