@@ -38,6 +38,8 @@
 #   scripts/gpu_check.sh gate          README's GPU gate as tox -e cuda runs it, each command timed: the unit tests
 #                                      (workers share the GPU, the 40 slowest listed) and certify --platform auto
 #                                      --tier all; then certify --platform all (every table, this host's GPU)
+#   scripts/gpu_check.sh gatecertify   certify --platform auto --tier all (tox -e cuda's second command), timed, then
+#                                      certify --platform cpu on this host
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
 #                                      rocm-gfx942 (emulated), and the graph mutants (tests/mutants/test_graph_mutants.py)
 # Several stages run in order: scripts/gpu_check.sh correctness sweep bench.
@@ -93,6 +95,15 @@ for stage in "$@"; do
     { time timeout -s INT 200 python3 -m pytest -q -p no:cacheprovider -n 14 --platform cpu --durations=60 \
         --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
     grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -90
+    ;;
+  gatecertify)
+    # tox -e cuda's second command (every tier on this host's own table), timed; then the cpu table on this host
+    { time timeout -s INT 300 python3 -m rtp_ref.cli certify --platform auto --tier all --report "$reports/auto"; } \
+      > "$out/certify-auto.log" 2>&1
+    grep -vE " certified +bit_exact| raises as required" "$out/certify-auto.log" | tail -60
+    { time timeout -s INT 120 python3 -m rtp_ref.cli certify --platform cpu --report "$reports/cpu"; } \
+      > "$out/certify-cpu.log" 2>&1
+    grep -vE " certified +bit_exact| raises as required" "$out/certify-cpu.log" | tail -30
     ;;
   correctness)
     unit_tests --maxfail 20 tests
