@@ -9,10 +9,11 @@ from typing import Any
 import torch
 
 from rtp_ref.certify.cases import GUARD_BYTES
-from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, MhaCase, build_family_case
+from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, IndexerCase, MhaCase, build_family_case
 from rtp_ref.certify.family_grading import footprint, grade_family_write
 from rtp_ref.certify.grading import Grading
 from rtp_ref.certify.opcases.base import PastCapacity
+from rtp_ref.certify.scale_diagnosis import diagnose_scales
 from rtp_ref.kernels.contract import WriteContract
 
 
@@ -47,7 +48,19 @@ class FamilyWriteCase:
         return grade_family_write(self.case, before, after, max_ulp)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
-        return None
+        """For the indexer: which scale rule the stored scales of the written tokens follow (MHA scales are the
+        caller's arguments: nothing to search)."""
+        case = self.case
+        if not isinstance(case, IndexerCase):
+            return None
+        slots = case.slot_mapping.cpu()
+        keep = slots >= 0
+        if not bool(keep.any()):
+            return None
+        at = case.storage_map().field("scale").positions[slots[keep]]
+        stored = after[at].contiguous().view(torch.float32)
+        return diagnose_scales(case.k.cpu()[keep], case.layout.quant_block_size, stored, case.layout.scale_divisor,
+                               self.key.layout == "ue8m0")
 
     def record_fields(self) -> Mapping[str, Any]:
         return {}
