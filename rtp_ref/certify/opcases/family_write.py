@@ -9,9 +9,10 @@ from typing import Any
 import torch
 
 from rtp_ref.certify.cases import GUARD_BYTES
-from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, IndexerCase, MhaCase, build_family_case
+from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, MhaCase, build_family_case
 from rtp_ref.certify.family_grading import footprint, grade_family_write
 from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.mha_diagnosis import diagnose_codes
 from rtp_ref.certify.opcases.base import PastCapacity
 from rtp_ref.certify.scale_diagnosis import diagnose_scales
 from rtp_ref.kernels.contract import WriteContract
@@ -48,19 +49,30 @@ class FamilyWriteCase:
         return grade_family_write(self.case, before, after, max_ulp)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
-        """For the indexer: which scale rule the stored scales of the written tokens follow (MHA scales are the
-        caller's arguments: nothing to search)."""
+        """Which contract the written tokens' bytes follow instead: the indexer's scale rule
+        (rtp_ref.certify.scale_diagnosis), the MHA write's fp8 conversion (rtp_ref.certify.mha_diagnosis)."""
         case = self.case
-        if not isinstance(case, IndexerCase):
-            return None
         slots = case.slot_mapping.cpu()
         keep = slots >= 0
         if not bool(keep.any()):
             return None
+        if isinstance(case, MhaCase):
+            return self._diagnose_mha(case, after, slots, keep)
         at = case.storage_map().field("scale").positions[slots[keep]]
         stored = after[at].contiguous().view(torch.float32)
         return diagnose_scales(case.k.cpu()[keep], case.layout.quant_block_size, stored, case.layout.scale_divisor,
                                self.key.layout == "ue8m0")
+
+    def _diagnose_mha(self, case: MhaCase, after: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor) -> str | None:
+        fmt = case.layout.element_format
+        if fmt is None:  # auto: the bits are copied, no conversion to search
+            return None
+        tokens, block_size = slots.numel(), self.key.block_size
+        blocks, rows = slots[keep] // block_size, slots[keep] % block_size
+        got_k, got_v = (c[blocks, rows] for c in case.caches(after))
+        written = [(x.cpu()[:tokens][keep], s.cpu(), got)
+                   for x, s, got in ((case.key, case.k_scale, got_k), (case.value, case.v_scale, got_v))]
+        return diagnose_codes(written, fmt, case.layout.conversion_mode)
 
     def record_fields(self) -> Mapping[str, Any]:
         return {}
