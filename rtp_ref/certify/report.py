@@ -11,13 +11,14 @@ import contextlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.certify.checks import GRADES, grade_above, grade_below, grade_reached, rank, reaches
+from rtp_ref.certify.checks import rank
 from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, REFUSING
 from rtp_ref.certify.tiers import DECLINES, TIERS
+from rtp_ref.certify.verdict import failed_at, pair_verdict, verdict_head, weakest_grade
 from rtp_ref.errors import RtpRefError
 from rtp_ref.ops import MLA_OP, OPS
 
@@ -34,61 +35,9 @@ SCOREBOARD_SCHEMA = "rtp-ref-scoreboard"
 UNCLAIMED_KIND = "unclaimed"
 #: pytest outcomes a case can have in a report
 OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
-#: the grades a case can reach, weakest first, ``none`` (below ``layout``) included
-_REACHABLE = (grade_below(GRADES[0]), *GRADES)
 
 #: scoreboard rows come op by op, in rtp_ref.ops order
 _OP_ORDER = {name: i for i, name in enumerate(OPS)}
-
-
-def verdict(outcomes: Iterable[str]) -> str:
-    """The verdict for one (kernel, layout) from its cases' outcomes.
-
-    ``failed`` if any case failed, errored or passed unexpectedly (a stale deviation entry);
-    ``not run`` if no case ran; ``certified with deviations`` if known deviations occurred;
-    otherwise ``certified``.
-    """
-    counts = Counter(outcomes)
-    if counts["failed"] or counts["error"] or counts["xpassed"]:
-        return "failed"
-    if not (counts["passed"] or counts["xfailed"]):
-        return "not run"
-    return "certified with deviations" if counts["xfailed"] else "certified"
-
-
-def _weakest(grades: Iterable[str | None]) -> str | None:
-    """The weakest of ``grades`` (``none`` or one of GRADES; anything else is ignored), or None."""
-    present = set(grades)
-    return next((g for g in _REACHABLE if g in present), None)
-
-
-def _reached(case: Mapping[str, Any]) -> str | None:
-    """The grade a case reached: its ``grade``, else what its failed checks leave (a worker that died records
-    no grade, only ``support.worker_died``); None when a check is unknown to this version."""
-    if case.get("grade"):
-        return str(case["grade"])
-    try:
-        return grade_reached(list(case.get("failed_checks", [])))
-    except ValueError:
-        return None
-
-
-def failed_at(cases: Iterable[Mapping[str, Any]]) -> str | None:
-    """The weakest grade that a failing case (outcome ``failed`` or ``error``) did not reach although it was
-    required to (its ``required_grade``, else every grade): ``numerics`` when some case reached ``layout``
-    but not ``numerics``. None when no failing case fell short of a grade (a stale deviation, say)."""
-    missed = set()
-    for c in cases:
-        reached = _reached(c) if c["outcome"] in ("failed", "error") else None
-        required = c.get("required_grade") or GRADES[-1]
-        if reached is not None and reached in _REACHABLE and required in GRADES and not reaches(reached, required):
-            missed.add(grade_above(reached))
-    return _weakest(missed)
-
-
-def _verdict_head(verdict_text: str) -> str:
-    """A row's verdict without what follows ``; `` (``failed`` of ``failed; incomplete: 2 of 3 cases ran``)."""
-    return verdict_text.split("; ", 1)[0]
 
 
 def input_checks(group: Sequence[Mapping[str, Any]]) -> str | None:
@@ -143,33 +92,21 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
         rows.setdefault((c.get("kernel") or "-", layout), []).append(c)
     table = []
     for (kernel, layout), group in sorted(rows.items()):
-        judged = [c for c in group if input_checks_required or c.get("kind") != BAD_INPUT_KIND]
-        ran = [c for c in judged if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
-        failed_checks = sorted({name for c in judged for name in c.get("failed_checks", [])})
-        # cases the run never reached (it stopped, or was interrupted) judge nothing: their pair is incomplete;
-        # those its own crashes skipped (quarantine, "not run: kernel/layout crashed ...") are its failure
-        run_cases = [c for c in judged if not str(c.get("reason", "")).startswith("not run: ")
-                   or str(c["reason"]).startswith(f"not run: {kernel}/")]
-        result = verdict(c["outcome"] for c in run_cases)
-        if layout.endswith("(unclaimed)") and result == "certified":
-            result = "raises as required"
-        if len(run_cases) < len(judged):
-            incomplete = f"incomplete: {len(run_cases)} of {len(judged)} cases ran"
-            result = f"{result}; {incomplete}" if result == "failed" else incomplete
-        tiers = {tier: verdict(c["outcome"] for c in run_cases if c.get("tier", TIERS[0]) == tier)
-                 for tier in TIERS if any(c.get("tier", TIERS[0]) == tier for c in run_cases)}
+        pair = pair_verdict(kernel, layout.endswith("(unclaimed)"), group, input_checks_required)
+        ran = [c for c in pair.judged if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
+        failed_checks = sorted({name for c in pair.judged for name in c.get("failed_checks", [])})
         table.append({
             "kernel": kernel,
             "layout": layout,
             # each tier's own verdict (rtp_ref.pytest_plugin.TIERS): "verdict" is the pair's over all of them
-            "tiers": tiers,
+            "tiers": pair.tiers,
             # the op of the kernel's cases (records written before ops existed are the MLA write's)
             "op": next((c["op"] for c in group if c.get("op")), MLA_OP),
-            "verdict": result,
+            "verdict": pair.verdict,
             # the regular tier's grades, when it ran: the large tier's verdict is in "tiers"
-            "min_grade": _weakest(c["grade"] for c in
+            "min_grade": weakest_grade(c["grade"] for c in
                                   ([c for c in ran if c.get("tier", TIERS[0]) == TIERS[0]] or ran)),
-            "failed_at": failed_at(run_cases),
+            "failed_at": failed_at(pair.run_cases),
             "execution": sorted({c.get("execution", "native") for c in group}),
             "counts": dict(Counter(c["outcome"] for c in group)),
             "failed_checks": failed_checks,
@@ -215,22 +152,6 @@ def build_report(
         "unmatched_deviations": list(unmatched_deviations),
         "cases": list(cases),
     }
-
-
-def certification_failed(report: Mapping[str, Any]) -> str | None:
-    """Why the run must exit non-zero (a claimed layout failed, nothing ran, incomplete), or None."""
-    summary = report["summary"]
-    if not report["complete"]:
-        why = report.get("stop_reason")
-        return f"the run did not complete ({why}); the report is partial" if why else \
-            "the run did not complete; the report is partial"
-    if summary["total"] - summary["outcomes"]["skipped"] == 0:
-        return "0 cases ran: nothing was certified"
-    failed = [f"{r['kernel']}/{r['layout']}" for r in summary["by_kernel_layout"]
-              if _verdict_head(r["verdict"]) == "failed"]
-    if failed:
-        return f"{len(failed)} kernel/layout pair(s) failed: {', '.join(failed)}"
-    return None
 
 
 def _fmt_counts(counts: Mapping[str, int]) -> str:
@@ -325,7 +246,7 @@ def _diagnosis_lines(report: Mapping[str, Any]) -> list[str]:
     deviations = report["platform"].get("table", {}).get("deviations", [])
     out: list[str] = []
     for row in report["summary"]["by_kernel_layout"]:
-        if _verdict_head(row["verdict"]) not in ("failed", "certified with deviations"):
+        if verdict_head(row["verdict"]) not in ("failed", "certified with deviations"):
             continue
         layout = row["layout"].removesuffix(" (unclaimed)")
         group = [c for c in report["cases"] if c.get("kernel") == row["kernel"] and c.get("layout") == layout

@@ -13,16 +13,11 @@ from typing import Any
 from rtp_ref.certify.cores import share_cores
 from rtp_ref.certify.platform_runs import default_jobs, run_platforms
 from rtp_ref.certify.quarantine import DEFAULT_CRASH_LIMIT
-from rtp_ref.certify.report import (
-    certification_failed,
-    load_report,
-    merge_reports,
-    render_scoreboard,
-    write_scoreboard,
-)
+from rtp_ref.certify.report import load_report, merge_reports, render_scoreboard, write_scoreboard
 from rtp_ref.certify.selection import idle_reason, selection_problem
 from rtp_ref.certify.signals import interrupts_held
 from rtp_ref.certify.tiers import TIER_CHOICES, TIERS
+from rtp_ref.certify.verdict import certification_failed
 from rtp_ref.commands._output import (
     INTERRUPTED,
     add_json_flag,

@@ -10,16 +10,9 @@ from typing import Any
 import pytest
 
 from rtp_ref.certify.collector import json_safe, write_report
-from rtp_ref.certify.report import (
-    SCHEMA_VERSION,
-    certification_failed,
-    load_report,
-    merge_reports,
-    render_markdown,
-    render_scoreboard,
-    verdict,
-)
+from rtp_ref.certify.report import SCHEMA_VERSION, load_report, merge_reports, render_markdown, render_scoreboard
 from rtp_ref.certify.tiers import declined_reason
+from rtp_ref.certify.verdict import certification_failed, verdict
 from rtp_ref.errors import RtpRefError
 from tests.certify.reports import case_row, minimal_report
 from tests.zygote import shared_zygote
