@@ -25,8 +25,10 @@ import torch
 
 from rtp_ref.certify.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
 from rtp_ref.certify.checks import Check, grade_reached, reaches
+from rtp_ref.certify.storage import StorageMap, field_places, slot_namer, value_text
 from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode, decode_ue8m0
+from rtp_ref.fp8.elements import ElementTraits, dtype_element, element_traits
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
@@ -90,95 +92,63 @@ def reference_image(layout: MlaLayout, inputs: CaseInputs) -> ReferenceImage:
 MAX_DETAIL = 400
 
 
-def _hex(raw: torch.Tensor) -> str:
-    """An element's little-endian bytes as one hex word (``0x3c800000`` for the fp32 scale 2^-6)."""
-    return f"0x{int.from_bytes(bytes(raw.tolist()), 'little'):0{2 * raw.numel()}x}"
-
-
-def _decoded(layout: MlaLayout, f: Field, raw: torch.Tensor, input_dtype: torch.dtype) -> float | None:
-    """The value an element's bytes hold as the platform's readers see it (None for pad bytes)."""
+def element_of(layout: MlaLayout, f: Field, input_dtype: torch.dtype) -> ElementTraits:
+    """The element format of field ``f``'s values as the platform's readers see them."""
     if is_fp8_element(f.element):
-        return float(decode(raw, layout.element_format))
+        return element_traits(layout.element_format.name)
     if f.element == ELEMENT_INPUT16:
-        return float(raw.contiguous().view(input_dtype))
-    if f.source is Source.SCALE:
-        return float(_scale_values(f, raw.reshape(1, -1)))
-    return None
+        return dtype_element(input_dtype)
+    return element_traits(f.element)
+
+
+def mla_storage_map(layout: MlaLayout, inputs: CaseInputs) -> StorageMap:
+    """The MLA case storage as the shared locator (rtp_ref.certify.storage) reads it: every entry field of every
+    slot (blocks of ``block_size + padded_rows`` rows: every token's per-token bytes, then every token's
+    block-trailing bytes, then the padding rows), named by token and slot; a padding row's byte by its block."""
+    num_blocks, block_size = inputs.kv_cache.shape[:2]
+    rows, entry = block_size + inputs.padded_rows, layout.bytes_per_token
+    data, trailing = layout.data_bytes_per_token, layout.trailing_bytes_per_token
+    layer = torch.empty(inputs.storage.numel(), dtype=torch.uint8)
+    blocks = layer[GUARD_BYTES: GUARD_BYTES + num_blocks * rows * entry].view(num_blocks, rows * entry)
+    areas = {Placement.PER_TOKEN: blocks[:, : block_size * data].view(num_blocks, block_size, data),
+             Placement.BLOCK_TRAILING: blocks[:, block_size * data: block_size * entry].view(num_blocks, block_size,
+                                                                                             trailing)}
+    fields = [field_places(f.name, areas[f.placement][:, :, f.offset: f.offset + f.size], layer,
+                           element_of(layout, f, inputs.kv_c.dtype), 2) for f in layout.entry_fields]
+
+    def padding_row(pos: int) -> str | None:
+        block, within = divmod(pos - GUARD_BYTES, rows * entry)
+        return f"cache byte {pos - GUARD_BYTES} (padding row of block {block})" if within >= block_size * entry \
+            else None
+
+    return StorageMap(layer.numel(), fields, [("the cache", GUARD_BYTES, GUARD_BYTES + num_blocks * rows * entry)],
+                      slot_namer(inputs.slot_mapping), padding_row)
 
 
 @dataclass(frozen=True)
 class _Locator:
-    """Names places in a case storage and the values there, for the examples of a failed check.
-
-    ``rows`` are the target entries in grading order: (token index in slot_mapping, slot).
-    """
+    """Names places in a case storage and the values there, for the examples of a failed check: the target entries
+    (``rows``: (token index in slot_mapping, slot), in grading order) and the storage map of every byte."""
 
     layout: MlaLayout
-    num_blocks: int
-    block_size: int
-    padded_rows: int
     input_dtype: torch.dtype
     rows: list[tuple[int, int]]
+    places: StorageMap
 
     def row(self, i: int) -> str:
         """``token 3 (slot 17)`` for target entry ``i``."""
         token, slot = self.rows[i]
         return f"token {token} (slot {slot})"
 
-    def slot(self, slot: int) -> str:
-        """The token writing ``slot``, or ``slot 17 (no token)`` when none does."""
-        tokens = [i for i, (_, s) in enumerate(self.rows) if s == slot]
-        return self.row(tokens[-1]) if tokens else f"slot {slot} (no token)"
-
     def value(self, f: Field, raw: torch.Tensor) -> str:
         """``0.015625 (0x3c800000)``: decoded value and bytes of one element of field ``f``."""
-        v = _decoded(self.layout, f, raw, self.input_dtype)
-        return _hex(raw) if v is None else f"{v:.6g} ({_hex(raw)})"
+        return value_text(element_of(self.layout, f, self.input_dtype), raw)
 
-    def element(self, pos: int) -> tuple[str, Field, int] | str:
-        """The element a storage byte belongs to: (``token 3 (slot 17) nope[5]``, field, storage position
-        of the element's first byte), or a description of a byte outside every entry."""
-        layout, off = self.layout, pos - GUARD_BYTES
-        # blocks are (block_size + padded_rows) rows; within one, every token's per-token bytes come
-        # first, then every token's block-trailing bytes (Placement.BLOCK_TRAILING), then padding rows
-        block_bytes = (self.block_size + self.padded_rows) * layout.bytes_per_token
-        if off < 0:
-            return f"guard byte {off} (before the cache)"
-        if off >= self.num_blocks * block_bytes:
-            return f"guard byte +{off - self.num_blocks * block_bytes} (after the cache)"
-        block, within = divmod(off, block_bytes)
-        if within >= self.block_size * layout.bytes_per_token:
-            return f"cache byte {off} (padding row of block {block})"
-        data = self.block_size * layout.data_bytes_per_token
-        if within < data:
-            t, j = divmod(within, layout.data_bytes_per_token)
-        else:
-            t, k = divmod(within - data, layout.trailing_bytes_per_token)
-            j = layout.data_bytes_per_token + k
-        f = next(f for f in layout.entry_fields if layout.entry_offset(f) <= j < layout.entry_offset(f) + f.size)
-        index, byte = divmod(j - layout.entry_offset(f), element_size(f.element))
-        return f"{self.slot(block * self.block_size + t)} {f.name}[{index}]", f, pos - byte
-
-    def differing(self, positions: torch.Tensor, got: torch.Tensor, want: torch.Tensor,
+    def differing(self, positions: torch.Tensor, got: torch.Tensor, want: torch.Tensor, before: torch.Tensor,
                   versus: str = "contract") -> list[str]:
-        """Examples for storage bytes where ``got`` is not ``want``: one per element, the kernel's value
-        against ``versus``'s (a stray byte's ``untouched`` value as bytes only: it is a canary)."""
-        seen: list[int] = []
-        out = []
-        # an element has at most 4 bytes, so the first 4 * MAX_EXAMPLES positions hold enough elements
-        for pos in positions[: 4 * MAX_EXAMPLES].tolist():
-            place = self.element(pos)
-            if isinstance(place, str):
-                out.append(f"{place}: kernel {int(got[pos]):#04x} vs {versus} {int(want[pos]):#04x}")
-                continue
-            where, f, start = place
-            if start in seen:
-                continue
-            seen.append(start)
-            end = start + element_size(f.element)
-            shown = _hex(want[start:end]) if versus == "untouched" else self.value(f, want[start:end])
-            out.append(f"{where}: kernel {self.value(f, got[start:end])} vs {versus} {shown}")
-        return out[:MAX_EXAMPLES]
+        """Examples for storage bytes where ``got`` is not ``want``: one per element, the kernel's value (or ``not
+        written``) against ``versus``'s (a stray byte's ``untouched`` value as bytes only: it is a canary)."""
+        return self.places.examples(positions, got, want, before, versus)
 
 
 def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref: ReferenceImage,
@@ -189,7 +159,7 @@ def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref:
     def found(name: str, mask: torch.Tensor, head: str) -> Check:
         pos = torch.nonzero(mask).flatten()
         return failing(name, pos.numel() == 0, lambda: with_examples(
-            f"{pos.numel()} {head}", loc.differing(pos, after, before, "untouched")))
+            f"{pos.numel()} {head}", loc.differing(pos, after, before, before, "untouched")))
 
     checks = [found("layout.untouched_bytes", stray, "byte(s) outside the target entries changed")]
     near = ref.footprint.clone()
@@ -348,8 +318,8 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     keep = slots >= 0
     targets = slots[keep]
     num_blocks, block_size = inputs.kv_cache.shape[:2]
-    loc = _Locator(layout, num_blocks, block_size, inputs.padded_rows, kv_c.dtype,
-                   list(zip(torch.nonzero(keep).flatten().tolist(), targets.tolist(), strict=True)))
+    loc = _Locator(layout, kv_c.dtype, list(zip(torch.nonzero(keep).flatten().tolist(), targets.tolist(), strict=True)),
+                   mla_storage_map(layout, inputs))
     checks = _untouched_checks(kind, before, after, ref, loc)
     views = [cache_view(layout, s, num_blocks, block_size, kv_c.dtype, inputs.padded_rows)
              for s in (after, ref.storage, before)]
@@ -377,7 +347,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     stats["mismatched_bytes"] = mismatched
     checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
         f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference",
-        loc.differing(torch.nonzero(differ).flatten(), after, ref.storage))))
+        loc.differing(torch.nonzero(differ).flatten(), after, ref.storage, before))))
     return Grading(merge_checks(checks), _grade(checks), stats)
 
 

@@ -83,7 +83,9 @@ def hex_bytes(raw: torch.Tensor) -> str:
 
 
 def value_text(element: ElementTraits, raw: torch.Tensor) -> str:
-    """``0.015625 (0x3c800000)``: an element's value and its bytes."""
+    """``0.015625 (0x3c800000)``: an element's value and its bytes (the bytes alone where it holds no value)."""
+    if element.decode is None:
+        return hex_bytes(raw)
     return f"{float(element.values(raw.reshape(1, -1))[0, 0]):.6g} ({hex_bytes(raw)})"
 
 
@@ -102,13 +104,15 @@ class StorageMap:
 
     ``areas``: the named byte ranges ``(name, start, end)`` of the storage's tensors (``key_cache``...), so that a
     byte in no field is named by where it is (``guard byte +3 (after value_cache)``); ``slot_name`` names a slot
-    (``token 3 (slot 17)``, ``slot 9 (no token)``, ``row 4``).
+    (``token 3 (slot 17)``, ``slot 9 (no token)``, ``row 4``); ``describe_gap`` names a byte inside an area but in no
+    field where the op knows better (an MLA cache's padding rows), returning None where it does not.
     """
 
     def __init__(self, size: int, fields: Sequence[FieldPlaces], areas: Sequence[tuple[str, int, int]],
-                 slot_name: Callable[[int], str]) -> None:
+                 slot_name: Callable[[int], str], describe_gap: Callable[[int], str | None] | None = None) -> None:
         self.size, self.fields, self.areas, self.slot_name = size, list(fields), sorted(areas, key=lambda a: a[1]), \
             slot_name
+        self.describe_gap = describe_gap
         self._field = torch.full((size,), -1, dtype=torch.int64)
         self._slot = torch.full((size,), -1, dtype=torch.int64)
         self._byte = torch.full((size,), -1, dtype=torch.int64)
@@ -140,7 +144,8 @@ class StorageMap:
         """Where a byte in no field is: ``key_cache byte 40 (in no field)``, ``guard byte -3 (before key_cache)``."""
         for name, start, end in self.areas:
             if start <= pos < end:
-                return f"{name} byte {pos - start} (in no field)"
+                known = self.describe_gap(pos) if self.describe_gap is not None else None
+                return known or f"{name} byte {pos - start} (in no field)"
         before = [a for a in self.areas if a[2] <= pos]
         if before:
             name, _, end = before[-1]

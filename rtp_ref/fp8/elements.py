@@ -22,16 +22,18 @@ from rtp_ref.fp8.ue8m0 import decode_ue8m0
 @dataclass(frozen=True)
 class ElementTraits:
     """One element format: its name, its size in bytes, and ``decode``: raw bytes ``[n, size]`` (uint8) -> the
-    ``n`` values they hold (float64; NaN where the bytes are a NaN)."""
+    ``n`` values they hold (float64; NaN where the bytes are a NaN); None for bytes that hold no value (padding)."""
 
     name: str
     size: int
-    decode: Callable[[torch.Tensor], torch.Tensor]
+    decode: Callable[[torch.Tensor], torch.Tensor] | None
 
     def values(self, raw: torch.Tensor) -> torch.Tensor:
-        """The values of ``raw``, bytes ``[..., k * size]`` of ``k`` consecutive elements: float64 ``[..., k]``."""
+        """The values of ``raw``, bytes ``[..., k * size]`` of ``k`` consecutive elements: float64 ``[..., k]``
+        (NaN for an element that holds no value)."""
         rows = raw.reshape(-1, self.size).contiguous()
-        return self.decode(rows).reshape(*raw.shape[:-1], raw.shape[-1] // self.size)
+        decoded = self.decode(rows) if self.decode is not None else torch.full((rows.shape[0],), float("nan"))
+        return decoded.double().reshape(*raw.shape[:-1], raw.shape[-1] // self.size)
 
 
 def _fp8(name: str) -> ElementTraits:
@@ -50,6 +52,8 @@ ELEMENT_TRAITS: dict[str, ElementTraits] = {
     "fp32": _float("fp32", torch.float32),
     # a power of two 2^(e - 127); 0xFF is NaN (OCP MX spec v1.0, E8M0)
     "ue8m0": ElementTraits("ue8m0", 1, lambda raw: decode_ue8m0(raw[:, 0]).double()),
+    # a layout's padding: neither written nor read
+    "pad": ElementTraits("pad", 1, None),
 }
 
 #: the element name of each torch float dtype a cache may hold verbatim

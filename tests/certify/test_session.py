@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import rtp_ref
 from rtp_ref import __version__
 from rtp_ref.certify import session
 from tests.certify.scratch_vendor import KERNELS, ORIGIN, install_scratch_vendor
@@ -136,10 +137,12 @@ def test_the_run_finds_the_origin_of_a_kernel_of_every_op(monkeypatch: pytest.Mo
 
 
 def _checkout_head() -> str | None:
-    """This checkout's commit, by git itself; None without git or outside a checkout."""
-    if shutil.which("git") is None or not (REPO / ".git").exists():
+    """The commit of the checkout the imported rtp_ref package is, by git itself; None without git, or for an
+    installed package (tox installs a wheel: its rtp_ref is not a checkout's, even when run from one)."""
+    root = Path(rtp_ref.__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
         return None
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True, timeout=60).stdout.strip()
 
 
