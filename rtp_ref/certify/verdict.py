@@ -29,7 +29,7 @@ PASSED, FAILED, XFAILED, XPASSED, REFUSED = "passed", "failed", "xfailed", "xpas
 _REACHABLE = (grade_below(GRADES[0]), *GRADES)
 
 
-class CaseKey(Protocol):
+class DeviationKey(Protocol):
     """What a deviation is matched on: the case's variant, kind and tokens."""
 
     @property
@@ -42,7 +42,7 @@ class CaseKey(Protocol):
     def tokens(self) -> int: ...
 
 
-def matching_deviation(platform: Platform, kernel: str, device: str, key: CaseKey) -> int | None:
+def matching_deviation(platform: Platform, kernel: str, device: str, key: DeviationKey) -> int | None:
     """The index of the platform's known deviation covering this kernel's case on ``device``, if any (module doc)."""
     if key.tokens == 0 or key.kind == "padding_only":
         return None

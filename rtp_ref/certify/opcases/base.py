@@ -11,20 +11,13 @@ from typing import Any, Protocol
 import torch
 
 from rtp_ref.certify.grading import Grading
+from rtp_ref.certify.verdict import DeviationKey
 from rtp_ref.kernels.contract import WriteContract
 
 
-class CaseKey(Protocol):
-    """A case's identity: its variant (``layout``), kind, token count, seed and id."""
-
-    @property
-    def layout(self) -> str: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def tokens(self) -> int: ...
+class CaseKey(DeviationKey, Protocol):
+    """A case's identity: its variant (``layout``), kind and token count (what a deviation is matched on), its seed
+    and id."""
 
     @property
     def seed(self) -> int: ...
