@@ -12,6 +12,7 @@ from rtp_ref.certify.gather_cases import GatherCase, GatherSpec
 from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
 from rtp_ref.certify.grading import Grading
 from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
+from rtp_ref.certify.read_diagnosis import diagnose_read
 from rtp_ref.kernels.contract import WriteContract
 
 
@@ -46,7 +47,11 @@ class ReadCase:
         return grade_indexer_gather(self.case, cache_before, cache_after, dst_before, dst_after)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
-        return None
+        """For the MLA gather: how the reader computed its rows (rtp_ref.certify.read_diagnosis); the indexer
+        gather copies bytes, with nothing to search."""
+        if not isinstance(self.case, GatherCase) or self.case.spec.tokens == 0:
+            return None
+        return diagnose_read(self.case, after[self.case.cache_storage.numel():])
 
     def record_fields(self) -> Mapping[str, Any]:
         return {}

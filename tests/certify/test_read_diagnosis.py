@@ -1,0 +1,78 @@
+"""The MLA reader's contract search (rtp_ref.certify.read_diagnosis), run by the engine on real readers: one that
+takes its tile scales as bf16 (FlashMLA SM90's reading) and one that stores NaN as the hardware's 0x7FFF are named;
+one that takes another tile's scale matches no known reading. The readers are written from their description."""
+
+from __future__ import annotations
+
+import torch
+
+from rtp_ref.certify.engine import Subject, run_case
+from rtp_ref.certify.gather_cases import gather_specs
+from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.kv.cache import gather_entries, scatter_entries
+from rtp_ref.kv.fields import Source
+from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
+from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.ops import MLA_GATHER_OP
+from rtp_ref.platform import load_platform
+from tests.mutants.gather_mutants import GatherMutant, NeighbourTileScale
+
+PLATFORM = load_platform("cpu")
+#: tile scales that are not powers of two (amax / divisor), so that a reader rounding them to bf16 shows
+CONTRACT = WriteContract.for_platform(PLATFORM, {"ds_mla_scale_rule": "amax_div"})
+
+
+class Bf16TileScales(GatherMutant):
+    """Rounds each fp32 tile scale to bf16 before multiplying (a reader that keeps its scales in bf16)."""
+
+    name = "gather-bf16-tile-scales"
+    kv_cache_dtypes = ("fp8_ds_mla",)
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        rounded = kv_cache.clone()
+        slots = torch.arange(kv_cache.shape[0] * kv_cache.shape[1])
+        entries = gather_entries(layout, rounded, slots)
+        field = layout.field(layout.value_field(Source.KV_C).scale_field or "")
+        at = layout.entry_offset(field)
+        scales = entries[:, at: at + field.size].contiguous().view(torch.float32)
+        entries[:, at: at + field.size] = scales.to(torch.bfloat16).to(torch.float32).view(torch.uint8)
+        scatter_entries(layout, entries, rounded, slots)
+        gather_and_maybe_dequant_cache(layout, rounded, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
+class HardwareNan(GatherMutant):
+    """The contract's values, but every NaN written as 0x7FFF (what cvt.rn.bf16.f32 gives for a NaN)."""
+
+    name = "gather-hardware-nan"
+    kv_cache_dtypes = ("fp8_ds_mla", "fp8")
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        gather_and_maybe_dequant_cache(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+        bits = dst.view(torch.int16)
+        bits[torch.isnan(dst)] = 0x7FFF
+
+
+def _diagnosis(kernel: object, variant: str, kind: str) -> str:
+    key = next(s for s in gather_specs(variant) if s.kind == kind and s.out == "bf16" and s.tokens > 1)
+    result = run_case(Subject("r", kernel, MLA_GATHER_OP, "cpu", "native"), key, CONTRACT, PLATFORM, None)
+    assert result.judgement.failed
+    return str(result.record.get("diagnosis"))
+
+
+def test_a_reader_of_bf16_tile_scales_is_named() -> None:
+    assert _diagnosis(Bf16TileScales().bind(CONTRACT), "fp8_ds_mla", "random") == (
+        "the reader follows tile scales read as bf16, rounded to nearest even, NaN as 0x7fc0; the contract is tile "
+        "scales as stored (fp32), rounded to nearest even, NaN as 0x7fc0")
+
+
+def test_a_reader_writing_the_hardware_nan_is_named() -> None:
+    text = _diagnosis(HardwareNan().bind(CONTRACT), "fp8", "edge")
+    assert text.startswith("the reader follows tile scales as stored (fp32), rounded to nearest even, NaN as 0x7fff"), \
+        text
+
+
+def test_a_reader_taking_another_tiles_scale_matches_no_known_reading() -> None:
+    text = _diagnosis(NeighbourTileScale().bind(CONTRACT), "fp8_ds_mla", "random")
+    assert text.startswith("the rows match no known reading (tried 12)"), text
