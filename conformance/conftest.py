@@ -11,18 +11,17 @@ from typing import Any
 
 import pytest
 
+from rtp_ref.cases.checks import spec as check_spec
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.calls import DEVICE_FAULT
-from rtp_ref.certify.checks import spec as check_spec
 from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_specs
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.large_cases import LargeSpec, large_specs
-from rtp_ref.certify.opcases import op_cases_of
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.certify.tiers import declined_reason, runs_tier
 from rtp_ref.certify.verdict import XFAILED, Judgement, matching_deviation
-from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS
+from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS, op_spec
 
 from .matrix import KernelUnderTest, suite
 
@@ -38,7 +37,7 @@ def _runs(config: pytest.Config, tier: str) -> bool:
 
 @dataclass(frozen=True)
 class CaseParam:
-    """One regular case of any op: the bound kernel, the case's key (its op's rtp_ref.certify.opcases), and the
+    """One regular case of any op: the bound kernel, the case's key (its op's rtp_ref.ops), and the
     platform's known deviation covering it (an index, or None)."""
 
     kut: KernelUnderTest
@@ -57,7 +56,7 @@ def case_params(config: pytest.Config) -> list[Any]:
             for variant in s.layouts_by_op[op]:
                 if variant not in k.claims:
                     continue
-                for key in op_cases_of(op).specs(variant):
+                for key in op_spec(op).cases.specs(variant):
                     deviation = matching_deviation(s.platform, k.name, k.device, key)
                     params.append(pytest.param(CaseParam(k, key, deviation), marks=_skip_marks(k),
                                                id=f"{k.name}-{variant}-{key.case_id}"))
@@ -119,7 +118,7 @@ def _claimed_pairs(config: pytest.Config, slotted: bool) -> list[Any]:
     if not _runs(config, "regular"):
         return []
     return [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in OPS for k in s.kernels_of(op)
-            for v in s.layouts_by_op[op] if v in k.claims and (not slotted or op_cases_of(op).past_capacity)]
+            for v in s.layouts_by_op[op] if v in k.claims and (not slotted or op_spec(op).cases.past_capacity)]
 
 
 def _unclaimed_pairs(config: pytest.Config) -> list[Any]:
@@ -129,7 +128,7 @@ def _unclaimed_pairs(config: pytest.Config) -> list[Any]:
     if not _runs(config, "regular"):
         return []
     return [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in OPS for k in s.kernels_of(op)
-            for v in OPS[op].variants if v not in k.claims and op_cases_of(op).names_variant]
+            for v in OPS[op].variants if v not in k.claims and op_spec(op).cases.names_variant]
 
 
 @dataclass(frozen=True)
@@ -341,7 +340,7 @@ def record_case(record_property: Callable[[str, object], None]) -> Callable[...,
     def record(**fields: Any) -> None:
         fields = {"op": MLA_OP, **fields}  # every record names its op; the MLA write's tests leave it implied
         for name in fields.get("failed_checks", []):
-            check_spec(name)  # a name not in rtp_ref.certify.checks.CHECKS is the suite's error, caught here
+            check_spec(name)  # a name not in rtp_ref.cases.checks.CHECKS is the suite's error, caught here
         record_property("rtp_ref_case", json.dumps(json_safe(fields)))
 
     return record

@@ -13,8 +13,8 @@ import pytest
 
 from rtp_ref.certify.selection import blocker, layouts_under_test, run_device
 from rtp_ref.certify.session import execution_mode, run_platform
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kv.layouts import check_layout_bytes
 from rtp_ref.ops import MLA_OP, OPS, claimed_variants, op_name

@@ -1,6 +1,6 @@
 """Every regular case of every op, written once: the engine (rtp_ref.certify.engine) builds, calls, grades and
 judges the case; this test records what it found and shows its outcome (a known deviation as an xfail, never a
-pass). No op is named here: an op's cases are its module in rtp_ref/certify/opcases."""
+pass). No op is named here: an op's cases are its module in rtp_ref/ops."""
 
 from __future__ import annotations
 

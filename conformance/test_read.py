@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from rtp_ref.cases.checks import Check
+from rtp_ref.cases.gather_cases import GatherCase, GatherSpec
+from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
 from rtp_ref.certify.calls import call_once
-from rtp_ref.certify.checks import Check
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.engine import graded, with_ran_check
-from rtp_ref.certify.gather_cases import GatherCase, GatherSpec
-from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
 from rtp_ref.certify.verdict import FAILED, judge
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots
 from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache

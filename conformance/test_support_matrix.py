@@ -1,6 +1,6 @@
 """The support matrix, tested in both directions, and the kernel's behaviour on bad input.
 
-Written once over every op (its cases: rtp_ref.certify.opcases). A variant a kernel does not claim must raise, and
+Written once over every op (its cases: rtp_ref.ops). A variant a kernel does not claim must raise, and
 leave every byte untouched (never write garbage); a claimed variant run twice on the same inputs must give the same
 bytes. What a kernel does with an out-of-range slot is input hardening, reported in its own column
 (``validated``/``flagged``/``unchecked``/``crashed``) and required only where the platform table or
@@ -14,11 +14,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND, CRASHED, REFUSING, classify_bad_slot
 from rtp_ref.certify.calls import CallResult, call_once
 from rtp_ref.certify.device_errors import describe_error
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, REFUSING, classify_bad_slot
-from rtp_ref.certify.opcases import op_cases_of
 from rtp_ref.certify.session import execution_mode
+from rtp_ref.ops import op_spec
 
 from .matrix import KernelUnderTest, suite
 
@@ -37,7 +37,7 @@ def test_unclaimed_layout_raises(unclaimed_pair: tuple[KernelUnderTest, str], py
     """A variant of its op the kernel does not claim must raise, and leave every byte untouched (never write garbage
     and then complain)."""
     k, variant = unclaimed_pair
-    cases = op_cases_of(k.op)
+    cases = op_spec(k.op).cases
     case = cases.build(cases.sample(variant), suite(pytestconfig).contract, k.device)
     before = case.snapshot()
     _fresh_flags(k)  # what earlier cases left is not this case's
@@ -62,14 +62,14 @@ def _fresh_flags(k: KernelUnderTest) -> Callable[[], list[object]] | None:
 
 def test_out_of_range_slot(slotted_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
                            record_case: Callable[..., None]) -> None:
-    """Input hardening, reported apart from the write (rtp_ref.certify.input_checks): ``validated`` (raised
+    """Input hardening, reported apart from the write (rtp_ref.cases.input_checks): ``validated`` (raised
     before writing), ``flagged`` (skipped on the device and reported by ``take_input_errors``), ``unchecked``
     (the guard canaries say where the write went) or ``crashed``. It fails the case only where the platform
     table or ``--require-input-checks`` asks for ``validated`` or ``flagged``. Every op that writes through a slot
     mapping has it."""
     k, variant = slotted_pair
     s = suite(pytestconfig)
-    cases = op_cases_of(k.op)
+    cases = op_spec(k.op).cases
     assert cases.past_capacity is not None  # the pairs are those of ops with slots
     bad = cases.past_capacity(cases.sample(variant), s.contract, k.device)
     before = bad.case.snapshot()
@@ -95,7 +95,7 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
                        record_case: Callable[..., None]) -> None:
     """The same case built and called twice leaves the same bytes (every op)."""
     k, variant = claimed_pair
-    cases = op_cases_of(k.op)
+    cases = op_spec(k.op).cases
     images = []
     for _ in range(2):
         case = cases.build(cases.sample(variant), suite(pytestconfig).contract, k.device)

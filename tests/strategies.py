@@ -10,7 +10,7 @@ Values: each token row has a magnitude class — ``normal`` (a random power-of-t
 (all +-0: every tile scale falls to the floor), ``subnormal`` (the input dtype's subnormals) or
 ``huge`` (near the input dtype's maximum: per-tensor fp8 overflows and must saturate) — and some
 rows get whole zero 64-value tiles. NaN, -NaN and +-inf go only where the contract defines them: the
-per-tensor fp8 fields and the 16-bit fields copied verbatim (``rtp_ref.certify.cases`` does the same).
+per-tensor fp8 fields and the 16-bit fields copied verbatim (``rtp_ref.cases.cases`` does the same).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Source
 from rtp_ref.kv.layout_records import layout_record

@@ -98,6 +98,8 @@ def _floor(*packages: str, on: tuple[str, ...] = ()) -> Floor:
 #: rtp_ref/platform.py) or subpackage (``kv``) of rtp_ref; ``__init__`` is rtp_ref/__init__.py. A package may import
 #: packages on its own floor or on a floor below it (one it stands on, or one that floor stands on, and so on): never
 #: one above it or beside it.
+#: An op's module (``ops``) holds its record and its cases, so the cases and their grading (``cases``) and the
+#: platform's write contract they build under (``contract``) stand below it, and the kernels above it.
 #: Two columns share the ground floor: the KV-cache kit (``fp8`` up to ``certify``) and the server plumbing
 #: (``args``, ``plugins``), which knows nothing of caches. ``suites`` runs the plumbing's behaviour suites in pytest
 #: with rtp-ref's pytest plugin active (its conftest imports it), so it stands on ``pytest_plugin`` as well, and so on
@@ -109,7 +111,10 @@ FLOORS: dict[str, Floor] = {
     "fp8": _floor("fp8", on=("ground",)),
     "kv": _floor("kv", on=("fp8",)),
     "platform": _floor("platform", on=("kv",)),
-    "ops": _floor("ops", on=("platform",)),
+    # a platform's write contract, then the conformance cases and their grading, which every op's module assembles
+    "contract": _floor("contract", on=("platform",)),
+    "cases": _floor("cases", on=("contract",)),
+    "ops": _floor("ops", on=("cases",)),
     "kernels": _floor("kernels", on=("ops",)),
     "certify": _floor("certify", on=("kernels",)),
     "measure": _floor("bench", "memcheck", on=("certify",)),

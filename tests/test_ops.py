@@ -1,5 +1,5 @@
 """The op records (rtp_ref/ops, one module each) name each op's reference, each op's conformance cases
-(rtp_ref/certify/opcases) give cases of every variant, and the suite takes the reference from the record: a record
+(rtp_ref/ops) give cases of every variant, and the suite takes the reference from the record: a record
 pointed elsewhere changes what the built-in reference kernel writes."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from rtp_ref import ops
-from rtp_ref.certify.family_cases import build_family_case, mha_specs
-from rtp_ref.certify.opcases import OP_CASES, op_cases_of
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.family_cases import build_family_case, mha_specs
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.platform import load_platform
 
@@ -26,9 +25,9 @@ NAMED = {
 }
 
 
-def test_the_scans_find_the_five_ops_in_rank_order_and_the_cases_of_each() -> None:
+def test_the_scan_finds_the_five_ops_in_rank_order_each_with_its_cases() -> None:
     assert list(ops.OPS) == list(NAMED)
-    assert set(OP_CASES) == set(NAMED)
+    assert all(spec.cases.op == name for name, spec in ops.OPS.items())
 
 
 @pytest.mark.parametrize("op", list(ops.OPS))
@@ -36,7 +35,7 @@ def test_each_record_names_its_reference_and_its_op_has_cases_of_each_variant(op
     reference = ops.op_reference(op)
     assert (reference.__module__, reference.__name__) == NAMED[op]
     for variant in ops.OPS[op].variants:
-        keys = list(op_cases_of(op).specs(variant))
+        keys = list(ops.op_spec(op).cases.specs(variant))
         assert keys and all(k.layout == variant for k in keys)
         # the MLA write's keys wrap its case specs (which name no op); the other ops' specs name theirs
         assert all(getattr(getattr(k, "spec", k), "op", ops.MLA_OP) == op for k in keys)

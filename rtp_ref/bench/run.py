@@ -19,7 +19,7 @@ import torch
 from rtp_ref.bench.measure import copy_roof, launch_floor, time_call, time_graph
 from rtp_ref.bench.workloads import workload
 from rtp_ref.certify.environment import collect_environment
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.ops import OPS, claimed_variants, op_name
 from rtp_ref.platform import Platform
 

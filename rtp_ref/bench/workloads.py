@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.bench.measure import minimum_bytes
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.indexer import indexer_layout_for
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.kv.mha_paged import mha_layout

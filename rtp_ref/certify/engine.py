@@ -12,15 +12,15 @@ from typing import Any
 
 import torch
 
+from rtp_ref.cases.checks import Check, grade_reached
+from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.op_cases import BuiltCase, CaseKey
 from rtp_ref.certify.calls import CallResult, call_once
-from rtp_ref.certify.checks import Check, grade_reached
 from rtp_ref.certify.device_errors import describe_error
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.opcases import op_cases_of
-from rtp_ref.certify.opcases.base import BuiltCase, CaseKey
 from rtp_ref.certify.verdict import FAILED, REFUSED, Judgement, judge, not_covered
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import broken_requirements, declared_limit
+from rtp_ref.ops import op_spec
 from rtp_ref.platform import Platform
 
 
@@ -82,7 +82,7 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
     """Run one case of ``subject``'s op (module doc). ``deviation``: the index of the platform's known deviation
     that covers the case (rtp_ref.certify.verdict.matching_deviation), or None. A suite error (inputs not built as
     the case says) raises AssertionError: it is not the kernel's finding."""
-    case = op_cases_of(subject.op).build(key, contract, subject.device)
+    case = op_spec(subject.op).cases.build(key, contract, subject.device)
     case.check_as_built(subject.device)
     record: dict[str, Any] = {
         "op": subject.op, "kernel": subject.name, "layout": key.layout, "platform": platform.name,

@@ -29,9 +29,9 @@ from typing import Protocol
 
 import torch
 
-from rtp_ref.certify.cases import CaseSpec, build_case, cache_view
-from rtp_ref.certify.family_cases import FamilySpec, MhaCase, build_family_case
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.cases import CaseSpec, build_case, cache_view
+from rtp_ref.cases.family_cases import FamilySpec, MhaCase, build_family_case
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.layouts import MlaLayout, default_dims
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
@@ -88,7 +88,7 @@ class _OpCase(Protocol):
 
 
 class _MlaCase:
-    """An MLA case (rtp_ref.certify.cases) with the call, inputs and reference the tier uses."""
+    """An MLA case (rtp_ref.cases.cases) with the call, inputs and reference the tier uses."""
 
     def __init__(self, layout: MlaLayout, spec: CaseSpec, device: str) -> None:
         self.layout, self.spec = layout, spec
@@ -110,7 +110,7 @@ class _MlaCase:
 
 
 class _FamilyCase:
-    """An MHA or indexer case (rtp_ref.certify.family_cases) with the inputs the tier changes."""
+    """An MHA or indexer case (rtp_ref.cases.family_cases) with the inputs the tier changes."""
 
     def __init__(self, spec: FamilySpec, contract: WriteContract, device: str) -> None:
         self.case = build_family_case(spec, contract, device)

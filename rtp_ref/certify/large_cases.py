@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from rtp_ref.certify.cases import CaseSpec
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.cases import CaseSpec
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK, IndexerLayout, indexer_layout_for
 from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache as indexer_reference

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from rtp_ref.certify.checks import Check, grade_reached
-from rtp_ref.certify.grading import Grading
+from rtp_ref.cases.checks import Check, grade_reached
+from rtp_ref.cases.grading import Grading
 from rtp_ref.certify.large_cases import BOUNDARIES, CANARY, GUARD_CANARY, SCAN_CHUNK, LargeCase, changed_words
 
 

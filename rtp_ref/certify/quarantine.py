@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.faults import Fault, peek_faults
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND
 
 QUARANTINE_FILE = ".quarantine.json"
 #: ``TestReport.when`` of the report xdist makes up for the case a worker died in

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rtp_ref.certify.checks import rank
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, REFUSING
+from rtp_ref.cases.checks import rank
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, REFUSING
 from rtp_ref.certify.tiers import DECLINES, TIERS
 from rtp_ref.certify.verdict import failed_at, pair_verdict, verdict_head, weakest_grade
 from rtp_ref.errors import RtpRefError

@@ -17,29 +17,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from rtp_ref.certify.checks import GRADES, Check, grade_above, grade_below, grade_reached, reaches
-from rtp_ref.certify.input_checks import BAD_INPUT_KIND
+from rtp_ref.cases.checks import GRADES, Check, grade_above, grade_below, grade_reached, reaches
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND
+from rtp_ref.cases.op_cases import DeviationKey
 from rtp_ref.certify.tiers import TIERS
 from rtp_ref.platform import Deviation, Platform
 
 PASSED, FAILED, XFAILED, XPASSED, REFUSED = "passed", "failed", "xfailed", "xpassed", "refused"
 #: the grades a case can reach, weakest first, ``none`` (below ``layout``) included
 _REACHABLE = (grade_below(GRADES[0]), *GRADES)
-
-
-class DeviationKey(Protocol):
-    """What a deviation is matched on: the case's variant, kind and tokens."""
-
-    @property
-    def layout(self) -> str: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def tokens(self) -> int: ...
 
 
 def matching_deviation(platform: Platform, kernel: str, device: str, key: DeviationKey) -> int | None:

@@ -20,9 +20,9 @@ from rtp_ref.commands._output import (
     print_json,
     writable_dir,
 )
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.call_signature import Launch
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.torch_eager import TorchEagerKernel, write_eager
 from rtp_ref.kernels.write_plan import PlannedKernel, WritePlan

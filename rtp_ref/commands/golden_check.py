@@ -10,8 +10,8 @@ import torch
 
 from rtp_ref import __version__
 from rtp_ref.commands._output import add_json_flag, print_json
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.protocol import KernelEntry, device_to_run
 from rtp_ref.kv.golden_read import CacheComparison, GoldenFile, compare_cache, read_golden, reference_cache

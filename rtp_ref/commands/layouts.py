@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number, positive_int, print_json
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.describe import layout_as_dict, layout_table
 from rtp_ref.kv.describe_families import indexer_as_dict, indexer_table, mha_as_dict, mha_table
 from rtp_ref.kv.dtypes import KvDtype

@@ -124,7 +124,7 @@ class ConversionMode(str, Enum):
 
 class FormatSource(Protocol):
     """Where a cache's fp8 element format and conversion mode come from: a platform table
-    (rtp_ref.platform.Platform) or a kernel's bound contract (rtp_ref.kernels.contract.WriteContract)."""
+    (rtp_ref.platform.Platform) or a kernel's bound contract (rtp_ref.contract.WriteContract)."""
 
     @property
     def element_format(self) -> Fp8Format: ...

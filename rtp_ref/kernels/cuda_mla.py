@@ -21,8 +21,8 @@ from collections.abc import Collection
 
 import torch
 
+from rtp_ref.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.call_signature import Launch, on_device
-from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.cuda_build import HARDWARE_E4M3, arch_of, build_library, csrc_dir, hardware_conversion
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS
 from rtp_ref.kernels.input_flags import Validation

@@ -14,9 +14,9 @@ from typing import Any, Literal, cast
 
 import torch
 
+from rtp_ref.contract import DeviceContracts, WriteContract, default_contract
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
-from rtp_ref.kernels.contract import DeviceContracts, WriteContract, default_contract
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args

@@ -17,8 +17,8 @@ from typing import TypeVar
 
 import torch
 
+from rtp_ref.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
-from rtp_ref.kernels.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, validate_gather_args
 from rtp_ref.kv.indexer import SCALE_FORMATS, indexer_layout_for
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache, quant_block_of, validate_indexer_gather_args

@@ -53,7 +53,7 @@ from rtp_ref.errors import UnsupportedLayoutError as UnsupportedLayoutError  # r
 from rtp_ref.ops import MLA_OP, OPS
 
 if TYPE_CHECKING:
-    from rtp_ref.kernels.contract import WriteContract
+    from rtp_ref.contract import WriteContract
 
 
 @runtime_checkable

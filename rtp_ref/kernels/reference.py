@@ -10,7 +10,7 @@ from collections.abc import Collection
 
 import torch
 
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import KV_CACHE_DTYPE_ALIASES
 from rtp_ref.ops import MLA_OP, op_reference

@@ -19,8 +19,8 @@ from typing import Literal
 
 import torch
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.call_signature import Launch
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 

@@ -35,9 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
+from rtp_ref.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
-from rtp_ref.kernels.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.triton_fp8 import (

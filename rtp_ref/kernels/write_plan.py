@@ -15,10 +15,10 @@ from enum import IntEnum
 
 import torch
 
+from rtp_ref.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
-from rtp_ref.kernels.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.fields import (

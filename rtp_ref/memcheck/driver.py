@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import torch
 
-from rtp_ref.certify.cases import build_case
+from rtp_ref.cases.cases import build_case
 from rtp_ref.certify.device_errors import pending_device_error
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.memcheck.markers import case_line, device_lost_line, end_line

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rtp_ref.certify.case_matrix import case_specs
-from rtp_ref.certify.cases import CaseSpec
+from rtp_ref.cases.case_matrix import case_specs
+from rtp_ref.cases.cases import CaseSpec
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.kv.layouts import default_dims

@@ -21,7 +21,7 @@ gathers them into dense rows).
 
 Each op is one module of this package defining its record as ``OP`` (rtp_ref.ops.record.OpSpec), found by scanning
 the package: a new op is one module here (and its reference), and its conformance cases one module in
-rtp_ref/certify/opcases.
+rtp_ref/ops.
 
 Built-in kernels of the MLA op are named after their implementation (``triton``); those of the other ops
 carry the family as a suffix (``triton-mha``, ``triton-indexer``), readers ``-gather`` and ``-indexer-gather``, so
@@ -36,7 +36,7 @@ import pkgutil
 from collections.abc import Callable
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.ops.names import INDEXER_GATHER_OP, INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP
+from rtp_ref.kv.op_names import INDEXER_GATHER_OP, INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP
 from rtp_ref.ops.record import OpSpec
 from rtp_ref.platform import Platform
 

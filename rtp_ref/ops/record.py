@@ -1,10 +1,13 @@
-"""What an op is, as one record (``OpSpec``): its name, cache family, call, the variants a kernel may claim and the
-reference that defines it. Each op's module in this package defines its record as ``OP``."""
+"""What an op is, as one record (``OpSpec``): its name, cache family, call, the variants a kernel may claim, the
+reference that defines it and its conformance cases. Each op's module in this package defines its record as
+``OP``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from rtp_ref.cases.op_cases import OpCases
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,8 @@ class OpSpec:
     name_suffix: str
     #: the reference the op is defined by: called as a kernel of the op is, with the variant's layout first
     reference: Callable[..., None]
+    #: its conformance cases: their keys, how one is built, called and graded (the engine runs them)
+    cases: OpCases
     #: a read op: it fills a dense output from a cache and leaves the cache as it is
     reads: bool = False
     #: where the op comes in lists and reports (lower first; an op without one comes after the built-in five)

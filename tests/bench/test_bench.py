@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rtp_ref.certify.cases import CaseSpec, build_case, num_blocks_for
+from rtp_ref.cases.cases import CaseSpec, build_case, num_blocks_for
 from rtp_ref.commands.bench import CompiledBaseline
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
 from rtp_ref.platform import load_platform
 from tests.processes import child_env, interruptible

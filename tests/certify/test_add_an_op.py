@@ -1,7 +1,7 @@
-"""A new op is its record, its cases and its reference, and no conformance, conftest or grading-policy file: a
-made-up op (rows copied into a cache at their slots) is added to a copy of the tree as three new files, and a real
+"""A new op is its module (its record and its cases) and its reference, and no conformance, conftest or verdict file:
+a made-up op (rows copied into a cache at their slots) is added to a copy of the tree as two new files, and a real
 ``rtp-ref certify`` run in that copy certifies a kernel of it and fails a broken one, with examples from the shared
-locator (rtp_ref.certify.storage). docs/conformance.md records the count."""
+locator (rtp_ref.cases.storage). docs/conformance.md records the count."""
 
 from __future__ import annotations
 
@@ -28,33 +28,23 @@ def reference_copy_rows(layout: object, x: torch.Tensor, cache: torch.Tensor, sl
     rows[slot_mapping[keep]] = x[keep]
 '''
 
-#: the op's record
-RECORD = '''
-"""``scratch_copy_rows``: a made-up op of tests/certify/test_add_an_op.py."""
-
-from rtp_ref.kv.scratch_copy_rows import reference_copy_rows
-from rtp_ref.ops.record import OpSpec
-
-OP = OpSpec("scratch_copy_rows", "scratch", "variants", ("auto",), "kernel(x, cache, slot_mapping, variant)",
-            "-scratch", reference_copy_rows, rank=50)
-'''
-
-#: the op's conformance cases: keys, the built case, its grading from the shared checks
-CASES = '''
-"""The scratch op's conformance cases, graded by the shared checks."""
+#: the op's module: its record, with its conformance cases (keys, the built case, its grading from the shared checks)
+OP_MODULE = '''
+"""``scratch_copy_rows``: a made-up op of tests/certify/test_add_an_op.py, its record and its cases."""
 
 from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.cases import CANARY, GUARD_BYTES
-from rtp_ref.certify.checks import grade_reached
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.opcases.base import OpCases
-from rtp_ref.certify.storage import StorageMap, field_places, slot_namer
-from rtp_ref.certify.value_checks import failing, with_examples
+from rtp_ref.cases.cases import CANARY, GUARD_BYTES
+from rtp_ref.cases.checks import grade_reached
+from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.op_cases import OpCases
+from rtp_ref.cases.storage import StorageMap, field_places, slot_namer
+from rtp_ref.cases.value_checks import failing, with_examples
 from rtp_ref.fp8.elements import dtype_element
 from rtp_ref.kv.scratch_copy_rows import reference_copy_rows
+from rtp_ref.ops.record import OpSpec
 
 
 @dataclass(frozen=True)
@@ -117,7 +107,10 @@ def _specs(variant):
     return [Key(variant, "random", tokens, seed) for seed, tokens in enumerate((1, 9, 37), start=1)]
 
 
-CASES = OpCases("scratch_copy_rows", _specs, Case, lambda variant: _specs(variant)[-1], names_variant=True)
+OP = OpSpec("scratch_copy_rows", "scratch", "variants", ("auto",), "kernel(x, cache, slot_mapping, variant)",
+            "-scratch", reference_copy_rows,
+            OpCases("scratch_copy_rows", _specs, Case, lambda variant: _specs(variant)[-1], names_variant=True),
+            rank=50)
 '''
 
 #: two kernels of the op, out of tree (RTP_REF_KERNELS): a correct one and one that drops each row's last value
@@ -150,12 +143,11 @@ def kernels():
 '''
 
 
-def test_a_new_op_is_its_record_its_cases_and_its_reference(tmp_path: Path) -> None:
+def test_a_new_op_is_its_module_and_its_reference(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     for part in ("rtp_ref", "conformance", "platforms"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
-    added = {"rtp_ref/kv/scratch_copy_rows.py": REFERENCE, "rtp_ref/ops/scratch_copy_rows.py": RECORD,
-             "rtp_ref/certify/opcases/scratch_copy_rows.py": CASES}
+    added = {"rtp_ref/kv/scratch_copy_rows.py": REFERENCE, "rtp_ref/ops/scratch_copy_rows.py": OP_MODULE}
     for path, text in added.items():
         (tree / path).write_text(text)
     (tmp_path / "scratch_kernels.py").write_text(KERNELS)

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from rtp_ref.certify.cases import STRIDED_KINDS
-from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS
-from rtp_ref.certify.opcases import OP_CASES
+from rtp_ref.cases.cases import STRIDED_KINDS
+from rtp_ref.cases.family_cases import STRIDED_FAMILY_KINDS
 from rtp_ref.ops import OPS
 
 
@@ -22,10 +21,10 @@ def _shape(key: Any) -> dict[str, object]:
     return {**fields, "dims": getattr(key, "dims", None)}
 
 
-@pytest.mark.parametrize("op", list(OP_CASES))
+@pytest.mark.parametrize("op", list(OPS))
 def test_every_strided_case_has_a_contiguous_twin(op: str) -> None:
     for variant in OPS[op].variants:
-        keys = list(OP_CASES[op].specs(variant))
+        keys = list(OPS[op].cases.specs(variant))
         randoms = [_shape(k) for k in keys if k.kind == "random"]
         strided = [k for k in keys if k.kind in (*STRIDED_KINDS, *STRIDED_FAMILY_KINDS)]
         for key in strided:
@@ -33,7 +32,7 @@ def test_every_strided_case_has_a_contiguous_twin(op: str) -> None:
 
 
 def test_the_twin_check_fails_a_strided_case_that_changes_another_parameter() -> None:
-    keys = list(OP_CASES["indexer_k_quant_and_cache"].specs("none"))
+    keys = list(OPS["indexer_k_quant_and_cache"].cases.specs("none"))
     fused = next(k for k in keys if k.kind == "fused")
     moved = dataclasses.replace(fused, quant_block=32)
     assert _shape(moved) not in [_shape(k) for k in keys if k.kind == "random"]

@@ -1,4 +1,4 @@
-"""The one table of checks (rtp_ref.certify.checks): the docs state it, the code records nothing else, and
+"""The one table of checks (rtp_ref.cases.checks): the docs state it, the code records nothing else, and
 grades follow from it rather than from a name's prefix."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtp_ref.certify.checks import CHECKS, GRADES, GRAPH, INPUT, Check, grade_reached, rank, spec
+from rtp_ref.cases.checks import CHECKS, GRADES, GRAPH, INPUT, Check, grade_reached, rank, spec
 
 REPO = Path(__file__).resolve().parents[2]
 #: a check name as a string literal in the code

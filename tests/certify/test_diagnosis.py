@@ -1,6 +1,6 @@
 """Diagnosis a vendor can act on: which contract a failing kernel follows, and examples in failed checks.
 
-Expectations are derived independently of rtp_ref.certify.diagnosis: each "kernel output" is the
+Expectations are derived independently of rtp_ref.cases.diagnosis: each "kernel output" is the
 reference writer's image under an alternative contract constructed here by hand (or bytes poked into
 a correct image through the kv layer's own entry addressing), and each test says which alternative
 must be named. The second half checks the examples grading.py puts in a failed check's detail.
@@ -15,13 +15,13 @@ import time
 import pytest
 import torch
 
-from rtp_ref.certify.case_matrix import case_specs
-from rtp_ref.certify.cases import CaseInputs, CaseSpec, build_case, cache_view, num_blocks_for
-from rtp_ref.certify.diagnosis import MAX_ALTERNATIVES, NUMBER_FLAG_VALUES, Diagnosis, diagnose_contract
-from rtp_ref.certify.grading import Grading, grade_write, reference_image
+from rtp_ref.cases.case_matrix import case_specs
+from rtp_ref.cases.cases import CaseInputs, CaseSpec, build_case, cache_view, num_blocks_for
+from rtp_ref.cases.diagnosis import MAX_ALTERNATIVES, NUMBER_FLAG_VALUES, Diagnosis, diagnose_contract
+from rtp_ref.cases.grading import Grading, grade_write, reference_image
+from rtp_ref.contract import WriteContract
 from rtp_ref.fp8 import E4M3FN, E4M3FNUZ, ConversionMode, Pow2Rule, encode_ue8m0, quantize_tiles
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import gather_entries, reference_write, scatter_entries
 from rtp_ref.kv.entries import encode_entries, tile_scales
 from rtp_ref.kv.fields import Source, element_size

@@ -1,4 +1,4 @@
-"""The MLA reader's contract search (rtp_ref.certify.read_diagnosis), run by the engine on real readers: one that
+"""The MLA reader's contract search (rtp_ref.cases.read_diagnosis), run by the engine on real readers: one that
 takes its tile scales as bf16 (FlashMLA SM90's reading) and one that stores NaN as the hardware's 0x7FFF are named;
 one that takes another tile's scale matches no known reading. The readers are written from their description."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from rtp_ref.cases.gather_cases import gather_specs
 from rtp_ref.certify.engine import Subject, run_case
-from rtp_ref.certify.gather_cases import gather_specs
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.cache import gather_entries, scatter_entries
 from rtp_ref.kv.fields import Source
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache

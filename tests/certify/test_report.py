@@ -115,7 +115,7 @@ def test_merge_builds_one_scoreboard(tmp_path: Path) -> None:
 
 def test_the_suite_generates_exactly_the_case_kinds_deviations_may_name() -> None:
     """A deviation's ``cases`` list is checked against CASE_KINDS; the suite must generate each of them."""
-    from rtp_ref.certify.case_matrix import case_specs
+    from rtp_ref.cases.case_matrix import case_specs
     from rtp_ref.platform import CASE_KINDS, MLA_LAYOUT_NAMES
 
     for layout in MLA_LAYOUT_NAMES:

@@ -1,4 +1,4 @@
-"""The indexer write's contract search (rtp_ref.certify.scale_diagnosis), run by the engine on real kernels: a kernel
+"""The indexer write's contract search (rtp_ref.cases.scale_diagnosis), run by the engine on real kernels: a kernel
 that divides by AMD AITER's 240, or takes the amax of the raw 16-bit patterns, is named; a correct one and one
 whose scales are right but values wrong are told apart from them; the raw-pattern alternative is checked against
 numpy's own float32 arithmetic."""
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from rtp_ref.cases.family_cases import indexer_specs
+from rtp_ref.cases.scale_diagnosis import AMAX_SOURCES, diagnose_scales, scales_under
 from rtp_ref.certify.engine import Subject, run_case
-from rtp_ref.certify.family_cases import indexer_specs
-from rtp_ref.certify.scale_diagnosis import AMAX_SOURCES, diagnose_scales, scales_under
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.indexer import IndexerLayout, reference_indexer_k_quant_and_cache
 from rtp_ref.platform import load_platform
 from tests.mutants.family_mutants import IndexerMutant

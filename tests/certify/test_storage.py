@@ -1,4 +1,4 @@
-"""The shared locator (rtp_ref.certify.storage) and the examples every op's failed checks carry through it.
+"""The shared locator (rtp_ref.cases.storage) and the examples every op's failed checks carry through it.
 
 Places and values are derived independently of the locator: positions by the cache's own index arithmetic
 (the HND formula written out here), values by ml_dtypes and struct, and each fault poked into one known element
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from rtp_ref.certify.cases import CANARY, GUARD_BYTES
-from rtp_ref.certify.family_cases import IndexerCase, MhaCase, build_family_case, indexer_specs, mha_specs
-from rtp_ref.certify.family_grading import grade_family_write
-from rtp_ref.certify.gather_cases import GatherCase, gather_specs
-from rtp_ref.certify.gather_grading import grade_gather
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.storage import byte_positions
-from rtp_ref.kernels.contract import default_contract
+from rtp_ref.cases.cases import CANARY, GUARD_BYTES
+from rtp_ref.cases.family_cases import IndexerCase, MhaCase, build_family_case, indexer_specs, mha_specs
+from rtp_ref.cases.family_grading import grade_family_write
+from rtp_ref.cases.gather_cases import GatherCase, gather_specs
+from rtp_ref.cases.gather_grading import grade_gather
+from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.storage import byte_positions
+from rtp_ref.contract import default_contract
 from rtp_ref.ops import INDEXER_OP, MHA_OP, op_reference
 
 CONTRACT = default_contract(torch.device("cpu"))

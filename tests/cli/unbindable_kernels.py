@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import torch
 
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kernels.reference import ReferenceKernel
 from rtp_ref.platform import load_platform

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.fp8.formats import ConversionMode, fp8_format
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_FP32, Placement, Source

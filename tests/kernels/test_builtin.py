@@ -59,7 +59,7 @@ def test_device_to_run_prefers_a_gpu_only_when_asked_and_present() -> None:
 
 def test_the_cuda_kernel_declares_its_limits_as_data() -> None:
     """Its register budget is a declared limit (``supports``), so the suite reports such cases as refused."""
-    from rtp_ref.kernels.contract import WriteContract
+    from rtp_ref.contract import WriteContract
     from rtp_ref.kernels.cuda_mla import CudaMlaKernel
     from rtp_ref.platform import load_platform
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rtp_ref.contract import WriteContract, check_call
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, ConversionMode
-from rtp_ref.kernels.contract import WriteContract, check_call
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kernels.write_plan import ValueMode, WritePlan
 from rtp_ref.platform import load_platform

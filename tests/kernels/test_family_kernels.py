@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels import cuda_families
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.cuda_families import prepare_cuda_indexer, prepare_cuda_mha
 from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.kernels.input_flags import Validation

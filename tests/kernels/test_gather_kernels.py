@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.gather_builtin import MlaGatherKernel, gather_kernels
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache

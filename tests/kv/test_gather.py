@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
 from rtp_ref.platform import load_platform

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from rtp_ref.cli import main
+from rtp_ref.contract import WriteContract
 from rtp_ref.fp8.formats import E4M3FN
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.reader_view import reader_changes, scale_as_read
 from rtp_ref.platform import load_platform

@@ -5,9 +5,9 @@ Loaded through ``RTP_REF_KERNELS=tests.mutants.contracts:kernels``.
 
 from __future__ import annotations
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.fp8 import FLT_MIN
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kernels.contract import WriteContract
 from tests.mutants.kernels import Mutant, _with_flags
 
 

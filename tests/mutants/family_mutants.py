@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import torch
 
+from rtp_ref.contract import WriteContract, default_contract
 from rtp_ref.fp8 import decode, encode
-from rtp_ref.kernels.contract import WriteContract, default_contract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.family_records import INDEXER_FIELDS
 from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache

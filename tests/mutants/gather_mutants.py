@@ -3,7 +3,7 @@
 They are protocol kernels of ``gather_and_maybe_dequant_cache`` (``op``, claims, ``devices``, ``bind``), certified
 through ``RTP_REF_KERNELS`` with the other mutants (tests/mutants/kernels.py ``mutants``). ``GATHER_EXPECTED`` says
 the platform and the named check that must catch each one. Each is written from the fault's description, not
-from the suite's hypotheses (rtp_ref.certify.gather_cases).
+from the suite's hypotheses (rtp_ref.cases.gather_cases).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import torch
 
+from rtp_ref.contract import WriteContract, default_contract
 from rtp_ref.fp8 import decode
 from rtp_ref.fp8.formats import E4M3FN
-from rtp_ref.kernels.contract import WriteContract, default_contract
 from rtp_ref.kernels.gather_builtin import gather_layout
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import gather_entries, scatter_entries

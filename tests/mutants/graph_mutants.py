@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.triton_mla import TritonMlaKernel
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 

@@ -14,10 +14,10 @@ from typing import ClassVar
 
 import torch
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.fp8 import decode, encode, encode_ue8m0, quantize_tiles
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import scatter_entries
 from rtp_ref.kv.entries import encode_entries, tile_scales

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from rtp_ref.certify.family_cases import FamilySpec, build_family_case
-from rtp_ref.certify.family_grading import grade_family_write
-from rtp_ref.certify.gather_cases import GatherCase
-from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
-from rtp_ref.certify.grading import MAX_DETAIL, Grading
-from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
-from rtp_ref.certify.opcases import op_cases_of
-from rtp_ref.kernels.contract import WriteContract
-from rtp_ref.ops import MLA_GATHER_OP, op_name
+from rtp_ref.cases.family_cases import FamilySpec, build_family_case
+from rtp_ref.cases.family_grading import grade_family_write
+from rtp_ref.cases.gather_cases import GatherCase
+from rtp_ref.cases.gather_grading import grade_gather, grade_indexer_gather
+from rtp_ref.cases.grading import MAX_DETAIL, Grading
+from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase
+from rtp_ref.contract import WriteContract
+from rtp_ref.ops import MLA_GATHER_OP, op_name, op_spec
 from rtp_ref.platform import load_platform
 from tests.mutants.family_mutants import FAMILY_EXPECTED
 from tests.mutants.gather_mutants import GATHER_EXPECTED
@@ -55,7 +54,7 @@ def _first_failing_case(cls: type, platform: str, check: str) -> Grading:
     kernel = cls().bind(contract)
     claims = getattr(kernel, "kv_cache_dtypes", None) or getattr(kernel, "scale_fmts", ())
     for variant in claims:
-        for spec in op_cases_of(op_name(kernel)).specs(variant):
+        for spec in op_spec(op_name(kernel)).cases.specs(variant):
             if spec.tokens >= 5:
                 grading = _graded(kernel, spec, contract)
                 if check in grading.failed:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.checks import Check
-from rtp_ref.certify.fp8_steps import step_errors
+from rtp_ref.cases.checks import Check
+from rtp_ref.cases.fp8_steps import step_errors
 from rtp_ref.fp8 import FP8_FORMATS, decode
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.value_checks import MAX_EXAMPLES
+from rtp_ref.cases.value_checks import MAX_EXAMPLES
 from rtp_ref.fp8.elements import ElementTraits
 
 

@@ -1,6 +1,7 @@
-"""The MLA write's conformance cases (``concat_and_cache_mla``): rtp_ref.certify.case_matrix's cases of each
-layout at each certified (R, P), built by rtp_ref.certify.cases, graded by rtp_ref.certify.grading, and when the
-bytes are wrong, the contract they follow instead found by rtp_ref.certify.diagnosis."""
+"""The MLA write's conformance cases (``concat_and_cache_mla``): rtp_ref.cases.case_matrix's cases of each
+layout at each certified (R, P), built by rtp_ref.cases.cases, graded by rtp_ref.cases.grading, and when the
+bytes are wrong, the contract they follow instead found by rtp_ref.cases.diagnosis. rtp_ref/ops/concat_and_cache_mla.py
+puts them together as the op's ``OpCases``."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.case_matrix import case_specs
-from rtp_ref.certify.cases import GUARD_BYTES, STRIDED_KINDS, CaseSpec, build_case
-from rtp_ref.certify.diagnosis import diagnose_contract
-from rtp_ref.certify.grading import Grading, grade_write, reference_image
-from rtp_ref.certify.opcases.base import OpCases, PastCapacity
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.case_matrix import case_specs
+from rtp_ref.cases.cases import GUARD_BYTES, STRIDED_KINDS, CaseSpec, build_case
+from rtp_ref.cases.diagnosis import diagnose_contract
+from rtp_ref.cases.grading import Grading, grade_write, reference_image
+from rtp_ref.cases.op_cases import PastCapacity
+from rtp_ref.contract import WriteContract
 from rtp_ref.kv.layouts import default_dims
-from rtp_ref.ops import MLA_OP
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class MlaCaseKey:
 
 
 class MlaWriteCase:
-    """One MLA write case on a device (rtp_ref.certify.opcases.base.BuiltCase); ``trailing_guard`` canary bytes
+    """One MLA write case on a device (rtp_ref.cases.op_cases.BuiltCase); ``trailing_guard`` canary bytes
     after the cache."""
 
     def __init__(self, key: MlaCaseKey, contract: WriteContract, device: str,
@@ -94,15 +94,17 @@ class MlaWriteCase:
         return {"kv_lora_rank": self.layout.kv_lora_rank, "rope_dim": self.layout.rope_dim}
 
 
-def _keys(variant: str) -> Iterator[MlaCaseKey]:
+def mla_keys(variant: str) -> Iterator[MlaCaseKey]:
+    """Every case key of one MLA layout (rtp_ref.cases.case_matrix's specs at each certified (R, P))."""
     return (MlaCaseKey(spec, dims) for spec, dims in case_specs(variant))
 
 
-def _sample(variant: str) -> MlaCaseKey:
-    return next(k for k in _keys(variant) if k.kind == "random" and k.tokens > 1 and k.spec.block_size == 16)
+def mla_sample(variant: str) -> MlaCaseKey:
+    """A random case of 37 tokens in blocks of 16 at the layout's default dims."""
+    return next(k for k in mla_keys(variant) if k.kind == "random" and k.tokens > 1 and k.spec.block_size == 16)
 
 
-def _past_capacity(key: MlaCaseKey, contract: WriteContract, device: str) -> PastCapacity:
+def mla_past_capacity(key: MlaCaseKey, contract: WriteContract, device: str) -> PastCapacity:
     """``key``'s case with a whole block of guard after the cache (a write to slot == capacity lands in bytes the
     suite owns) and its last slot set to capacity."""
     layout = contract.layout(key.layout, *key.dims)
@@ -117,5 +119,3 @@ def _past_capacity(key: MlaCaseKey, contract: WriteContract, device: str) -> Pas
     end = case.inputs.storage.numel() - GUARD_BYTES - block_bytes
     return PastCapacity(case, footprint, (("kv_cache", end, end + block_bytes + GUARD_BYTES),))
 
-
-CASES = OpCases(MLA_OP, _keys, MlaWriteCase, _sample, past_capacity=_past_capacity)

@@ -8,16 +8,16 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.gather_cases import GatherCase, GatherSpec
-from rtp_ref.certify.gather_grading import grade_gather, grade_indexer_gather
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
-from rtp_ref.certify.read_diagnosis import diagnose_read
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.gather_cases import GatherCase, GatherSpec
+from rtp_ref.cases.gather_grading import grade_gather, grade_indexer_gather
+from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase, IndexerGatherSpec
+from rtp_ref.cases.read_diagnosis import diagnose_read
+from rtp_ref.contract import WriteContract
 
 
 class ReadCase:
-    """One read case on a device (rtp_ref.certify.opcases.base.BuiltCase): an MLA gather or an indexer gather."""
+    """One read case on a device (rtp_ref.cases.op_cases.BuiltCase): an MLA gather or an indexer gather."""
 
     def __init__(self, key: GatherSpec | IndexerGatherSpec, contract: WriteContract, device: str) -> None:
         self.key = key
@@ -47,7 +47,7 @@ class ReadCase:
         return grade_indexer_gather(self.case, cache_before, cache_after, dst_before, dst_after)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
-        """For the MLA gather: how the reader computed its rows (rtp_ref.certify.read_diagnosis); the indexer
+        """For the MLA gather: how the reader computed its rows (rtp_ref.cases.read_diagnosis); the indexer
         gather copies bytes, with nothing to search."""
         if not isinstance(self.case, GatherCase) or self.case.spec.tokens == 0:
             return None

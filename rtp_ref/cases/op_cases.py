@@ -10,9 +10,21 @@ from typing import Any, Protocol
 
 import torch
 
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.verdict import DeviationKey
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.grading import Grading
+from rtp_ref.contract import WriteContract
+
+
+class DeviationKey(Protocol):
+    """What a deviation is matched on: the case's variant, kind and tokens."""
+
+    @property
+    def layout(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def tokens(self) -> int: ...
 
 
 class CaseKey(DeviationKey, Protocol):

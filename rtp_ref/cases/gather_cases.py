@@ -7,7 +7,7 @@ inside guard bytes (``dst`` has three rows more than the sequences fill: a reade
 reference reads CPU copies. A case also reads under named wrong hypotheses (the block table ignored, fp8 codes decoded
 as the other e4m3 or e5m2 format, a 16-bit rope decoded as fp8): a reader whose ``dst`` equals one of them fails
 the check that names the fault (a tile read with another tile's scale is found tile by tile:
-rtp_ref.certify.gather_grading).
+rtp_ref.cases.gather_grading).
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, cache_view, make_cache
-from rtp_ref.certify.storage import StorageMap, field_places
+from rtp_ref.cases.cases import CANARY, GUARD_BYTES, CaseSpec, cache_view, make_cache
+from rtp_ref.cases.storage import StorageMap, field_places
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import decode
 from rtp_ref.fp8.elements import dtype_element
 from rtp_ref.fp8.formats import E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ, Fp8Format
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import gather_entries, reference_write
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Source
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots, to_dst_dtype
 from rtp_ref.kv.layouts import MlaLayout, build_layout, default_dims
-from rtp_ref.ops import MLA_GATHER_OP
+from rtp_ref.kv.op_names import MLA_GATHER_OP
 
 #: ``dst`` dtypes by the names case ids use
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

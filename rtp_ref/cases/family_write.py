@@ -1,5 +1,5 @@
 """What the MHA paged write's and the indexer write's conformance cases share: a case of rtp_ref.certify.
-family_cases, built on the device, graded by rtp_ref.certify.family_grading."""
+family_cases, built on the device, graded by rtp_ref.cases.family_grading."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.cases import GUARD_BYTES
-from rtp_ref.certify.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, MhaCase, build_family_case
-from rtp_ref.certify.family_grading import footprint, grade_family_write
-from rtp_ref.certify.grading import Grading
-from rtp_ref.certify.mha_diagnosis import diagnose_codes
-from rtp_ref.certify.opcases.base import PastCapacity
-from rtp_ref.certify.scale_diagnosis import diagnose_scales
-from rtp_ref.kernels.contract import WriteContract
+from rtp_ref.cases.cases import GUARD_BYTES
+from rtp_ref.cases.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, MhaCase, build_family_case
+from rtp_ref.cases.family_grading import footprint, grade_family_write
+from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.mha_diagnosis import diagnose_codes
+from rtp_ref.cases.op_cases import PastCapacity
+from rtp_ref.cases.scale_diagnosis import diagnose_scales
+from rtp_ref.contract import WriteContract
 
 
 class FamilyWriteCase:
-    """One MHA or indexer write case on a device (rtp_ref.certify.opcases.base.BuiltCase), ``guard`` canary bytes
+    """One MHA or indexer write case on a device (rtp_ref.cases.op_cases.BuiltCase), ``guard`` canary bytes
     before, between and after its caches."""
 
     def __init__(self, key: FamilySpec, contract: WriteContract, device: str, guard: int = GUARD_BYTES) -> None:
@@ -50,7 +50,7 @@ class FamilyWriteCase:
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
         """Which contract the written tokens' bytes follow instead: the indexer's scale rule
-        (rtp_ref.certify.scale_diagnosis), the MHA write's fp8 conversion (rtp_ref.certify.mha_diagnosis)."""
+        (rtp_ref.cases.scale_diagnosis), the MHA write's fp8 conversion (rtp_ref.cases.mha_diagnosis)."""
         case = self.case
         slots = case.slot_mapping.cpu()
         keep = slots >= 0

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import torch
 
-from rtp_ref.certify.cases import CaseSpec, num_blocks_for
+from rtp_ref.cases.cases import CaseSpec, num_blocks_for
 from rtp_ref.kv.layout_records import layout_record
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -45,6 +45,6 @@ def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
     yield spec("padded", 37, 16, "bf16"), dims[0]
     yield spec("padded", 20, 1, "fp16"), dims[0]
     yield spec("padding_only", 5, 16, "bf16"), dims[0]
-    # production's input shapes (rtp_ref.certify.cases._strided_inputs), last so earlier cases keep their seeds
+    # production's input shapes (rtp_ref.cases.cases._strided_inputs), last so earlier cases keep their seeds
     yield spec("fused", 37, 16, "bf16"), dims[0]
     yield spec("elem_aligned", 37, 16, "fp16"), dims[0]

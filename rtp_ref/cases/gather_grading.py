@@ -4,7 +4,7 @@
 The footprint is ``dst``'s first ``cu_seq_lens[-1]`` rows; the cache storage (and its guards), ``dst``'s other
 rows and ``dst``'s guards must be left as they were. Inside the footprint, values are compared as numbers
 (``read.values``: within one unit in the last place of ``dst``'s dtype, NaN where NaN) and as bits
-(``bit_exact.bytes``). When the bits are wrong, the case's wrong hypotheses (rtp_ref.certify.gather_cases)
+(``bit_exact.bytes``). When the bits are wrong, the case's wrong hypotheses (rtp_ref.cases.gather_cases)
 are read too, and a reader whose ``dst`` equals one fails the check named after it; on a layout with tile scales,
 a tile that holds its codes times another tile's stored scale fails ``read.tile_scale``.
 """
@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.cases import GUARD_BYTES
-from rtp_ref.certify.checks import Check, grade_reached
-from rtp_ref.certify.gather_cases import GatherCase
-from rtp_ref.certify.grading import Grading, merge_checks
-from rtp_ref.certify.indexer_gather_cases import IndexerGatherCase
-from rtp_ref.certify.storage import StorageMap, kernel_text, value_text
-from rtp_ref.certify.value_checks import MAX_EXAMPLES, failing, first, with_examples
+from rtp_ref.cases.cases import GUARD_BYTES
+from rtp_ref.cases.checks import Check, grade_reached
+from rtp_ref.cases.gather_cases import GatherCase
+from rtp_ref.cases.grading import Grading, merge_checks
+from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase
+from rtp_ref.cases.storage import StorageMap, kernel_text, value_text
+from rtp_ref.cases.value_checks import MAX_EXAMPLES, failing, first, with_examples
 from rtp_ref.fp8 import decode
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import stored_tile_scales

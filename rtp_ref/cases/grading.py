@@ -23,17 +23,16 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
-from rtp_ref.certify.checks import Check, grade_reached, reaches
-from rtp_ref.certify.storage import StorageMap, field_places, slot_namer, value_text
-from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
+from rtp_ref.cases.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
+from rtp_ref.cases.checks import Check, grade_reached, reaches
+from rtp_ref.cases.storage import StorageMap, field_places, slot_namer, value_text
+from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode, decode_ue8m0
 from rtp_ref.fp8.elements import ElementTraits, dtype_element, element_traits
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kv.cache import gather_entries
+from rtp_ref.kv.cache import gather_entries, reference_write
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.ops import MLA_OP, op_reference
 
 
 @dataclass
@@ -71,7 +70,7 @@ def _write_on(layout: MlaLayout, inputs: CaseInputs, canary: int, padded_rows: i
     storage = torch.full_like(inputs.storage, canary, device="cpu")
     num_blocks, block_size = inputs.kv_cache.shape[:2]
     view = cache_view(layout, storage, num_blocks, block_size, kv_c.dtype, padded_rows)
-    op_reference(MLA_OP)(layout, kv_c, k_pe, view, slots, scale)
+    reference_write(layout, kv_c, k_pe, view, slots, scale)
     return storage
 
 
@@ -102,7 +101,7 @@ def element_of(layout: MlaLayout, f: Field, input_dtype: torch.dtype) -> Element
 
 
 def mla_storage_map(layout: MlaLayout, inputs: CaseInputs) -> StorageMap:
-    """The MLA case storage as the shared locator (rtp_ref.certify.storage) reads it: every entry field of every
+    """The MLA case storage as the shared locator (rtp_ref.cases.storage) reads it: every entry field of every
     slot (blocks of ``block_size + padded_rows`` rows: every token's per-token bytes, then every token's
     block-trailing bytes, then the padding rows), named by token and slot; a padding row's byte by its block."""
     num_blocks, block_size = inputs.kv_cache.shape[:2]

@@ -1,10 +1,10 @@
 """Grade one MHA paged or indexer write against the reference: the MLA write's checks and grades
-(rtp_ref.certify.grading), over the family's entries.
+(rtp_ref.cases.grading), over the family's entries.
 
 The footprint is derived as for the MLA write: the reference writes into two copies of the case storage
 filled with different canaries, and a byte belongs to the footprint when it changed in either. A target entry
 is one token's bytes: its K and V rows (every head) for the MHA cache, its fp8 values and block-trailing
-scales for the indexer. When the bytes are wrong, the case's wrong hypotheses (rtp_ref.certify.family_cases)
+scales for the indexer. When the bytes are wrong, the case's wrong hypotheses (rtp_ref.cases.family_cases)
 are written too, and a kernel whose whole storage equals one fails the check named after it.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.cases import ALT_CANARY, CANARY
-from rtp_ref.certify.checks import Check, grade_reached
-from rtp_ref.certify.family_cases import FamilyCase, IndexerCase, MhaCase
-from rtp_ref.certify.grading import Grading, merge_checks
-from rtp_ref.certify.storage import StorageMap, kernel_text, value_text
-from rtp_ref.certify.value_checks import MAX_EXAMPLES, ValueNamer, failing, first, fp8_value_checks, with_examples
+from rtp_ref.cases.cases import ALT_CANARY, CANARY
+from rtp_ref.cases.checks import Check, grade_reached
+from rtp_ref.cases.family_cases import FamilyCase, IndexerCase, MhaCase
+from rtp_ref.cases.grading import Grading, merge_checks
+from rtp_ref.cases.storage import StorageMap, kernel_text, value_text
+from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueNamer, failing, first, fp8_value_checks, with_examples
 
 
 def _check(name: str, ok: bool, detail: str) -> Check:

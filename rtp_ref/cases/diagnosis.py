@@ -35,10 +35,10 @@ from enum import Enum
 import torch
 import torch.nn.functional as F
 
-from rtp_ref.certify.cases import CaseInputs, cache_view
+from rtp_ref.cases.cases import CaseInputs, cache_view
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import FLT_MIN, FP8_FORMATS, ConversionMode, Pow2Rule, encode_ue8m0, quantize_tiles
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import encode_entries, tile_scales
 from rtp_ref.kv.fields import ELEMENT_FP32, Source, is_fp8_element

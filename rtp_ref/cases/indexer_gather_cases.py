@@ -2,7 +2,7 @@
 the reference indexer writer wrote (under the variant's ``scale_fmt``), sequences laid out in it through a
 shuffled block table, and canary-filled ``dst_k`` and ``dst_scale``.
 
-As for the MLA gather (rtp_ref.certify.gather_cases), the storages sit inside guard bytes and the outputs have
+As for the MLA gather (rtp_ref.cases.gather_cases), the storages sit inside guard bytes and the outputs have
 three rows past the sequences. A case also reads under named wrong hypotheses (the block table ignored; each
 token's scales read right after its own values, as if the block had no scale area at its end): a reader whose
 output equals one fails the check that names it.
@@ -15,16 +15,16 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec
-from rtp_ref.certify.gather_cases import EXTRA_ROWS, block_table_for, read_row_namer
-from rtp_ref.certify.storage import StorageMap, field_places
+from rtp_ref.cases.cases import CANARY, GUARD_BYTES, CaseSpec
+from rtp_ref.cases.gather_cases import EXTRA_ROWS, block_table_for, read_row_namer
+from rtp_ref.cases.storage import StorageMap, field_places
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.elements import element_traits
-from rtp_ref.kernels.contract import WriteContract
 from rtp_ref.kv.gather import sequence_slots
 from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
-from rtp_ref.ops import INDEXER_GATHER_OP
+from rtp_ref.kv.op_names import INDEXER_GATHER_OP
 
 
 @dataclass(frozen=True)

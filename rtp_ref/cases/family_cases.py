@@ -1,6 +1,6 @@
 """Conformance cases of the other cache families: the MHA paged write and the indexer write.
 
-As for the MLA write (rtp_ref.certify.cases), a case's caches are views into one canary-filled byte storage
+As for the MLA write (rtp_ref.cases.cases), a case's caches are views into one canary-filled byte storage
 with guard bytes around them (and between the K and V caches), inputs are drawn on the CPU from the case's
 seed and built on the device under test (strided kinds strided there), and the reference writes into CPU
 copies of the storage. A case also writes the reference under a named wrong hypothesis (K and V exchanged,
@@ -16,15 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.certify.cases import CANARY, GUARD_BYTES, CaseSpec, num_blocks_for
-from rtp_ref.certify.storage import StorageMap, field_places, slot_namer
+from rtp_ref.cases.cases import CANARY, GUARD_BYTES, CaseSpec, num_blocks_for
+from rtp_ref.cases.storage import StorageMap, field_places, slot_namer
+from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.elements import dtype_element, element_traits
-from rtp_ref.kernels.contract import WriteContract
-from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, slice_scales
-from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout
-from rtp_ref.ops import INDEXER_OP, MHA_OP, op_reference
+from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache, slice_scales
+from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
 STRIDED_FAMILY_KINDS = ("fused",)
@@ -237,7 +237,7 @@ class MhaCase:
         elif hypothesis is not None:
             raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
         kc, vc = self.caches(storage, order)
-        op_reference(MHA_OP)(self.layout, key, value, kc, vc, slots, k_scale, v_scale)
+        reference_reshape_and_cache_flash(self.layout, key, value, kc, vc, slots, k_scale, v_scale)
 
     def hypotheses(self) -> list[str]:
         """The wrong hypotheses this case can tell apart from the contract."""
@@ -302,7 +302,7 @@ class IndexerCase:
         """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
         k, slots, cache = self.k.cpu(), self.slot_mapping.cpu(), self.cache(storage)
         if hypothesis is None:
-            op_reference(INDEXER_OP)(self.layout, k, cache, slots, self.spec.layout)
+            reference_indexer_k_quant_and_cache(self.layout, k, cache, slots, self.spec.layout)
             return
         keep = torch.nonzero(slots >= 0).flatten()
         if keep.numel() == 0:

@@ -1,5 +1,5 @@
 """How an MLA reader's output was computed, when it is not the contract's: the contract-fingerprint search of
-``gather_and_maybe_dequant_cache``, like rtp_ref.certify.diagnosis for the MLA write.
+``gather_and_maybe_dequant_cache``, like rtp_ref.cases.diagnosis for the MLA write.
 
 The contract decodes each fp8 value, multiplies it by its stored scale in fp32 and rounds the product once to
 ``dst``'s dtype, to nearest even, a NaN as the dtype's canonical NaN (rtp_ref.kv.gather). The alternatives are the
@@ -16,7 +16,7 @@ import itertools
 
 import torch
 
-from rtp_ref.certify.gather_cases import GatherCase
+from rtp_ref.cases.gather_cases import GatherCase
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import decode_entries
 from rtp_ref.kv.fields import ELEMENT_FP32, Source

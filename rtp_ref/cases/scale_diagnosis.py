@@ -1,5 +1,5 @@
 """Which scale rule an indexer write's stored scales follow, when they are not the contract's: the contract-
-fingerprint search of the indexer op, like rtp_ref.certify.diagnosis for the MLA write.
+fingerprint search of the indexer op, like rtp_ref.cases.diagnosis for the MLA write.
 
 A slice's scale is ``max(amax, 1e-4) / divisor``, raised to a power of two under ``ue8m0``. The alternatives
 are the ways production kernels have computed it:

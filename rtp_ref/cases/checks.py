@@ -144,7 +144,7 @@ def spec(name: str) -> CheckSpec:
     """The table's row for check ``name``; a name the table lacks is a programming error (ValueError)."""
     found = _BY_NAME.get(name) or (_BY_NAME["layout.<field>_exact"] if _FIELD_EXACT.fullmatch(name) else None)
     if found is None:
-        raise ValueError(f"check {name!r} is not in rtp_ref.certify.checks.CHECKS")
+        raise ValueError(f"check {name!r} is not in rtp_ref.cases.checks.CHECKS")
     return found
 
 
