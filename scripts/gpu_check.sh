@@ -98,7 +98,7 @@ for stage in "$@"; do
     ;;
   gatecertify)
     # tox -e cuda's second command (every tier on this host's own table), timed; then the cpu table on this host
-    { time timeout -s INT 300 python3 -m rtp_ref.cli certify --platform auto --tier all --report "$reports/auto"; } \
+    { time timeout -s INT 240 python3 -m rtp_ref.cli certify --platform auto --tier all --report "$reports/auto"; } \
       > "$out/certify-auto.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/certify-auto.log" | tail -60
     { time timeout -s INT 120 python3 -m rtp_ref.cli certify --platform cpu --report "$reports/cpu"; } \
