@@ -27,11 +27,11 @@ from rtp_ref.cases.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cac
 from rtp_ref.cases.checks import Check, grade_reached, reaches
 from rtp_ref.cases.storage import StorageMap, field_places, slot_namer, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
-from rtp_ref.fp8 import decode, decode_ue8m0
+from rtp_ref.fp8 import decode
 from rtp_ref.fp8.elements import ElementTraits, dtype_element, element_traits
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
-from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
+from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
 
 
@@ -186,9 +186,8 @@ def _element(raw: torch.Tensor, f: Field, row: int, index: int) -> torch.Tensor:
 
 
 def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
-    if f.element == ELEMENT_FP32:
-        return raw.contiguous().view(torch.float32)
-    return decode_ue8m0(raw)
+    """The values of scale field ``f``'s bytes ``raw`` ``[rows, f.size]`` (float64), by its element's traits."""
+    return element_traits(f.element).values(raw)
 
 
 class _NumericsCase:

@@ -27,13 +27,13 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import (
     Pow2Rule,
     decode,
-    decode_ue8m0,
     encode,
     encode_ue8m0,
     quantize_tiles,
     scale_from_amax,
     tile_amax,
 )
+from rtp_ref.fp8.elements import element_traits
 from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, TileScale
 from rtp_ref.kv.layouts import MlaLayout
 
@@ -58,9 +58,8 @@ def _scale_bytes(f: Field, scales: torch.Tensor) -> torch.Tensor:
 
 
 def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
-    if f.element == ELEMENT_FP32:
-        return raw.contiguous().view(torch.float32)
-    return decode_ue8m0(raw)
+    """The float32 values of scale field ``f``'s bytes ``raw`` ``[T, f.size]``, by its element's traits."""
+    return element_traits(f.element).values(raw).float()
 
 
 def _check_inputs(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor) -> None:

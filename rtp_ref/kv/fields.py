@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.elements import ELEMENT_TRAITS
 from rtp_ref.fp8.formats import FP8_FORMATS
 from rtp_ref.fp8.rules import ScaleRule
 
@@ -15,12 +16,11 @@ ELEMENT_FP32 = "fp32"
 ELEMENT_UE8M0 = "ue8m0"
 ELEMENT_PAD = "pad"
 
+#: each field element's size: the inputs' own 16-bit type, and every element format of rtp_ref.fp8.elements but the
+#: named 16-bit floats (a field of the inputs' type is ``bf16/fp16``, whichever the writer was given)
 _ELEMENT_SIZES = {
     ELEMENT_INPUT16: 2,
-    ELEMENT_FP32: 4,
-    ELEMENT_UE8M0: 1,
-    ELEMENT_PAD: 1,
-    **dict.fromkeys(FP8_FORMATS, 1),
+    **{name: traits.size for name, traits in ELEMENT_TRAITS.items() if name not in ("bf16", "fp16")},
 }
 
 
