@@ -37,7 +37,7 @@ def _runs(config: pytest.Config, tier: str) -> bool:
 
 @dataclass(frozen=True)
 class CaseParam:
-    """One regular case of any op: the bound kernel, the case's key (its op's rtp_ref.ops), and the
+    """One regular case of any op: the bound kernel, the case's key (from its op's cases: rtp_ref/ops), and the
     platform's known deviation covering it (an index, or None)."""
 
     kut: KernelUnderTest

@@ -40,8 +40,8 @@ def _c(name: str, grade: str, meaning: str) -> CheckSpec:
 #: the table, in the order failures are explained: what stopped the call first, then where bytes went,
 #: then values. ``layout.<field>_exact`` stands for one check per copied field.
 CHECKS: tuple[CheckSpec, ...] = (
-    _c("support.kernel_ran", "layout", "the kernel was not called exactly once, or its own launch counter "
-       "(`launch_count`, when it has one) did not move — it fell back instead of running"),
+    _c("support.kernel_ran", "layout", "its own launch counter (`launch_count`, when it has one) did not move "
+       "during the suite's one call — it fell back instead of running"),
     _c("support.kernel_raised", "layout", "the kernel raised on a layout it claims (inputs it declared it "
        "cannot take are refused, not failed: see Cases)"),
     _c("support.device_error", "layout", "the call left a CUDA/HIP error (a launch error left pending, e.g. an "

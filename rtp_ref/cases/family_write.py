@@ -1,5 +1,5 @@
-"""What the MHA paged write's and the indexer write's conformance cases share: a case of rtp_ref.certify.
-family_cases, built on the device, graded by rtp_ref.cases.family_grading."""
+"""What the MHA paged write's and the indexer write's conformance cases share: a case of rtp_ref.cases.family_cases,
+built on the device, graded by rtp_ref.cases.family_grading."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import torch
 
 from rtp_ref.cases.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
 from rtp_ref.cases.checks import Check, grade_reached, reaches
-from rtp_ref.cases.storage import StorageMap, field_places, slot_namer, value_text
+from rtp_ref.cases.storage import StorageMap, field_places, kernel_text, slot_namer, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode
 from rtp_ref.fp8.elements import ElementTraits, dtype_element, element_traits
@@ -127,17 +127,26 @@ def mla_storage_map(layout: MlaLayout, inputs: CaseInputs) -> StorageMap:
 @dataclass(frozen=True)
 class _Locator:
     """Names places in a case storage and the values there, for the examples of a failed check: the target entries
-    (``rows``: (token index in slot_mapping, slot), in grading order) and the storage map of every byte."""
+    (``rows``: (token index in slot_mapping, slot), in grading order), the storage map of every byte, and the
+    storage after and before the call (CPU)."""
 
     layout: MlaLayout
     input_dtype: torch.dtype
     rows: list[tuple[int, int]]
     places: StorageMap
+    after: torch.Tensor
+    before: torch.Tensor
 
     def row(self, i: int) -> str:
         """``token 3 (slot 17)`` for target entry ``i``."""
         token, slot = self.rows[i]
         return f"token {token} (slot {slot})"
+
+    def kernel(self, f: Field, row: int, index: int) -> str:
+        """What the kernel left in element ``index`` of field ``f`` of target entry ``row``: its value and bytes, or
+        ``not written`` where it left the canary."""
+        place = self.places.at(f.name, self.rows[row][1], index)
+        return kernel_text(place, self.after, self.before)
 
     def value(self, f: Field, raw: torch.Tensor) -> str:
         """``0.015625 (0x3c800000)``: decoded value and bytes of one element of field ``f``."""
@@ -216,7 +225,7 @@ class _NumericsCase:
     def _scale_example(self, row: int, i: int, contract: bool = True) -> str:
         """``token 3 (slot 17) nope_scale[1]: kernel 0.0123 (0x3c49ba5e) vs contract 0.015625 (...)``."""
         s = self.scale_field
-        text = f"{self.loc.row(row)} {s.name}[{i}]: kernel {self.loc.value(s, _element(self.k_raw, s, row, i))}"
+        text = f"{self.loc.row(row)} {s.name}[{i}]: kernel {self.loc.kernel(s, row, i)}"
         return f"{text} vs contract {self.loc.value(s, _element(self.r_raw, s, row, i))}" if contract else text
 
     def _value_example(self, row: int, col: int, v: torch.Tensor, want: str | None = None) -> str:
@@ -224,7 +233,7 @@ class _NumericsCase:
         the stored value against ``want`` (default: the reference's code), and the exact quotient."""
         f, loc = self.f, self.loc
         want = want or loc.value(f, self.r_codes[row, col:col + 1])
-        return (f"{loc.row(row)} {f.name}[{col}]: kernel {loc.value(f, self.codes[row, col:col + 1])} vs contract "
+        return (f"{loc.row(row)} {f.name}[{col}]: kernel {loc.kernel(f, row, col)} vs contract "
                 f"{want}, x/stored scale {float(v[row, col]):.6g}")
 
     def scale_checks(self) -> list[Check]:
@@ -286,7 +295,7 @@ def _copy_check(layout: MlaLayout, f: Field, k_entries: torch.Tensor, r_entries:
     def detail() -> str:
         differ = (got != want).reshape(got.shape[0], f.count, -1).any(dim=2)
         return with_examples(f"{f.name}: {int(differ.sum())} {f.element} value(s) are not copied bit for bit",
-                         [f"{loc.row(r)} {f.name}[{i}]: kernel {loc.value(f, _element(got, f, r, i))} vs contract "
+                         [f"{loc.row(r)} {f.name}[{i}]: kernel {loc.kernel(f, r, i)} vs contract "
                           f"{loc.value(f, _element(want, f, r, i))}" for r, i in first(differ)])
 
     return failing(f"layout.{f.name}_exact", torch.equal(got, want), detail)
@@ -317,7 +326,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     targets = slots[keep]
     num_blocks, block_size = inputs.kv_cache.shape[:2]
     loc = _Locator(layout, kv_c.dtype, list(zip(torch.nonzero(keep).flatten().tolist(), targets.tolist(), strict=True)),
-                   mla_storage_map(layout, inputs))
+                   mla_storage_map(layout, inputs), after, before)
     checks = _untouched_checks(kind, before, after, ref, loc)
     views = [cache_view(layout, s, num_blocks, block_size, kv_c.dtype, inputs.padded_rows)
              for s in (after, ref.storage, before)]

@@ -1,6 +1,6 @@
 """What the engine needs of an op's conformance cases: ``OpCases`` (the cases of each variant and how one is built)
-and ``BuiltCase`` (a case on the device under test: snapshot, call, grade). Every op's module in this package
-defines one ``OpCases`` as ``CASES``; the engine and the conformance suite are written once over them."""
+and ``BuiltCase`` (a case on the device under test: snapshot, call, grade). Every op's module (rtp_ref/ops) puts
+its ``OpCases`` in its record; the engine and the conformance suite are written once over them."""
 
 from __future__ import annotations
 

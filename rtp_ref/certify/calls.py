@@ -21,7 +21,6 @@ class CallResult:
     error: BaseException | None
     #: a CUDA error the call left behind (a launch error left pending, an asynchronous fault), as text
     device_error: str | None
-    calls: int
     launches_before: int | None
     launches_after: int | None
 
@@ -58,4 +57,4 @@ def call_once(kernel: object, invoke: Callable[[], None], what: str, device: str
         device_error, error = describe_error(error), None
     if device_error is not None and pending_device_error(device) is not None:
         DEVICE_FAULT.append(f"{getattr(kernel, 'name', kernel)} on {what} ({device_error})")
-    return CallResult(error, device_error, 1, before, getattr(kernel, "launch_count", None))
+    return CallResult(error, device_error, before, getattr(kernel, "launch_count", None))

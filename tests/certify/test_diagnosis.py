@@ -320,6 +320,23 @@ def test_bit_exact_names_token_slot_field_and_both_values_of_an_fp32_scale() -> 
     assert "kernel 0.0123 (0x3c4985f0)" in text
 
 
+def test_a_tile_scale_and_a_value_the_kernel_never_wrote_are_not_written_in_every_check() -> None:
+    contract = contract_of("cpu")
+    layout, inputs = make_case(contract, "fp8_ds_mla")
+    token = int(torch.nonzero(inputs.slot_mapping >= 0)[2])
+    slot = int(inputs.slot_mapping[token])
+    after = written_under(contract, "fp8_ds_mla", inputs)
+    poke(layout, inputs, after, slot, "nope_scale", 2, bytes([0xA5] * 4))  # left as the canary
+    poke(layout, inputs, after, slot, "nope", 7, bytes([0xA5]))
+    grading = grade(layout, "random", inputs, after)
+    for check in ("numerics.scale_positive", "bit_exact.bytes"):
+        assert f"token {token} (slot {slot}) nope_scale[2]: kernel not written (still 0xa5a5a5a5)" in \
+            detail(grading, check)
+    assert f"token {token} (slot {slot}) nope[7]: kernel not written (still 0xa5)" in \
+        " ".join(c.detail for c in grading.checks)
+    assert "-2.87" not in detail(grading, "numerics.scale_positive")  # the canary is never shown as a number
+
+
 def test_bit_exact_maps_block_trailing_ue8m0_scales_in_padded_blocks() -> None:
     contract = contract_of("cpu")
     layout, inputs = make_case(contract, "fp8_model1_mla", kind="padded")
