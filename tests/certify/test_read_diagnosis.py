@@ -9,13 +9,11 @@ import torch
 from rtp_ref.cases.gather_cases import gather_specs
 from rtp_ref.certify.engine import Subject, run_case
 from rtp_ref.contract import WriteContract
-from rtp_ref.kv.cache import gather_entries, scatter_entries
-from rtp_ref.kv.fields import Source
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.ops import MLA_GATHER_OP
 from rtp_ref.platform import load_platform
-from tests.mutants.gather_mutants import GatherMutant, NeighbourTileScale
+from tests.mutants.gather_mutants import GatherMutant, NeighbourTileScale, with_tile_scales
 
 PLATFORM = load_platform("cpu")
 #: tile scales that are not powers of two (amax / divisor), so that a reader rounding them to bf16 shows
@@ -30,15 +28,11 @@ class Bf16TileScales(GatherMutant):
 
     def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
              cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
-        rounded = kv_cache.clone()
-        slots = torch.arange(kv_cache.shape[0] * kv_cache.shape[1])
-        entries = gather_entries(layout, rounded, slots)
-        field = layout.field(layout.value_field(Source.KV_C).scale_field or "")
-        at = layout.entry_offset(field)
-        scales = entries[:, at: at + field.size].contiguous().view(torch.float32)
-        entries[:, at: at + field.size] = scales.to(torch.bfloat16).to(torch.float32).view(torch.uint8)
-        scatter_entries(layout, entries, rounded, slots)
-        gather_and_maybe_dequant_cache(layout, rounded, dst, block_table, cu_seq_lens, scale, seq_starts)
+        def rounded(raw: torch.Tensor) -> torch.Tensor:  # fp32 scales through bf16 and back
+            return raw.view(torch.float32).to(torch.bfloat16).to(torch.float32).view(torch.uint8)
+
+        gather_and_maybe_dequant_cache(layout, with_tile_scales(layout, kv_cache, rounded), dst, block_table,
+                                       cu_seq_lens, scale, seq_starts)
 
 
 class HardwareNan(GatherMutant):

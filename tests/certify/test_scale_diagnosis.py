@@ -22,17 +22,26 @@ CONTRACT = WriteContract.for_platform(PLATFORM)
 
 
 class ScalesOf(IndexerMutant):
-    """The reference writer whose scales (and the codes divided by them) follow ``source`` and ``divisor``."""
+    """The reference writer whose stored scales are a kernel's own, written from its description (``amax``: how it
+    takes a slice's amax; ``divisor``), not from the search under test."""
 
     name = "scales-of"
-    source = AMAX_SOURCES[0]
     divisor = 448.0
+
+    @staticmethod
+    def amax(x: torch.Tensor) -> torch.Tensor:
+        """The magnitudes the kernel takes the amax of: the values."""
+        return x.float().abs()
 
     def write(self, layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
               scale_fmt: str) -> None:
         keep = slots >= 0
-        scales = scales_under(k[keep], layout.quant_block_size, self.source, self.divisor, scale_fmt == "ue8m0")
-        # the reference with its divisor moved so that its scales are these: write it, then put these scales in
+        x = k[keep]
+        amax = self.amax(x).reshape(x.shape[0], -1, layout.quant_block_size).amax(dim=-1)
+        scales = torch.clamp(amax, min=1e-4) / torch.tensor(self.divisor)
+        if scale_fmt == "ue8m0":  # the smallest power of two >= s: 2^e, or 2^(e-1) when s is one already
+            mantissa, exponent = torch.frexp(scales)
+            scales = torch.ldexp(torch.ones_like(scales), torch.where(mantissa == 0.5, exponent - 1, exponent))
         reference_indexer_k_quant_and_cache(layout, k, kv_cache, slots, scale_fmt)
         blocks, d, n = kv_cache.reshape(kv_cache.shape[0], -1), layout.head_dim, layout.scales_per_token
         for row, slot in enumerate(slots[keep].tolist()):
@@ -46,7 +55,10 @@ class Aiter240(ScalesOf):
 
 
 class RawPatterns(ScalesOf):
-    source = AMAX_SOURCES[2]
+    @staticmethod
+    def amax(x: torch.Tensor) -> torch.Tensor:
+        """The 16-bit patterns taken as unsigned integers, as a kernel converting the bits (not the value) does."""
+        return (x.view(torch.int16).to(torch.int32) & 0xFFFF).float()
 
 
 def _diagnosis(kernel: object, variant: str, dtype: torch.dtype) -> str:

@@ -8,6 +8,7 @@ from the suite's hypotheses (rtp_ref.cases.gather_cases).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -66,6 +67,20 @@ class IgnoresBlockTable(GatherMutant):
         gather_and_maybe_dequant_cache(layout, kv_cache, dst, columns, cu_seq_lens, scale, seq_starts)
 
 
+def with_tile_scales(layout: MlaLayout, kv_cache: torch.Tensor,
+                     change: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """A copy of ``kv_cache`` whose every entry's kv_c tile-scale bytes ``[slots, scale bytes]`` are ``change``d:
+    a reader that takes its scales otherwise is the reference gather of that copy."""
+    changed = kv_cache.clone()
+    slots = torch.arange(kv_cache.shape[0] * kv_cache.shape[1])
+    entries = gather_entries(layout, changed, slots)
+    field = layout.field(layout.value_field(Source.KV_C).scale_field or "")
+    at = layout.entry_offset(field)
+    entries[:, at: at + field.size] = change(entries[:, at: at + field.size].contiguous())
+    scatter_entries(layout, entries, changed, slots)
+    return changed
+
+
 class NeighbourTileScale(GatherMutant):
     """Scales tile i of kv_c by tile i + 1's scale (the last by the first): an off-by-one in the scale index."""
 
@@ -74,15 +89,13 @@ class NeighbourTileScale(GatherMutant):
 
     def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
              cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
-        shifted = kv_cache.clone()
-        slots = torch.arange(kv_cache.shape[0] * kv_cache.shape[1])
-        entries = gather_entries(layout, shifted, slots)
-        field = layout.field(layout.value_field(Source.KV_C).scale_field or "")
-        at, size = layout.entry_offset(field), field.size
-        scales = entries[:, at: at + size].reshape(entries.shape[0], field.count, -1)
-        entries[:, at: at + size] = scales.roll(-1, dims=1).reshape(entries.shape[0], size)
-        scatter_entries(layout, entries, shifted, slots)
-        gather_and_maybe_dequant_cache(layout, shifted, dst, block_table, cu_seq_lens, scale, seq_starts)
+        count = layout.field(layout.value_field(Source.KV_C).scale_field or "").count
+
+        def shifted(raw: torch.Tensor) -> torch.Tensor:  # tile i gets tile i + 1's scale bytes
+            return raw.reshape(raw.shape[0], count, -1).roll(-1, dims=1).reshape(raw.shape)
+
+        gather_and_maybe_dequant_cache(layout, with_tile_scales(layout, kv_cache, shifted), dst, block_table,
+                                       cu_seq_lens, scale, seq_starts)
 
 
 class FnuzReadAsFn(GatherMutant):
