@@ -82,6 +82,15 @@ class PastCapacity:
     guards: tuple[tuple[str, int, int], ...]
 
 
+def random_sample(specs: Callable[[str], Iterable[CaseKey]]) -> Callable[[str], CaseKey]:
+    """A ``sample`` for ``OpCases``: a variant's first random case of more than one token among ``specs``."""
+
+    def sample(variant: str) -> CaseKey:
+        return next(key for key in specs(variant) if key.tokens > 1 and key.kind == "random")
+
+    return sample
+
+
 @dataclass(frozen=True)
 class OpCases:
     """The conformance cases of one op: ``specs(variant)`` gives every case key of a variant, ``build(key,

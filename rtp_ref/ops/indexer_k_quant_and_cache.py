@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from rtp_ref.cases.family_cases import FamilySpec, indexer_specs
+from rtp_ref.cases.family_cases import indexer_specs
 from rtp_ref.cases.family_write import FamilyWriteCase, past_capacity
-from rtp_ref.cases.op_cases import OpCases
+from rtp_ref.cases.op_cases import OpCases, random_sample
 from rtp_ref.kv.indexer import SCALE_FORMATS, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.op_names import INDEXER_OP
 from rtp_ref.ops.record import OpSpec
 
-
-def _sample(variant: str) -> FamilySpec:
-    return next(s for s in indexer_specs(variant) if s.tokens > 1 and s.kind == "random")
-
-
 OP = OpSpec(INDEXER_OP, "indexer", "scale_fmts", SCALE_FORMATS,
             "kernel(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)",
             "-indexer", reference_indexer_k_quant_and_cache,
-            OpCases(INDEXER_OP, indexer_specs, FamilyWriteCase, _sample, past_capacity=past_capacity),
+            OpCases(INDEXER_OP, indexer_specs, FamilyWriteCase, random_sample(indexer_specs),
+                    past_capacity=past_capacity),
             reads=False, rank=2)
