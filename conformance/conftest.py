@@ -16,12 +16,12 @@ from rtp_ref.cases.input_checks import BAD_INPUT_KIND
 from rtp_ref.certify.calls import DEVICE_FAULT
 from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.faults import FaultLog
-from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_specs
-from rtp_ref.certify.large_cases import LargeSpec, large_specs
+from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_ops, graph_specs
+from rtp_ref.certify.large_cases import LargeSpec, large_ops, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.certify.tiers import declined_reason, runs_tier
 from rtp_ref.certify.verdict import XFAILED, Judgement, matching_deviation
-from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, WRITE_OPS, op_spec
+from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, op_spec
 
 from .matrix import KernelUnderTest, suite
 
@@ -78,7 +78,7 @@ def large_case_params(config: pytest.Config) -> list[Any]:
         return []
     return [pytest.param(LargeCaseParam(k, spec), marks=[*_skip_marks(k), pytest.mark.large],
                          id=f"{k.name}-{layout}-large")
-            for op in WRITE_OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for op in large_ops() for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
             for spec in large_specs(op, layout)]
 
 
@@ -107,7 +107,7 @@ def graph_case_params(config: pytest.Config) -> list[Any]:
     if not _runs(config, "graph"):
         return []
     return [pytest.param(GraphCaseParam(k, spec), marks=_graph_marks(k), id=f"{k.name}-{layout}-{spec.case_id}")
-            for op in WRITE_OPS for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for op in graph_ops() for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
             for spec in graph_specs(op, layout)]
 
 

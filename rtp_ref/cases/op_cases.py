@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import torch
 
 from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.tier_hooks import GraphBuilder, LargeTier
 from rtp_ref.contract import WriteContract
 
 
@@ -97,7 +98,9 @@ class OpCases:
     contract, device)`` builds one; ``sample(variant)`` is a case of many tokens standing for the variant (the
     unclaimed-variant and determinism cases use it); ``names_variant``: whether the op's call names the variant (a
     kernel can refuse only a variant it is told); ``past_capacity(key, contract, device)``: the key's case with its
-    last slot one past the cache, for ops that write through a slot mapping (None: the op has no slots)."""
+    last slot one past the cache, for ops that write through a slot mapping (None: the op has no slots);
+    ``large`` and ``graph``: the op's hooks for the large-address and CUDA-graph tiers (rtp_ref.cases.tier_hooks;
+    None: the op has no case in that tier)."""
 
     op: str
     specs: Callable[[str], Iterable[CaseKey]]
@@ -105,3 +108,5 @@ class OpCases:
     sample: Callable[[str], CaseKey]
     names_variant: bool = True
     past_capacity: Callable[[Any, WriteContract, str], PastCapacity] | None = None
+    large: LargeTier | None = None
+    graph: GraphBuilder | None = None

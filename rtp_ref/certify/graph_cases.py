@@ -25,16 +25,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
-from rtp_ref.cases.cases import CaseSpec, build_case, cache_view
-from rtp_ref.cases.family_cases import FamilySpec, MhaCase, build_family_case
+from rtp_ref.cases.cases import CaseSpec
+from rtp_ref.cases.tier_hooks import SLOTS_AND_SCALES, GraphCase
 from rtp_ref.contract import WriteContract
-from rtp_ref.kv.cache import reference_write
-from rtp_ref.kv.layouts import MlaLayout, default_dims
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
+from rtp_ref.errors import RtpRefError
+from rtp_ref.ops import OPS, op_spec
 
 #: the tier's scenarios (module doc), each a case of every op and variant
 SCENARIOS = ("replay", "padding-warmup")
@@ -75,76 +73,17 @@ def graph_claim(kernel: object) -> str:
     return CLAIMED if claim else DECLINED
 
 
-class _OpCase(Protocol):
-    """What the tier needs of a built case: its storage, its call, its inputs by name, its reference."""
-
-    storage: torch.Tensor
-
-    def call(self, kernel: Callable[..., None]) -> None: ...
-
-    def inputs(self) -> dict[str, torch.Tensor]: ...
-
-    def reference_on(self, storage: torch.Tensor) -> None: ...
+def graph_ops() -> tuple[str, ...]:
+    """The ops with graph-tier cases (their ``OpCases.graph``), in report order."""
+    return tuple(name for name, spec in OPS.items() if spec.cases.graph is not None)
 
 
-class _MlaCase:
-    """An MLA case (rtp_ref.cases.cases) with the call, inputs and reference the tier uses."""
-
-    def __init__(self, layout: MlaLayout, spec: CaseSpec, device: str) -> None:
-        self.layout, self.spec = layout, spec
-        self.case = build_case(spec, layout, device)
-        self.storage = self.case.storage
-
-    def call(self, kernel: Callable[..., None]) -> None:
-        c = self.case
-        kernel(c.kv_c, c.k_pe, c.kv_cache, c.slot_mapping, self.layout.name, c.scale)
-
-    def inputs(self) -> dict[str, torch.Tensor]:
-        c = self.case
-        return {"kv_c": c.kv_c, "k_pe": c.k_pe, "slot_mapping": c.slot_mapping, "scale": c.scale}
-
-    def reference_on(self, storage: torch.Tensor) -> None:
-        c, s = self.case, self.spec
-        cache = cache_view(self.layout, storage, s.num_blocks, s.block_size, s.input_dtype, c.padded_rows)
-        reference_write(self.layout, c.kv_c.cpu(), c.k_pe.cpu(), cache, c.slot_mapping.cpu(), c.scale.cpu())
-
-
-class _FamilyCase:
-    """An MHA or indexer case (rtp_ref.cases.family_cases) with the inputs the tier changes."""
-
-    def __init__(self, spec: FamilySpec, contract: WriteContract, device: str) -> None:
-        self.case = build_family_case(spec, contract, device)
-        self.storage = self.case.storage
-
-    def call(self, kernel: Callable[..., None]) -> None:
-        self.case.call(kernel)
-
-    def inputs(self) -> dict[str, torch.Tensor]:
-        c = self.case
-        if isinstance(c, MhaCase):
-            return {"key": c.key, "value": c.value, "slot_mapping": c.slot_mapping, "k_scale": c.k_scale,
-                    "v_scale": c.v_scale}
-        return {"k": c.k, "slot_mapping": c.slot_mapping}
-
-    def reference_on(self, storage: torch.Tensor) -> None:
-        self.case.reference_on(storage)
-
-
-#: the inputs that are not values: what the third replay (and the padding scenario) changes
-_SLOTS_AND_SCALES = ("slot_mapping", "scale", "k_scale", "v_scale")
-
-
-def _build(spec: GraphSpec, contract: WriteContract, device: str, seed: int) -> _OpCase:
-    if spec.op == MLA_OP:
-        layout = contract.layout(spec.layout, *default_dims(spec.layout))
-        case = CaseSpec(spec.layout, "random", TOKENS, BLOCK_SIZE, NUM_BLOCKS, torch.bfloat16, seed)
-        return _MlaCase(layout, case, device)
-    shape = (spec.layout, "random", TOKENS, BLOCK_SIZE, NUM_BLOCKS, torch.bfloat16, seed)
-    if spec.op == MHA_OP:  # GQA heads, per-head scales where the variant has scales
-        family = FamilySpec(*shape, op=MHA_OP, width=128, heads=8, scales="tensor" if spec.layout == "auto" else "head")
-    else:
-        family = FamilySpec(*shape, op=INDEXER_OP, width=128, quant_block=128)
-    return _FamilyCase(family, contract, device)
+def _build(spec: GraphSpec, contract: WriteContract, device: str, seed: int) -> GraphCase:
+    build = op_spec(spec.op).cases.graph
+    if build is None:
+        raise RtpRefError(f"op {spec.op!r} has no graph-tier case")
+    return build(CaseSpec(spec.layout, "random", TOKENS, BLOCK_SIZE, NUM_BLOCKS, torch.bfloat16, seed), contract,
+                 device)
 
 
 @dataclass(frozen=True)
@@ -155,7 +94,7 @@ class Step:
     problem: str | None
 
 
-def _expected(case: _OpCase, initial: torch.Tensor) -> torch.Tensor:
+def _expected(case: GraphCase, initial: torch.Tensor) -> torch.Tensor:
     out = initial.clone()
     case.reference_on(out)
     return out
@@ -171,11 +110,11 @@ def _compare(after: torch.Tensor, expected: torch.Tensor, captured: torch.Tensor
     return f"{differ.numel()} {what}; first at storage byte {int(differ[0])}"
 
 
-def _copy_inputs(into: _OpCase, source: _OpCase, slots_and_scales: bool) -> None:
+def _copy_inputs(into: GraphCase, source: GraphCase, slots_and_scales: bool) -> None:
     """Copy ``source``'s values, or its slots and scales, into ``into``'s input tensors in place."""
     theirs = source.inputs()
     for name, tensor in into.inputs().items():
-        if (name in _SLOTS_AND_SCALES) == slots_and_scales:
+        if (name in SLOTS_AND_SCALES) == slots_and_scales:
             tensor.copy_(theirs[name])
 
 

@@ -32,13 +32,10 @@ from pathlib import Path
 import torch
 
 from rtp_ref.cases.cases import CaseSpec
+from rtp_ref.cases.tier_hooks import LargeTier, PoolCaches
 from rtp_ref.contract import WriteContract
-from rtp_ref.kv.cache import reference_write
-from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK, IndexerLayout, indexer_layout_for
-from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache as indexer_reference
-from rtp_ref.kv.layouts import MlaLayout, default_dims
-from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
+from rtp_ref.errors import RtpRefError
+from rtp_ref.ops import MLA_OP, OPS, op_spec
 
 #: every byte of the buffer before the call
 CANARY = 0x5A
@@ -53,8 +50,6 @@ TAIL = 1 << 20
 #: caches interleaved block by block in the pool: the block stride of each is this many blocks
 LAYERS = 2
 BLOCK_SIZE = 64
-#: MHA heads and head size of the tier (a Llama-style 8 KV heads of 128)
-MHA_HEADS, MHA_HEAD_SIZE = 8, 128
 #: the byte offsets the tier's slots straddle
 BOUNDARIES = (1 << 31, 1 << 32)
 #: bytes counted per pass of the buffer scan (a GPU or CPU temporary of this many bools)
@@ -72,46 +67,28 @@ class LargeSpec(CaseSpec):
         return "large"
 
 
+def large_ops() -> tuple[str, ...]:
+    """The ops with a large-address case (their ``OpCases.large``), in report order."""
+    return tuple(name for name, spec in OPS.items() if spec.cases.large is not None)
+
+
 def large_specs(op: str, layout: str) -> Iterator[LargeSpec]:
     """The tier's one case of ``layout`` of ``op``."""
     yield LargeSpec(layout=layout, kind="large", tokens=0, block_size=BLOCK_SIZE, num_blocks=0,
                     input_dtype=torch.bfloat16, seed=zlib.crc32(f"{op}/{layout}".encode()), op=op)
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """The caches of one op: the dtype of their elements, one block's shape, and which pool layer each is."""
-
-    names: tuple[str, ...]
-    dtype: torch.dtype
-    block: tuple[int, ...]
-
-    @property
-    def block_bytes(self) -> int:
-        return math.prod(self.block) * torch.empty((), dtype=self.dtype).element_size()
-
-    @property
-    def row_bytes(self) -> int:
-        return self.block_bytes // self.block[0]
+def tier_of(op: str) -> LargeTier:
+    """``op``'s large-address hooks (RtpRefError: the op has no large-address case)."""
+    tier = op_spec(op).cases.large
+    if tier is None:
+        raise RtpRefError(f"op {op!r} has no large-address case")
+    return tier
 
 
-#: the reference layout of a large case's op
-AnyLayout = MlaLayout | MhaPagedLayout | IndexerLayout
-
-
-def _shape(spec: LargeSpec, contract: WriteContract) -> tuple[_Shape, AnyLayout]:
-    """The op's cache shape and its reference layout."""
-    if spec.op == MLA_OP:
-        mla = contract.layout(spec.layout, *default_dims(spec.layout))
-        return _Shape(("kv_cache",), mla.cache_dtype(spec.input_dtype), (BLOCK_SIZE, mla.cache_entry)), mla
-    if spec.op == MHA_OP:
-        mha = mha_layout(contract, spec.layout, MHA_HEADS, MHA_HEAD_SIZE)
-        dtype = mha.cache_dtype(spec.input_dtype)
-        return _Shape(("key_cache", "value_cache"), dtype, (BLOCK_SIZE, MHA_HEADS, MHA_HEAD_SIZE)), mha
-    if spec.op == INDEXER_OP:
-        idx = indexer_layout_for(contract, contract.flags, DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK)
-        return _Shape(("kv_cache",), torch.uint8, (BLOCK_SIZE, idx.bytes_per_token)), idx
-    raise ValueError(f"op {spec.op!r} has no large-address case")
+def _shape(spec: LargeSpec, contract: WriteContract) -> PoolCaches:
+    """The op's caches at the tier's block size."""
+    return tier_of(spec.op).caches(spec.layout, contract, BLOCK_SIZE)
 
 
 def num_blocks_for(block_bytes: int) -> int:
@@ -119,7 +96,7 @@ def num_blocks_for(block_bytes: int) -> int:
     return (1 << 32) // (LAYERS * block_bytes) + 2
 
 
-def _buffer_size(shape: _Shape) -> int:
+def _buffer_size(shape: PoolCaches) -> int:
     """Bytes of a case's buffer: the margin, the pool of ``LAYERS`` interleaved caches, the tail."""
     return MARGIN + num_blocks_for(shape.block_bytes) * LAYERS * shape.block_bytes + TAIL
 
@@ -136,7 +113,7 @@ def _allocation(size: int) -> int:
 
 def buffer_bytes(spec: LargeSpec, contract: WriteContract) -> int:
     """Bytes the case allocates on its device (the buffer, rounded up to ``ALLOCATION_STEP``, and both guards)."""
-    return _allocation(_buffer_size(_shape(spec, contract)[0])) + 2 * GUARD_BYTES
+    return _allocation(_buffer_size(_shape(spec, contract))) + 2 * GUARD_BYTES
 
 
 def memory_shortfall(device: str, need: int) -> str | None:
@@ -157,7 +134,7 @@ def memory_shortfall(device: str, need: int) -> str | None:
     return f"the large-address case needs {need / 2**30:.1f} GiB on {device}, {free / 2**30:.1f} GiB is free"
 
 
-def _target_slots(capacity: int, shape: _Shape, g: torch.Generator) -> list[int]:
+def _target_slots(capacity: int, shape: PoolCaches, g: torch.Generator) -> list[int]:
     """The first and last slots, both sides of each boundary, the first slot whose flat element index
     ``slot * entry`` passes 2^31, and a few random ones; in increasing order, each once."""
     stride = LAYERS * shape.block_bytes
@@ -244,7 +221,8 @@ class LargeCase:
 
     def __init__(self, spec: LargeSpec, contract: WriteContract, device: torch.device | str) -> None:
         self.spec = spec
-        self.shape, self.layout = _shape(spec, contract)
+        self.tier = tier_of(spec.op)
+        self.shape = _shape(spec, contract)
         self.num_blocks = num_blocks_for(self.shape.block_bytes)
         self.stride_bytes = LAYERS * self.shape.block_bytes
         g = torch.Generator().manual_seed(spec.seed)
@@ -253,7 +231,7 @@ class LargeCase:
         # one padding slot among them: a kernel must write nothing for it
         self.slots_cpu = torch.tensor([*target[:2], -1, *target[2:]], dtype=torch.int64)
         self.blocks = torch.unique(self.slots_cpu[self.slots_cpu >= 0] // BLOCK_SIZE)
-        self.inputs_cpu = self._inputs(g, self.slots_cpu.numel())
+        self.inputs_cpu = self.tier.inputs(self.shape.layout, g, self.slots_cpu.numel())
         self.expected = self._expected()
         self.guards = tuple(torch.full((GUARD_BYTES,), GUARD_CANARY, dtype=torch.uint8, device=device)
                             for _ in range(2))
@@ -262,26 +240,6 @@ class LargeCase:
         self.slots = self.slots_cpu.to(device)
         self.inputs = tuple(t.to(device) for t in self.inputs_cpu)
         self._changed: list[tuple[int, torch.Tensor]] | None = None
-
-    def _inputs(self, g: torch.Generator, tokens: int) -> tuple[torch.Tensor, ...]:
-        """The op's value inputs (bf16, a power-of-two magnitude per token) and scales, on the CPU."""
-        def values(*shape: int) -> torch.Tensor:
-            spread = torch.exp2(torch.randint(-4, 5, (shape[0],) + (1,) * (len(shape) - 1), generator=g).float())
-            return (torch.randn(*shape, generator=g) * spread).to(self.spec.input_dtype)
-
-        def per_tensor(*xs: torch.Tensor, fmt_max: float) -> torch.Tensor:
-            amax = max(float(x.float().abs().max()) for x in xs)
-            return torch.tensor([amax / fmt_max], dtype=torch.float32)
-
-        layout = self.layout
-        if isinstance(layout, MlaLayout):
-            kv_c, k_pe = values(tokens, layout.kv_lora_rank), values(tokens, layout.rope_dim)
-            return kv_c, k_pe, per_tensor(kv_c, k_pe, fmt_max=layout.element_format.max_value)
-        if isinstance(layout, MhaPagedLayout):
-            key, value = values(tokens, MHA_HEADS, MHA_HEAD_SIZE), values(tokens, MHA_HEADS, MHA_HEAD_SIZE)
-            fmt_max = 1.0 if layout.element_format is None else layout.element_format.max_value
-            return key, value, per_tensor(key, fmt_max=fmt_max), per_tensor(value, fmt_max=fmt_max)
-        return (values(tokens, DEFAULT_HEAD_DIM),)
 
     def _views(self, buffer: torch.Tensor, base: int, num_blocks: int, layers: int = LAYERS) -> list[torch.Tensor]:
         """Each cache over ``buffer`` from byte ``base``: block ``b`` of cache ``i`` at ``base + (b * layers + i)
@@ -295,32 +253,9 @@ class LargeCase:
                                  (base + i * shape.block_bytes) // itemsize)
                 for i in range(len(shape.names))]
 
-    def invoke(self, fn: Callable[..., None], caches: list[torch.Tensor], slots: torch.Tensor,
-               inputs: tuple[torch.Tensor, ...]) -> None:
-        """Call ``fn`` (a kernel, or the op's reference bound to its layout) with the op's arguments."""
-        variant = self.spec.layout
-        if self.spec.op == MLA_OP:
-            kv_c, k_pe, scale = inputs
-            fn(kv_c, k_pe, caches[0], slots, variant, scale)
-        elif self.spec.op == MHA_OP:
-            key, value, k_scale, v_scale = inputs
-            fn(key, value, caches[0], caches[1], slots, variant, k_scale, v_scale)
-        else:
-            fn(inputs[0], caches[0], slots, DEFAULT_QUANT_BLOCK, variant)
-
     def call(self, kernel: Callable[..., None]) -> None:
         """The kernel's call on the large caches."""
-        self.invoke(kernel, self.caches, self.slots, self.inputs)
-
-    def _reference(self) -> Callable[..., None]:
-        """The op's reference with the kernel's signature."""
-        layout = self.layout
-        if isinstance(layout, MlaLayout):
-            return lambda kv_c, k_pe, cache, slots, _, scale: reference_write(layout, kv_c, k_pe, cache, slots, scale)
-        if isinstance(layout, MhaPagedLayout):
-            return lambda key, value, kc, vc, slots, _, ks, vs: reference_reshape_and_cache_flash(
-                layout, key, value, kc, vc, slots, ks, vs)
-        return lambda k, cache, slots, _, fmt: indexer_reference(layout, k, cache, slots, fmt)
+        self.tier.call(kernel, self.spec.layout, self.caches, self.slots, self.inputs)
 
     def _expected(self) -> list[torch.Tensor]:
         """Each cache's target blocks as the reference writes them, uint8 ``[blocks, block_bytes]``: the same
@@ -331,7 +266,7 @@ class LargeCase:
         block_of = {int(b): i for i, b in enumerate(self.blocks)}
         renumbered = torch.tensor([-1 if s < 0 else block_of[int(s) // BLOCK_SIZE] * BLOCK_SIZE + int(s) % BLOCK_SIZE
                                    for s in self.slots_cpu], dtype=torch.int64)
-        self.invoke(self._reference(), caches, renumbered, self.inputs_cpu)
+        self.tier.reference(self.shape.layout, self.spec.layout, caches, renumbered, self.inputs_cpu)
         return [self._bytes(c) for c in caches]
 
     def _bytes(self, cache: torch.Tensor) -> torch.Tensor:

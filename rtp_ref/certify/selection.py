@@ -6,8 +6,8 @@ runs on the device ``device_to_run`` picks for the table (the CPU for the cpu ta
 a GPU torch sees); a kernel without ``bind(contract)`` follows no table but its own, so it runs only where the
 table is native (rtp_ref.certify.session.execution_mode); a case exists for each layout a runnable kernel claims
 among the layouts under test of its op (``--layout`` where the table supports it, else every layout the table
-supports); the large and graph tiers have cases of the write ops only, the graph tier only on a CUDA device and
-not for a kernel that declares ``graph_safe = False``. A selection that leaves no case is the user's mistake:
+supports); the large and graph tiers have cases of the ops with tier hooks (``OpCases.large`` and ``graph``),
+the graph tier only on a CUDA device and not for a kernel that declares ``graph_safe = False``. A selection that leaves no case is the user's mistake:
 ``rtp-ref certify`` refuses it with one line (``selection_problem``) instead of running a suite whose every case
 is skipped and whose only finding is that nothing ran; ``--platform all`` leaves out the tables where it leaves
 none (``idle_reason``).
@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from rtp_ref.certify.graph_cases import DECLINED, graph_claim
+from rtp_ref.certify.graph_cases import DECLINED, graph_claim, graph_ops
+from rtp_ref.certify.large_cases import large_ops
 from rtp_ref.certify.session import execution_mode
 from rtp_ref.certify.tiers import runs_tier
 from rtp_ref.kernels.protocol import device_to_run
-from rtp_ref.ops import WRITE_OPS, claimed_variants, every_variant, op_name, supported_variants
+from rtp_ref.ops import claimed_variants, every_variant, op_name, supported_variants
 from rtp_ref.platform import Platform, platform_names, resolve_platform
 
 
@@ -71,9 +72,9 @@ def _in_tier(pair: Pair, kernel: Any, tier: str) -> bool:
     """Whether ``--tier tier`` has a case of ``pair`` (of ``kernel``) that is not skipped."""
     if runs_tier(tier, "regular"):
         return True
-    if pair.op not in WRITE_OPS:
-        return False
-    return runs_tier(tier, "large") or (pair.device == "cuda" and graph_claim(kernel) != DECLINED)
+    if runs_tier(tier, "large"):
+        return pair.op in large_ops()
+    return pair.op in graph_ops() and pair.device == "cuda" and graph_claim(kernel) != DECLINED
 
 
 def pairs(kernels: Mapping[str, Any], platform: Platform, wanted: Sequence[str], tier: str) -> list[Pair]:
@@ -211,10 +212,11 @@ class _Selection:
         """Kernel and layout pairs are left, but ``--tier`` has no case of them."""
         regular = [pair for platform in self.platforms for pair in pairs(self.selected, platform, self.wanted,
                                                                          "regular")]
-        if not any(pair.op in WRITE_OPS for pair in regular):
-            return (f"--tier {self.tier}: its cases are of the write ops ({_names(WRITE_OPS)}), and no selected "
+        tier_ops = large_ops() if runs_tier(self.tier, "large") else graph_ops()
+        if not any(pair.op in tier_ops for pair in regular):
+            return (f"--tier {self.tier}: its cases are of the ops ({_names(tier_ops)}), and no selected "
                     f"kernel that can run here implements one; valid: --tier regular or all")
-        on_gpu = sorted({pair.kernel for pair in regular if pair.op in WRITE_OPS and pair.device == "cuda"})
+        on_gpu = sorted({pair.kernel for pair in regular if pair.op in tier_ops and pair.device == "cuda"})
         if not on_gpu:
             why = ("torch sees none here" if not torch.cuda.is_available()
                    else f"on {self.where} the selected kernels run on the CPU")

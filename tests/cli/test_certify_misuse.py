@@ -44,7 +44,7 @@ MISUSES = [
                         ("--tier graph: CUDA graphs need a CUDA device, and torch sees none here; valid: --tier "
                          "regular, large or all",)), marks=NO_GPU, id="graph-tier-on-every-table-without-a-gpu"),
     Misuse("large-tier-of-a-reader", ("--platform", "cpu", "--kernel", "reference-gather", "--tier", "large"), "",
-           ("--tier large: its cases are of the write ops (concat_and_cache_mla, ", "valid: --tier regular or all")),
+           ("--tier large: its cases are of the ops (concat_and_cache_mla, ", "valid: --tier regular or all")),
     Misuse("layout-the-kernel-does-not-claim", ("--platform", "cpu", "--kernel", "mutant-wrong-slot", "--layout",
                                                 "fp8"), MUTANTS,
            ("--layout 'fp8': not claimed by --kernel 'mutant-wrong-slot'; valid: a layout it claims (auto, "
