@@ -27,10 +27,10 @@
 #   scripts/gpu_check.sh reader        the readers (the MLA and indexer gathers): their kernel tests, the same
 #                                      under compute-sanitizer, certify of the readers with the triton and cuda writers
 #                                      (round trips) on cuda-sm90 (native) and rocm-gfx942 (emulated)
-#   scripts/gpu_check.sh mhaperf       after an MHA kernel change: the family kernel tests, the same under
+#   scripts/gpu_check.sh mhaperf       after an MHA kernel change: the MHA and indexer kernel tests, the same under
 #                                      compute-sanitizer, cuda-mha certified (cuda-sm90 native, rocm-gfx942 emulated)
 #                                      and in the graph tier, and rtp-ref bench of the MHA kernels at every size
-#   scripts/gpu_check.sh famncu        ncu's bytes, instructions, occupancy and stalls of every family kernel variant at
+#   scripts/gpu_check.sh famncu        ncu's bytes, instructions, occupancy and stalls of every MHA and indexer kernel variant at
 #                                      2M tokens (two calls each), the full output to $OUT/ncu-families.log
 #   scripts/gpu_check.sh final         after kernel work: rtp-ref bench of every built-in writer at every size (the
 #                                      table and chart of docs/performance.md), every kernel test on the GPU, every
@@ -163,9 +163,9 @@ PY
     memcheck acme-cuda acme-cuda-crashy | tee -a "$out/vendor.log"
     ;;
   families)
-    unit_tests tests/kernels/test_family_kernels.py tests/kernels/test_triton.py tests/kernels/test_cuda.py
+    unit_tests tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_triton.py tests/kernels/test_cuda.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
-      tests/kernels/test_family_kernels.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
+      tests/kernels/test_mha_indexer_kernels.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     fam=(--kernel reference-mha --kernel torch-eager-mha --kernel triton-mha --kernel cuda-mha
          --kernel reference-indexer --kernel torch-eager-indexer --kernel triton-indexer --kernel cuda-indexer)
@@ -223,31 +223,31 @@ for c in d['cases']:
     ;;
   lean)
     # the built-in kernels' call path: their tests, every op certified natively, the bench of every op and size
-    unit_tests tests/kernels/test_triton.py tests/kernels/test_cuda.py tests/kernels/test_family_kernels.py
+    unit_tests tests/kernels/test_triton.py tests/kernels/test_cuda.py tests/kernels/test_mha_indexer_kernels.py
     certify cuda-sm90 --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
       --kernel cuda-indexer
     bench --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
       --kernel cuda-indexer
     ;;
   mhaperf)
-    unit_tests tests/kernels/test_family_kernels.py
+    unit_tests tests/kernels/test_mha_indexer_kernels.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
-      tests/kernels/test_family_kernels.py -k "cuda and mha" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
+      tests/kernels/test_mha_indexer_kernels.py -k "cuda and mha" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     certify cuda-sm90 --kernel cuda-mha --tier all
     certify rocm-gfx942 --kernel cuda-mha
     bench --kernel cuda-mha --tokens 64 16384 2097152
     ;;
   famperf)
-    # the family kernels after a change: tests, sanitizer, certify (all tiers natively), the sweeps, the bench
-    unit_tests tests/kernels/test_family_kernels.py
+    # the MHA and indexer kernels after a change: tests, sanitizer, certify (all tiers natively), the sweeps, the bench
+    unit_tests tests/kernels/test_mha_indexer_kernels.py
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
-      tests/kernels/test_family_kernels.py -k "cuda or triton" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
+      tests/kernels/test_mha_indexer_kernels.py -k "cuda or triton" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     fam=(--kernel cuda-mha --kernel triton-mha --kernel cuda-indexer --kernel triton-indexer)
     certify cuda-sm90 "${fam[@]}" --tier all
     certify rocm-gfx942 "${fam[@]}"
-    PYTHONPATH="$site:$PWD" python3 -m tests.kernels.family_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
+    PYTHONPATH="$site:$PWD" python3 -m tests.kernels.mha_indexer_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
     bench "${fam[@]}" --tokens 1 64 16384 2097152
     ;;
   final)
@@ -267,7 +267,7 @@ for c in d['cases']:
     metrics+=,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct
     metrics+=,smsp__warp_issue_stalled_drain_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct
     PYTHONPATH="$site:$PWD" ncu --clock-control none -k "regex:indexer|reshape_and_cache|mha_paged" --metrics "$metrics" \
-      python3 -m tests.kernels.family_bandwidth 2097152 --once > "$out/ncu-families.log" 2>&1
+      python3 -m tests.kernels.mha_indexer_bandwidth 2097152 --once > "$out/ncu-families.log" 2>&1
     echo "ncu exit $?"
     # kernel lines whole, metric lines as name, unit and value
     grep -E "^  [_a-z].*\(|called|^\s+(gpu__|dram__|lts__|smsp__|sm__|launch__)" "$out/ncu-families.log" | \

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from rtp_ref import ops
-from rtp_ref.cases.family_cases import build_family_case, mha_specs
+from rtp_ref.cases.mha_indexer_cases import build_mha_indexer_case, mha_specs
 from rtp_ref.contract import WriteContract
-from rtp_ref.kernels.family_builtin import family_kernels
+from rtp_ref.kernels.mha_indexer_builtin import mha_indexer_kernels
 from rtp_ref.platform import load_platform
 
 # the references the records must name, written out here rather than read from the records
@@ -47,11 +47,11 @@ def _writes_nothing(*args: object) -> None:
 
 def test_the_builtin_reference_kernel_writes_what_its_record_names(monkeypatch: pytest.MonkeyPatch) -> None:
     contract = WriteContract.for_platform(load_platform("cpu"))
-    kernel = next(k for k in family_kernels() if k.name == "reference-mha").bind(contract)
+    kernel = next(k for k in mha_indexer_kernels() if k.name == "reference-mha").bind(contract)
     spec = next(s for s in mha_specs("fp8") if s.tokens > 1)
 
     def storage_after_a_call() -> tuple[torch.Tensor, torch.Tensor]:
-        case = build_family_case(spec, contract, "cpu")
+        case = build_mha_indexer_case(spec, contract, "cpu")
         before = case.storage.clone()
         case.call(kernel)
         return before, case.storage

@@ -26,7 +26,8 @@ GRAPH = "graph"
 
 @dataclass(frozen=True)
 class CheckSpec:
-    """One check: its name (``family.what``), the grade it guards (or ``input``), and what a failure means."""
+    """One check: its name (``group.what``: ``bit_exact.bytes``), the grade it guards (or ``input``), and what a
+    failure means."""
 
     name: str
     grade: str

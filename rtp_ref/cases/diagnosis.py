@@ -2,10 +2,10 @@
 
 A failed ``numerics`` or ``bit_exact`` grade says *that* a kernel's bytes are wrong; a vendor needs
 to know *which* contract its kernel implements instead. ``diagnose_contract`` re-runs the reference
-writer under a small, fixed family of alternatives of the platform's ``WriteContract`` and reports
+writer under a small, fixed set of alternatives of the platform's ``WriteContract`` and reports
 the first one that reproduces every byte of the kernel's write on the reference footprint.
 
-The family is generated from data, not listed per layout:
+The set is generated from data, not listed per layout:
 
 * one variation per alternative value of each layout flag (``FLAG_SPECS``: the other choices of a
   choice flag, the other side of a bool, the ``NUMBER_FLAG_VALUES`` of a number flag), kept only
@@ -15,7 +15,7 @@ The family is generated from data, not listed per layout:
 * the inputs' 16-bit patterns read as the other 16-bit float type, for the tile-scale computation
   only (a kernel that took the amax of an fp16 input's raw bits as bf16) and for everything;
 * then every combination of variations of two or three different flags (``ds_mla_scale_rule`` with
-  ``ds_mla_scale_floor`` is one writer family's convention against another's);
+  ``ds_mla_scale_floor`` is one writer's convention against another's);
 * then the contract of every bundled platform table (a kernel bound to the wrong table).
 
 Alternatives that describe the same contract as an earlier one, or as the platform's, are dropped.

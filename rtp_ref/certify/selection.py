@@ -7,10 +7,10 @@ a GPU torch sees); a kernel without ``bind(contract)`` follows no table but its 
 table is native (rtp_ref.certify.session.execution_mode); a case exists for each layout a runnable kernel claims
 among the layouts under test of its op (``--layout`` where the table supports it, else every layout the table
 supports); the large and graph tiers have cases of the ops with tier hooks (``OpCases.large`` and ``graph``),
-the graph tier only on a CUDA device and not for a kernel that declares ``graph_safe = False``. A selection that leaves no case is the user's mistake:
-``rtp-ref certify`` refuses it with one line (``selection_problem``) instead of running a suite whose every case
-is skipped and whose only finding is that nothing ran; ``--platform all`` leaves out the tables where it leaves
-none (``idle_reason``).
+the graph tier only on a CUDA device and not for a kernel that declares ``graph_safe = False``. A selection that
+leaves no case is the user's mistake: ``rtp-ref certify`` refuses it with one line (``selection_problem``) instead
+of running a suite whose every case is skipped and whose only finding is that nothing ran; ``--platform all``
+leaves out the tables where it leaves none (``idle_reason``).
 
 With several kernels, tables or layouts, the selection is refused only when NONE of them leaves a case: a kernel
 that cannot run on one table may be the one certified on another, and the suite reports the skipped ones.

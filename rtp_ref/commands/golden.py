@@ -11,14 +11,14 @@ from rtp_ref.commands.layouts import FAMILIES, add_family_arguments, add_layout_
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.kv.golden import GOLDEN_INPUT_DTYPES, GoldenCase, make_golden, write_golden
-from rtp_ref.kv.golden_families import GoldenShape, make_indexer_golden, make_mha_golden
+from rtp_ref.kv.golden_mha_indexer import GoldenShape, make_indexer_golden, make_mha_golden
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES
 from rtp_ref.kv.mha_paged import CACHE_ORDERS
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS
 from rtp_ref.platform import Platform, resolve_platform
 
 
-def _family_case(args: argparse.Namespace, platform: Platform) -> GoldenCase:
+def _mha_indexer_case(args: argparse.Namespace, platform: Platform) -> GoldenCase:
     """The golden vector of an MHA paged or indexer write (``--family mha|indexer``)."""
     op = {"mha": MHA_OP, "indexer": INDEXER_OP}[args.family]
     given = [name for name, value in (("--kv-lora-rank", args.kv_lora_rank), ("--rope-dim", args.rope_dim),
@@ -40,7 +40,7 @@ def _family_case(args: argparse.Namespace, platform: Platform) -> GoldenCase:
 def _golden(args: argparse.Namespace) -> int:
     platform = resolve_platform(args.platform)
     if args.family != "mla":
-        case = _family_case(args, platform)
+        case = _mha_indexer_case(args, platform)
         data = write_golden(args.out, case)
         digest = hashlib.sha256(data).hexdigest()
         if args.json:

@@ -9,7 +9,7 @@ from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.describe import layout_as_dict, layout_table
-from rtp_ref.kv.describe_families import indexer_as_dict, indexer_table, mha_as_dict, mha_table
+from rtp_ref.kv.describe_mha_indexer import indexer_as_dict, indexer_table, mha_as_dict, mha_table
 from rtp_ref.kv.dtypes import KvDtype
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.kv.indexer import indexer_layout_for

@@ -74,12 +74,12 @@ def builtin_kernels() -> list[KernelEntry]:
     """rtp-ref's own kernels of every op: the reference and torch-eager always (the reference only, for the
     gather); triton and cuda when their toolchains are present."""
     from rtp_ref.kernels.builtin import available_builtin_kernels
-    from rtp_ref.kernels.family_builtin import family_kernels
     from rtp_ref.kernels.gather_builtin import gather_kernels
+    from rtp_ref.kernels.mha_indexer_builtin import mha_indexer_kernels
     from rtp_ref.kernels.reference import ReferenceKernel
 
     origin = f"builtin (rtp-ref {__version__})"
-    kernels = [ReferenceKernel(), *available_builtin_kernels(), *family_kernels(), *gather_kernels()]
+    kernels = [ReferenceKernel(), *available_builtin_kernels(), *mha_indexer_kernels(), *gather_kernels()]
     return [KernelEntry(k, origin) for k in kernels]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 
-#: the traits' fields in the CUDA parameter structs (mla_cache.cu, families.cu), in their order there
+#: the traits' fields in the CUDA parameter structs (mla_cache.cu, mha_indexer.cu), in their order there
 CUDA_TRAIT_FIELDS = ("man_bits", "emin", "max_code", "nan_code", "neg_zero", "has_inf", "inf_code", "satfinite")
 
 

@@ -1,7 +1,7 @@
 # Triton ships no type information: every @triton.jit is an untyped decorator to mypy.
 # mypy: disable-error-code="untyped-decorator"
 """The ``triton-gather`` built-in reader: ``gather_and_maybe_dequant_cache`` for every MLA layout in one Triton
-kernel family, on CUDA, ROCm and Triton's interpreter; and ``triton-indexer-gather``
+kernel, on CUDA, ROCm and Triton's interpreter; and ``triton-indexer-gather``
 (``cp_gather_indexer_k_quant_cache``: the indexer cache's bytes, copied row by row).
 
 One program fills one row of ``dst``. It finds its sequence by counting the ``cu_seq_lens`` entries at or before

@@ -102,9 +102,9 @@ def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: tor
     ``launch(k, kv_cache, slot_mapping, scale_fmt)`` writes as
     ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, with one Triton launch.
 
-    Checks nothing but the quant block (a power of two: a Triton block): its caller (rtp_ref.kernels.family_builtin)
-    has checked the metadata as the reference does (validate_indexer_args); a slot past the cache sets ``flags``
-    and is written nowhere (rtp_ref.kernels.input_flags).
+    Checks nothing but the quant block (a power of two: a Triton block): its caller
+    (rtp_ref.kernels.mha_indexer_builtin) has checked the metadata as the reference does (validate_indexer_args); a
+    slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags).
     """
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size

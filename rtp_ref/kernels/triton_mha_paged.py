@@ -136,7 +136,7 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
     ``launch(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)`` writes as
     ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, with one Triton launch.
 
-    Checks nothing: its caller (rtp_ref.kernels.family_builtin) has checked the arguments' metadata as the
+    Checks nothing: its caller (rtp_ref.kernels.mha_indexer_builtin) has checked the arguments' metadata as the
     reference does (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere
     (rtp_ref.kernels.input_flags). k_scale and v_scale are each per tensor or per head, independently (read at
     their own ``scale_step``).

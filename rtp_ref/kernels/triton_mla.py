@@ -1,6 +1,6 @@
 # Triton ships no type information: every @triton.jit is an untyped decorator to mypy.
 # mypy: disable-error-code="untyped-decorator"
-"""The ``triton`` built-in kernel: one Triton kernel family for every MLA layout, on CUDA and ROCm.
+"""The ``triton`` built-in kernel: one Triton kernel for every MLA layout, on CUDA and ROCm.
 
 One program writes ``BLOCK_T`` tokens: it reads each input row once (16-byte vector loads where the
 strides allow), computes tile scales in registers and writes each entry once; no atomics. The layout
@@ -239,7 +239,7 @@ INTERPRETER_BLOCK_T = 64
 
 
 class TritonMlaKernel(PlannedKernel):
-    """``concat_and_cache_mla`` for every layout in one Triton kernel family (module doc).
+    """``concat_and_cache_mla`` for every layout in one Triton kernel (module doc).
 
     Unbound, it follows the platform table of the tensors' device (``default_contract``); ``bind``
     returns a copy following another contract. ``conversion`` ``"software"`` forces the integer

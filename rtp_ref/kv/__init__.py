@@ -1,4 +1,4 @@
-"""KV-cache reference: rtp-llm's spec family, MLA layouts as field tables, layout flags, the reference
+"""KV-cache reference: rtp-llm's KV-cache specs, MLA layouts as field tables, layout flags, the reference
 cache writer and reader, and golden vectors. docs/layouts.md shows every layout's byte map.
 
 Typical use (what a kernel test or the conformance suite does)::

@@ -1,4 +1,4 @@
-"""KV-cache element types of rtp-llm's spec family, with their sizes as the reference states them.
+"""KV-cache element types of rtp-llm's KV-cache specs, with their sizes as the reference states them.
 
 rtp-llm's ``getTypeSize`` (``models_py/bindings/core/Types.cc`` 95-123) returns 2 for fp16/bf16 and 1
 for FP8_E8M0, but 1 for FP8_E4M3 only when the build defines ``ENABLE_FP8`` (the cuda12 config) or
@@ -14,7 +14,7 @@ from rtp_ref.errors import RtpRefError
 
 
 class KvDtype(str, Enum):
-    """A KV-cache dtype of the spec family (rtp-llm ``DataType`` names, lower case)."""
+    """A KV-cache dtype of rtp-llm's specs (rtp-llm ``DataType`` names, lower case)."""
 
     FP32 = "fp32"
     FP16 = "fp16"

@@ -166,7 +166,7 @@ def _check_metadata_keys(where: str, metadata: dict[str, str] | None) -> dict[st
             f"{metadata.get('rtp_ref_version', 'unknown')}, or write it again with `rtp-ref golden`)"
         )
     op = metadata.get("op")
-    if op is not None:  # only the other families' files carry an op (rtp_ref.kv.golden_families)
+    if op is not None:  # only the other families' files carry an op (rtp_ref.kv.golden_mha_indexer)
         raise RtpRefError(f"{where} is a golden file of {op}; golden-check reads concat_and_cache_mla files "
                           f"(written by `rtp-ref golden --family mla`)")
     missing = [key for key in METADATA_KEYS if key not in metadata]

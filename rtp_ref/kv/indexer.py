@@ -29,9 +29,9 @@ from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
 from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
-from rtp_ref.kv.family_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
 from rtp_ref.kv.fields import Field, Placement, Source
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
+from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
 
@@ -50,7 +50,7 @@ DEFAULT_QUANT_BLOCK = 128
 @dataclass(frozen=True)
 class IndexerLayout:
     """The indexer cache of ``head_dim`` fp8 values a token, one fp32 scale per ``quant_block_size``; ``fields``
-    is the record's field table placed for them (rtp_ref.kv.family_records.INDEXER_FIELDS)."""
+    is the record's field table placed for them (rtp_ref.kv.mha_indexer_records.INDEXER_FIELDS)."""
 
     head_dim: int
     quant_block_size: int

@@ -23,8 +23,8 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, FormatSource, Fp8Format
-from rtp_ref.kv.family_records import MHA_VARIANTS, variant_record
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, is_fp8_element
+from rtp_ref.kv.mha_indexer_records import MHA_VARIANTS, variant_record
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.records import ELEMENT_FP8
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
@@ -40,7 +40,7 @@ class MhaPagedLayout:
     """One MHA paged layout: K and V caches of ``num_kv_heads`` heads of ``head_size`` values per token.
 
     ``element_format`` is None for ``auto`` (the inputs' own 16-bit type, bits copied); ``fields`` is the
-    variant record's field table placed for these heads (rtp_ref.kv.family_records).
+    variant record's field table placed for these heads (rtp_ref.kv.mha_indexer_records).
     """
 
     kv_cache_dtype: str

@@ -1,4 +1,4 @@
-"""rtp-llm's KV-cache spec family (``rtp_llm/cpp/cache``) as a reference, on any machine.
+"""rtp-llm's KV-cache specs (``rtp_llm/cpp/cache``) as a reference, on any machine.
 
 Notation (docs/sources.md#rtp-llm-kv-cache-specs): S = ``seq_size_per_block`` (0 means 1),
 T = the dtype's size (``KvDtype.size``). Element counts follow rtp-llm's formulas; byte counts are

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rtp_ref.cases.cases import STRIDED_KINDS
-from rtp_ref.cases.family_cases import STRIDED_FAMILY_KINDS
+from rtp_ref.cases.mha_indexer_cases import STRIDED_MHA_INDEXER_KINDS
 from rtp_ref.ops import OPS
 
 
@@ -26,7 +26,7 @@ def test_every_strided_case_has_a_contiguous_twin(op: str) -> None:
     for variant in OPS[op].variants:
         keys = list(OPS[op].cases.specs(variant))
         randoms = [_shape(k) for k in keys if k.kind == "random"]
-        strided = [k for k in keys if k.kind in (*STRIDED_KINDS, *STRIDED_FAMILY_KINDS)]
+        strided = [k for k in keys if k.kind in (*STRIDED_KINDS, *STRIDED_MHA_INDEXER_KINDS)]
         for key in strided:
             assert _shape(key) in randoms, f"{op} {variant}: {key.case_id} has no random twin"
 

@@ -1,17 +1,17 @@
 """The MHA write's contract search (rtp_ref.cases.mha_diagnosis), run by the engine on real kernels: a kernel that
 rounds toward zero, or multiplies by its scale, is named; one that takes the wrong scale is not blamed on its
-conversion. The faulty writers are written from their description (tests/mutants/family_mutants.py)."""
+conversion. The faulty writers are written from their description (tests/mutants/mha_indexer_mutants.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from rtp_ref.cases.family_cases import mha_specs
+from rtp_ref.cases.mha_indexer_cases import mha_specs
 from rtp_ref.certify.engine import Subject, run_case
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.mha_paged import MhaPagedLayout, reference_reshape_and_cache_flash
 from rtp_ref.platform import load_platform
-from tests.mutants.family_mutants import MhaMutant, PerTensorForPerHead, TruncatingConversion
+from tests.mutants.mha_indexer_mutants import MhaMutant, PerTensorForPerHead, TruncatingConversion
 
 PLATFORM = load_platform("cpu")
 CONTRACT = WriteContract.for_platform(PLATFORM)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from rtp_ref.cases.family_cases import indexer_specs
+from rtp_ref.cases.mha_indexer_cases import indexer_specs
 from rtp_ref.cases.scale_diagnosis import AMAX_SOURCES, diagnose_scales, scales_under
 from rtp_ref.certify.engine import Subject, run_case
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.indexer import IndexerLayout, reference_indexer_k_quant_and_cache
 from rtp_ref.platform import load_platform
-from tests.mutants.family_mutants import IndexerMutant
+from tests.mutants.mha_indexer_mutants import IndexerMutant
 
 PLATFORM = load_platform("cpu")
 CONTRACT = WriteContract.for_platform(PLATFORM)

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from rtp_ref.cases.cases import CANARY, GUARD_BYTES
-from rtp_ref.cases.family_cases import IndexerCase, MhaCase, build_family_case, indexer_specs, mha_specs
-from rtp_ref.cases.family_grading import grade_family_write
 from rtp_ref.cases.gather_cases import GatherCase, gather_specs
 from rtp_ref.cases.gather_grading import grade_gather
 from rtp_ref.cases.grading import Grading
+from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, build_mha_indexer_case, indexer_specs, mha_specs
+from rtp_ref.cases.mha_indexer_grading import grade_mha_indexer_write
 from rtp_ref.cases.storage import byte_positions
 from rtp_ref.contract import default_contract
 from rtp_ref.ops import INDEXER_OP, MHA_OP, op_reference
@@ -35,7 +35,7 @@ def _failed(grading: Grading, name: str) -> str:
 
 def _mha(variant: str, order: str) -> MhaCase:
     spec = next(s for s in mha_specs(variant) if s.order == order and s.heads == 8 and s.kind == "random")
-    case = build_family_case(spec, CONTRACT, "cpu")
+    case = build_mha_indexer_case(spec, CONTRACT, "cpu")
     assert isinstance(case, MhaCase)
     return case
 
@@ -68,7 +68,7 @@ def test_an_mha_byte_difference_names_token_slot_head_element_and_both_fp8_value
     old = int(case.key_cache[block, row, 3, 17])
     new = old ^ 0x01
     case.key_cache[block, row, 3, 17] = new
-    text = _failed(grade_family_write(case, before, case.storage.clone(), 1.0), "bit_exact.bytes")
+    text = _failed(grade_mha_indexer_write(case, before, case.storage.clone(), 1.0), "bit_exact.bytes")
 
     def e4m3(code: int) -> str:
         return f"{float(np.uint8(code).view(ml_dtypes.float8_e4m3fn)):.6g} (0x{code:02x})"
@@ -79,7 +79,7 @@ def test_an_mha_byte_difference_names_token_slot_head_element_and_both_fp8_value
 
 def test_a_scale_the_indexer_never_wrote_is_not_written_not_a_number() -> None:
     spec = next(s for s in indexer_specs("none") if s.quant_block == 64 and s.kind == "random")
-    case = build_family_case(spec, CONTRACT, "cpu")
+    case = build_mha_indexer_case(spec, CONTRACT, "cpu")
     assert isinstance(case, IndexerCase)
     before = case.storage.clone()
     op_reference(INDEXER_OP)(case.layout, case.k, case.kv_cache, case.slot_mapping, spec.layout)
@@ -90,7 +90,7 @@ def test_a_scale_the_indexer_never_wrote_is_not_written_not_a_number() -> None:
     second = spec.block_size * spec.width + row * 4 * 2 + 4  # two fp32 scales a token, at the block's end
     contract = bytes(blocks[block, second:second + 4].tolist())
     blocks[block, second:second + 4] = CANARY
-    grading = grade_family_write(case, before, case.storage.clone(), 1.0)
+    grading = grade_mha_indexer_write(case, before, case.storage.clone(), 1.0)
     want = f"{struct.unpack('<f', contract)[0]:.6g} (0x{struct.unpack('<I', contract)[0]:08x})"
     for check in ("numerics.scale_positive", "bit_exact.bytes"):
         assert (f"token {token} (slot {slot}) scale[1]: kernel not written (still 0xa5a5a5a5) vs "
@@ -105,7 +105,7 @@ def test_a_stray_write_names_the_guard_zone_it_hit() -> None:
     after = case.storage.clone()
     after[2 * GUARD_BYTES + 2 * case.cache_bytes + 4] = 0
     after[GUARD_BYTES + case.cache_bytes + 1] = 0
-    text = _failed(grade_family_write(case, before, after, 1.0), "layout.untouched_bytes")
+    text = _failed(grade_mha_indexer_write(case, before, after, 1.0), "layout.untouched_bytes")
     assert text == ("2 byte(s) outside the target entries changed, e.g. guard byte +1 (after key_cache): kernel 0x00 "
                     "vs untouched 0xa5; guard byte +4 (after value_cache): kernel 0x00 vs untouched 0xa5")
 
@@ -132,4 +132,4 @@ def test_a_reader_row_left_unwritten_names_the_row_the_slot_it_reads_and_the_fie
 def test_a_correct_write_fails_nothing(variant: str) -> None:
     case = _mha(variant, "HND")
     before = _write_reference(case)
-    assert grade_family_write(case, before, case.storage.clone(), 1.0).failed == []
+    assert grade_mha_indexer_write(case, before, case.storage.clone(), 1.0).failed == []

@@ -6,8 +6,8 @@ import torch
 
 from rtp_ref.kernels.builtin import available_builtin_kernels, unavailable_builtin_kernels
 from rtp_ref.kernels.cuda_mla import unavailable_reason
-from rtp_ref.kernels.family_builtin import family_kernels
 from rtp_ref.kernels.gather_builtin import gather_kernels
+from rtp_ref.kernels.mha_indexer_builtin import mha_indexer_kernels
 from rtp_ref.kernels.protocol import check_kernel, device_to_run
 from rtp_ref.ops import OPS
 
@@ -16,7 +16,7 @@ def test_every_builtin_is_either_available_or_has_a_reason() -> None:
     """Every write op has torch-eager, triton and cuda kernels, the read op triton and cuda ones (named with the
     op's suffix): each runs here or has a reason; the other ops' references are kernels too (the MLA one is
     discovery's)."""
-    available = {k.name for k in [*available_builtin_kernels(), *family_kernels(), *gather_kernels()]}
+    available = {k.name for k in [*available_builtin_kernels(), *mha_indexer_kernels(), *gather_kernels()]}
     missing = unavailable_builtin_kernels()
     writes = [op.name_suffix for op in OPS.values() if not op.reads]
     assert {f"torch-eager{s}" for s in writes} <= available
@@ -29,7 +29,7 @@ def test_every_builtin_is_either_available_or_has_a_reason() -> None:
 
 
 def test_available_builtins_satisfy_the_protocol_and_bind() -> None:
-    for kernel in [*available_builtin_kernels(), *family_kernels(), *gather_kernels()]:
+    for kernel in [*available_builtin_kernels(), *mha_indexer_kernels(), *gather_kernels()]:
         check_kernel(kernel, "builtin")
         assert callable(getattr(kernel, "bind", None))
 
@@ -71,14 +71,14 @@ def test_the_cuda_kernel_declares_its_limits_as_data() -> None:
     assert reason is not None and "kv_lora_rank <= " in reason
 
 
-def test_the_family_kernels_declare_their_quant_block_limits() -> None:
+def test_the_mha_indexer_kernels_declare_their_quant_block_limits() -> None:
     """triton-indexer and cuda-indexer take power-of-two quant blocks only: declared, not only raised."""
     import dataclasses
 
     import torch
 
-    from rtp_ref.kernels.cuda_families import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer
-    from rtp_ref.kernels.family_builtin import IndexerKernel
+    from rtp_ref.kernels.cuda_mha_indexer import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer
+    from rtp_ref.kernels.mha_indexer_builtin import IndexerKernel
     from rtp_ref.kv.indexer import indexer_layout
     from rtp_ref.platform import load_platform
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from rtp_ref.kernels import cuda_families, cuda_gather, cuda_mla
+from rtp_ref.kernels import cuda_gather, cuda_mha_indexer, cuda_mla
 
 CSRC = Path(cuda_mla.__file__).resolve().parent / "csrc"
 C_TYPES = {"int64_t": ctypes.c_int64, "double": ctypes.c_double}
 
 MIRRORS = [
-    ("families.cu", "RtpRefMhaParams", cuda_families._MhaParams),
-    ("families.cu", "RtpRefIndexerParams", cuda_families._IndexerParams),
+    ("mha_indexer.cu", "RtpRefMhaParams", cuda_mha_indexer._MhaParams),
+    ("mha_indexer.cu", "RtpRefIndexerParams", cuda_mha_indexer._IndexerParams),
     ("gather.cu", "RtpRefGatherParams", cuda_gather._GatherParams),
     ("gather.cu", "RtpRefIndexerGatherParams", cuda_gather._IndexerGatherParams),
     ("mla_cache.cu", "RtpRefMlaParams", cuda_mla._Params),

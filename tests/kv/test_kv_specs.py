@@ -1,4 +1,4 @@
-"""rtp-llm's spec family: MHA and MLA sizes and the partition split, against hand-computed figures
+"""rtp-llm's KV-cache specs: MHA and MLA sizes and the partition split, against hand-computed figures
 (docs/sources.md#rtp-llm-kv-cache-specs) and exact arithmetic."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from tests.mutants.kernels import Mutant, _with_flags
 
 
 class AmaxDivFltMin(Mutant):
-    """fp8_ds_mla with scales amax / 448 floored at FLT_MIN: another writer family's convention."""
+    """fp8_ds_mla with scales amax / 448 floored at FLT_MIN: another writer's convention."""
 
     name = "contract-amax-div-flt-min"
     kv_cache_dtypes = ("fp8_ds_mla",)

@@ -12,8 +12,8 @@ from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import scatter_entries
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout, reference_reshape_and_cache_flash
-from tests.mutants.family_mutants import MhaMutant
 from tests.mutants.kernels import Mutant
+from tests.mutants.mha_indexer_mutants import MhaMutant
 
 
 class NoSlotCheck(Mutant):

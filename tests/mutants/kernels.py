@@ -313,7 +313,7 @@ EXPECTED: dict[type[Mutant], tuple[str, str]] = {
 
 def mutants() -> list[object]:
     """The entry point for ``RTP_REF_KERNELS``: one instance of every mutant, of every op."""
-    from tests.mutants.family_mutants import FAMILY_EXPECTED
     from tests.mutants.gather_mutants import GATHER_EXPECTED
+    from tests.mutants.mha_indexer_mutants import MHA_INDEXER_EXPECTED
 
-    return [cls() for cls in [*EXPECTED, *FAMILY_EXPECTED, *GATHER_EXPECTED]]
+    return [cls() for cls in [*EXPECTED, *MHA_INDEXER_EXPECTED, *GATHER_EXPECTED]]

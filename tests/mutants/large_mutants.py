@@ -22,7 +22,7 @@ from rtp_ref.kv.entries import encode_entries
 from rtp_ref.kv.fields import Placement, Source
 from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.ops import INDEXER_OP
-from tests.mutants.family_mutants import _BoundMutant
+from tests.mutants.mha_indexer_mutants import _BoundMutant
 
 
 def _wrap32(offset: int) -> int:

@@ -12,20 +12,20 @@ from typing import Any
 import pytest
 import torch
 
-from rtp_ref.cases.family_cases import FamilySpec, build_family_case
-from rtp_ref.cases.family_grading import grade_family_write
 from rtp_ref.cases.gather_cases import GatherCase
 from rtp_ref.cases.gather_grading import grade_gather, grade_indexer_gather
 from rtp_ref.cases.grading import MAX_DETAIL, Grading
 from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase
+from rtp_ref.cases.mha_indexer_cases import MhaIndexerSpec, build_mha_indexer_case
+from rtp_ref.cases.mha_indexer_grading import grade_mha_indexer_write
 from rtp_ref.contract import WriteContract
 from rtp_ref.ops import MLA_GATHER_OP, op_name, op_spec
 from rtp_ref.platform import load_platform
-from tests.mutants.family_mutants import FAMILY_EXPECTED
 from tests.mutants.gather_mutants import GATHER_EXPECTED
+from tests.mutants.mha_indexer_mutants import MHA_INDEXER_EXPECTED
 
 #: every mutant of the other ops whose fault a grade check names (an unclaimed layout is not graded)
-GRADED = {cls: expected for cls, expected in {**FAMILY_EXPECTED, **GATHER_EXPECTED}.items()
+GRADED = {cls: expected for cls, expected in {**MHA_INDEXER_EXPECTED, **GATHER_EXPECTED}.items()
           if not expected[1].startswith("support.")}
 
 
@@ -35,11 +35,11 @@ def _contract(platform: str) -> WriteContract:
 
 def _graded(kernel: Any, spec: Any, contract: WriteContract) -> Grading:
     """Build ``spec``'s case on the CPU, call ``kernel`` on it and grade the call."""
-    if isinstance(spec, FamilySpec):
-        case = build_family_case(spec, contract, "cpu")
+    if isinstance(spec, MhaIndexerSpec):
+        case = build_mha_indexer_case(spec, contract, "cpu")
         before = case.storage.clone()
         case.call(kernel)
-        return grade_family_write(case, before, case.storage.clone(), 1.0)
+        return grade_mha_indexer_write(case, before, case.storage.clone(), 1.0)
     reader = GatherCase(spec, contract, "cpu") if spec.op == MLA_GATHER_OP else IndexerGatherCase(spec, contract, "cpu")
     cache_before, dst_before = reader.cache_storage.clone(), reader.dst_storage.clone()
     reader.call(kernel)

@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.mutants.family_mutants import FAMILY_EXPECTED
 from tests.mutants.gather_mutants import GATHER_EXPECTED
 from tests.mutants.kernels import EXPECTED as MLA_EXPECTED
+from tests.mutants.mha_indexer_mutants import MHA_INDEXER_EXPECTED
 from tests.processes import child_env
 from tests.zygote import shared_zygote
 
 REPO = Path(__file__).resolve().parents[2]
 #: every mutant of every op -> (platform, the check that must catch it)
-EXPECTED: dict[type, tuple[str, str]] = {**MLA_EXPECTED, **FAMILY_EXPECTED, **GATHER_EXPECTED}
+EXPECTED: dict[type, tuple[str, str]] = {**MLA_EXPECTED, **MHA_INDEXER_EXPECTED, **GATHER_EXPECTED}
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 
 

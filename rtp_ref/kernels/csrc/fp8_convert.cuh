@@ -1,4 +1,4 @@
-// fp8 and ue8m0 conversion shared by rtp-ref's CUDA kernels (mla_cache.cu, families.cu).
+// fp8 and ue8m0 conversion shared by rtp-ref's CUDA kernels (mla_cache.cu, mha_indexer.cu).
 //
 // fp8_software is round-half-even on the float32 bits, the algorithm of rtp_ref.fp8.codec.encode, for any
 // format and mode given as traits; ue8m0_ceil/ue8m0_value are rtp_ref.fp8.ue8m0's 'ceil' rule.

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from rtp_ref.contract import WriteContract
-from rtp_ref.kernels import cuda_families
-from rtp_ref.kernels.cuda_families import prepare_cuda_indexer, prepare_cuda_mha
-from rtp_ref.kernels.family_builtin import family_kernels
+from rtp_ref.kernels import cuda_mha_indexer
+from rtp_ref.kernels.cuda_mha_indexer import prepare_cuda_indexer, prepare_cuda_mha
 from rtp_ref.kernels.input_flags import Validation
-from rtp_ref.kernels.torch_eager_families import (
+from rtp_ref.kernels.mha_indexer_builtin import mha_indexer_kernels
+from rtp_ref.kernels.torch_eager_mha_indexer import (
     torch_eager_indexer_k_quant_and_cache,
     torch_eager_reshape_and_cache_flash,
 )
@@ -162,14 +162,14 @@ def test_indexer_is_bit_exact_on_inputs_not_aligned_for_vector_access(kernel: st
 @pytest.mark.parametrize("rows", [1, 2])
 def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, split_below: int,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cuda kernels are compiled for 1 and 2 passes a warp (cuda_families.*_ROWS_PER_WARP pick one): each
+    """The cuda kernels are compiled for 1 and 2 passes a warp (cuda_mha_indexer.*_ROWS_PER_WARP pick one): each
     instance, with rows left over in the last warp, rows of 8, 16 and 32 lanes side by side (a row's tokens and
     heads split across groups: 3 heads), rows with idle lanes (80 = 10 vectors on 16 lanes) and rows strided over
     the warp twice (320), padding slots, strided inputs, narrower vectors where an input is misaligned; the MHA
     kernel with a warp a token and with a token's heads split over warps."""
-    monkeypatch.setattr(cuda_families, "MHA_TOKENS_PER_WARP", rows)
-    monkeypatch.setattr(cuda_families, "INDEXER_ROWS_PER_WARP", rows)
-    monkeypatch.setattr(cuda_families, "MHA_SPLIT_BELOW_TOKENS", split_below)
+    monkeypatch.setattr(cuda_mha_indexer, "MHA_TOKENS_PER_WARP", rows)
+    monkeypatch.setattr(cuda_mha_indexer, "INDEXER_ROWS_PER_WARP", rows)
+    monkeypatch.setattr(cuda_mha_indexer, "MHA_SPLIT_BELOW_TOKENS", split_below)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8", "cuda-sm90", True, 8, 128, 16, True)
     test_mha_paged_is_bit_exact("cuda", "HND", "auto", "cuda-sm90", False, 1, 64, 16, False)
     test_mha_paged_is_bit_exact("cuda", "NHD", "fp8_e5m2", "cuda-sm90", False, 2, 256, 64, False)
@@ -197,9 +197,9 @@ def _check_indexer(kernel: str, platform_name: str, dim: int, quant: int, scale_
     assert differ == 0, f"{differ} bytes differ from the reference"
 
 
-def _family_kernel(name: str, op: str, validation: Validation) -> Any:
+def _mha_indexer_kernel(name: str, op: str, validation: Validation) -> Any:
     """The built-in kernel ``name`` of ``op`` bound to cuda-sm90, checking values by ``validation``."""
-    (found,) = [k for k in family_kernels() if k.impl == name and k.op == op]
+    (found,) = [k for k in mha_indexer_kernels() if k.impl == name and k.op == op]
     return found.bind(WriteContract.for_platform(load_platform("cuda-sm90")), validation=validation)
 
 
@@ -210,7 +210,7 @@ def test_bad_calls_are_refused_before_writing(kernel: str) -> None:
     (the reference's checks, rtp_ref.kv.mha_paged.validate_mha_args / rtp_ref.kv.indexer.validate_indexer_args)."""
     from rtp_ref.errors import RtpRefError
 
-    mha, indexer = _family_kernel(kernel, MHA_OP, "host"), _family_kernel(kernel, INDEXER_OP, "host")
+    mha, indexer = _mha_indexer_kernel(kernel, MHA_OP, "host"), _mha_indexer_kernel(kernel, INDEXER_OP, "host")
     key = torch.ones(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     one = torch.ones(1, device=DEVICE)
     for slots, k_scale, cache_dtype, problem in (
@@ -239,7 +239,7 @@ def test_the_device_path_skips_and_flags_a_slot_past_the_cache(kernel: str) -> N
     written nowhere and flagged (take_input_errors), the other token written; the flag is cleared by the take."""
     from rtp_ref.errors import RtpRefError
 
-    mha, indexer = _family_kernel(kernel, MHA_OP, "device"), _family_kernel(kernel, INDEXER_OP, "device")
+    mha, indexer = _mha_indexer_kernel(kernel, MHA_OP, "device"), _mha_indexer_kernel(kernel, INDEXER_OP, "device")
     assert mha.graph_safe and indexer.graph_safe
     key = torch.ones(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     one = torch.ones(1, device=DEVICE)
@@ -273,7 +273,7 @@ def _offset_view(tensor: torch.Tensor, offset: int) -> torch.Tensor:
 def test_the_cuda_indexer_vector_width_follows_every_address_and_stride() -> None:
     """As wide as k's address and strides and the cache's address and block stride allow, up to 8 values a lane
     (the 132-byte token stride of a 128-value head does not count: codes are addressed by head_dim)."""
-    from rtp_ref.kernels.cuda_families import indexer_vector_width
+    from rtp_ref.kernels.cuda_mha_indexer import indexer_vector_width
 
     sm90 = load_platform("cuda-sm90")
     layout = indexer_layout(sm90, head_dim=128, quant_block_size=128)
@@ -297,7 +297,7 @@ def test_the_cuda_indexer_vector_width_follows_every_address_and_stride() -> Non
 def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:
     """8 values a lane where everything is 16-byte aligned; narrower as soon as one input, cache or stride is not
     (a key view one element in, a cache view one fp8 element in, an odd head size)."""
-    from rtp_ref.kernels.cuda_families import mha_vector_width
+    from rtp_ref.kernels.cuda_mha_indexer import mha_vector_width
 
     key = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
     cache = torch.zeros(3, 16, 2, 128, dtype=torch.uint8)
@@ -321,7 +321,7 @@ def test_the_cuda_mha_vector_width_follows_every_address_and_stride() -> None:
 ])
 def test_a_few_tokens_share_their_heads_across_warps(tokens: int, heads: int, lanes: int, split: int) -> None:
     """ceil(heads / (32 / lanes)) warps a token below MHA_SPLIT_BELOW_TOKENS (8192), one from there; by hand."""
-    from rtp_ref.kernels.cuda_families import mha_split
+    from rtp_ref.kernels.cuda_mha_indexer import mha_split
 
     assert mha_split(tokens, heads, lanes) == split
 
@@ -332,6 +332,6 @@ def test_a_few_tokens_share_their_heads_across_warps(tokens: int, heads: int, la
 ])
 def test_a_row_takes_the_fewest_lanes_that_cover_it_with_one_vector_each(values: int, vec: int, lanes: int) -> None:
     """ceil(values / vec) lanes rounded up to a power of two, at most 32; enumerated by hand."""
-    from rtp_ref.kernels.cuda_families import row_lanes
+    from rtp_ref.kernels.cuda_mha_indexer import row_lanes
 
     assert row_lanes(values, vec) == lanes

@@ -1,10 +1,10 @@
 """Grade one MHA paged or indexer write against the reference: the MLA write's checks and grades
-(rtp_ref.cases.grading), over the family's entries.
+(rtp_ref.cases.grading), over the op's entries.
 
 The footprint is derived as for the MLA write: the reference writes into two copies of the case storage
 filled with different canaries, and a byte belongs to the footprint when it changed in either. A target entry
 is one token's bytes: its K and V rows (every head) for the MHA cache, its fp8 values and block-trailing
-scales for the indexer. When the bytes are wrong, the case's wrong hypotheses (rtp_ref.cases.family_cases)
+scales for the indexer. When the bytes are wrong, the case's wrong hypotheses (rtp_ref.cases.mha_indexer_cases)
 are written too, and a kernel whose whole storage equals one fails the check named after it.
 """
 
@@ -17,8 +17,8 @@ import torch
 
 from rtp_ref.cases.cases import ALT_CANARY, CANARY
 from rtp_ref.cases.checks import Check, grade_reached
-from rtp_ref.cases.family_cases import FamilyCase, IndexerCase, MhaCase
 from rtp_ref.cases.grading import Grading, merge_checks
+from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerCase
 from rtp_ref.cases.storage import StorageMap, kernel_text, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueNamer, failing, first, fp8_value_checks, with_examples
 
@@ -45,7 +45,7 @@ class _Images:
 class _Targets:
     """The written tokens of a case: their index in slot_mapping and their slot, and each one's entry bytes."""
 
-    def __init__(self, case: FamilyCase) -> None:
+    def __init__(self, case: MhaIndexerCase) -> None:
         self.case = case
         slots = case.slot_mapping.cpu()
         keep = slots >= 0
@@ -75,13 +75,13 @@ class _Targets:
         return {"values": values, "scales": scales}
 
 
-def _reference(case: FamilyCase, canary: int, hypothesis: str | None = None) -> torch.Tensor:
+def _reference(case: MhaIndexerCase, canary: int, hypothesis: str | None = None) -> torch.Tensor:
     storage = torch.full((case.storage.numel(),), canary, dtype=torch.uint8)
     case.reference_on(storage, hypothesis)
     return storage
 
 
-def _untouched(case: FamilyCase, images: _Images, footprint: torch.Tensor) -> list[Check]:
+def _untouched(case: MhaIndexerCase, images: _Images, footprint: torch.Tensor) -> list[Check]:
     changed = images.after != images.before
     stray = changed & ~footprint
     checks = [failing("layout.untouched_bytes", not bool(stray.any()), lambda: with_examples(
@@ -105,7 +105,7 @@ def _written(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, to
                   f"e.g. {'; '.join(targets.name(i) for i in torch.nonzero(~ok).flatten()[:MAX_EXAMPLES].tolist())}")
 
 
-def _hypotheses(case: FamilyCase, images: _Images, differ: torch.Tensor, exact: bool) -> list[Check]:
+def _hypotheses(case: MhaIndexerCase, images: _Images, differ: torch.Tensor, exact: bool) -> list[Check]:
     """One check per wrong hypothesis of the case: failed when the kernel wrote exactly what it predicts (the
     examples: where those bytes differ from the contract's)."""
     checks = []
@@ -199,12 +199,12 @@ def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch
     return checks + graded.checks
 
 
-def footprint(case: FamilyCase) -> torch.Tensor:
+def footprint(case: MhaIndexerCase) -> torch.Tensor:
     """The bytes of the case storage the reference writes: those it changes in either of two canary fillings."""
     return (_reference(case, CANARY) != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
 
 
-def grade_family_write(case: FamilyCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
+def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
     """Grade one call: ``before``/``after`` are CPU copies of the case storage around it (module doc). A failed
     check names up to ``MAX_EXAMPLES`` places (token, slot, field, element) with the kernel's value (or ``not
     written``) against the contract's."""

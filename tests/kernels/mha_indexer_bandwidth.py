@@ -1,6 +1,6 @@
 """Bandwidth of the MHA and indexer kernels at a serving-size write (GPU only; a tuning tool, not a test).
 
-``python -m tests.kernels.family_bandwidth [TOKENS] [--sweep] [--once] [--kernel NAME ...]`` prints, per kernel
+``python -m tests.kernels.mha_indexer_bandwidth [TOKENS] [--sweep] [--once] [--kernel NAME ...]`` prints, per kernel
 and variant, the time of one write and its share of the device copy roof, on ``rtp-ref bench``'s inputs and
 measure (rtp_ref.bench). Kernels: the built-in triton and cuda ones of ``reshape_and_cache_flash`` and
 ``indexer_k_quant_and_cache`` (names as ``rtp-ref bench --kernel``: ``triton-mha``, ``cuda-mha``,
@@ -17,8 +17,8 @@ import torch
 
 from rtp_ref.bench.measure import copy_roof, time_call
 from rtp_ref.bench.workloads import workload
-from rtp_ref.kernels import cuda_families, triton_indexer, triton_mha_paged
-from rtp_ref.kernels.family_builtin import family_kernels
+from rtp_ref.kernels import cuda_mha_indexer, triton_indexer, triton_mha_paged
+from rtp_ref.kernels.mha_indexer_builtin import mha_indexer_kernels
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 from tests.kernels.cases import contract
 
@@ -51,7 +51,7 @@ def _time(name: str, kernel: object, op: str, tokens: int, roof: float) -> None:
 
 def main(tokens: int, names: list[str], sweep: bool, once: bool) -> None:
     c = contract("cuda-sm90")
-    chosen = [k for k in family_kernels() if k.impl in ("triton", "cuda")
+    chosen = [k for k in mha_indexer_kernels() if k.impl in ("triton", "cuda")
               and (not names or f"{k.impl}{SUFFIX[k.op]}" in names)]
     if once:
         for kernel in chosen:
@@ -62,7 +62,7 @@ def main(tokens: int, names: list[str], sweep: bool, once: bool) -> None:
     for kernel in chosen:
         _time(f"{kernel.impl}{SUFFIX[kernel.op]}", kernel.bind(c), kernel.op, tokens, roof)
     if sweep:
-        kernels = {(k.impl, k.op): k for k in family_kernels()}
+        kernels = {(k.impl, k.op): k for k in mha_indexer_kernels()}
         for values, warps in SWEEP:
             triton_indexer.GPU_PROGRAM_VALUES, triton_indexer.GPU_NUM_WARPS = values, warps
             _time(f"triton-indexer v{values} w{warps}", kernels["triton", INDEXER_OP].bind(c), INDEXER_OP, tokens,
@@ -71,7 +71,7 @@ def main(tokens: int, names: list[str], sweep: bool, once: bool) -> None:
             triton_mha_paged.GPU_BLOCK_T, triton_mha_paged.GPU_NUM_WARPS = block_t, warps
             _time(f"triton-mha t{block_t} w{warps}", kernels["triton", MHA_OP].bind(c), MHA_OP, tokens, roof)
         for rows in ROWS:
-            cuda_families.MHA_TOKENS_PER_WARP = cuda_families.INDEXER_ROWS_PER_WARP = rows
+            cuda_mha_indexer.MHA_TOKENS_PER_WARP = cuda_mha_indexer.INDEXER_ROWS_PER_WARP = rows
             for op in (MHA_OP, INDEXER_OP):
                 _time(f"cuda{SUFFIX[op]} passes {rows}", kernels["cuda", op].bind(c), op, tokens, roof)
 

@@ -1,4 +1,4 @@
-"""The MHA paged and indexer writes in CUDA C++ (``csrc/families.cu``), for CUDA GPUs.
+"""The MHA paged and indexer writes in CUDA C++ (``csrc/mha_indexer.cu``), for CUDA GPUs.
 
 fp8 conversion: ``hardware`` (``__nv_cvt_float_to_fp8`` with ``__NV_SATFINITE``) for OCP e4m3 and e5m2 under
 ``satfinite`` where the GPU's platform table lists the format under ``[hardware] fp8_conversion``; ``software``
@@ -40,7 +40,7 @@ MHA_SPLIT_BELOW_TOKENS = 8192
 
 
 class _MhaParams(ctypes.Structure):
-    """Mirror of ``struct RtpRefMhaParams`` in families.cu: int64 fields, no padding."""
+    """Mirror of ``struct RtpRefMhaParams`` in mha_indexer.cu: int64 fields, no padding."""
 
     _fields_ = [(name, ctypes.c_int64) for name in (
         "key", "value", "key_cache", "value_cache", "slots", "k_scale", "v_scale",
@@ -51,7 +51,7 @@ class _MhaParams(ctypes.Structure):
 
 
 class _IndexerParams(ctypes.Structure):
-    """Mirror of ``struct RtpRefIndexerParams`` in families.cu: int64 fields, then 2 doubles."""
+    """Mirror of ``struct RtpRefIndexerParams`` in mha_indexer.cu: int64 fields, then 2 doubles."""
 
     _fields_ = [(name, ctypes.c_int64) for name in (
         "k", "cache", "slots", "num_tokens", "k_row", "block_bytes", "block_size", "head_dim", "quant",
@@ -62,12 +62,12 @@ class _IndexerParams(ctypes.Structure):
 
 @functools.cache
 def _library(arch: str) -> ctypes.CDLL:
-    lib = build_library("families.cu", arch)
+    lib = build_library("mha_indexer.cu", arch)
     lib.rtp_ref_mha_paged_write.argtypes = [ctypes.POINTER(_MhaParams), ctypes.c_void_p]
     lib.rtp_ref_indexer_write.argtypes = [ctypes.POINTER(_IndexerParams), ctypes.c_void_p]
     lib.rtp_ref_mha_paged_write.restype = lib.rtp_ref_indexer_write.restype = ctypes.c_int
-    lib.rtp_ref_families_error_string.argtypes = [ctypes.c_int]
-    lib.rtp_ref_families_error_string.restype = ctypes.c_char_p
+    lib.rtp_ref_mha_indexer_error_string.argtypes = [ctypes.c_int]
+    lib.rtp_ref_mha_indexer_error_string.restype = ctypes.c_char_p
     return lib
 
 
@@ -81,7 +81,7 @@ def _launcher(entry: str, params: ctypes.Structure, device: torch.device) -> Cal
         with on_device(index):
             code = write(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if code != 0:
-            raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_families_error_string(code).decode()}")
+            raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mha_indexer_error_string(code).decode()}")
 
     return launch
 
@@ -125,7 +125,7 @@ def prepare_cuda_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.Ten
     """The launch of ``reshape_and_cache_flash`` for arguments of this metadata (rtp_ref.kernels.call_signature):
     ``launch(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)`` writes as
     ``rtp_ref.kv.mha_paged.reference_reshape_and_cache_flash`` does, in one CUDA launch. Checks nothing: its
-    caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does (validate_mha_args); a
+    caller (rtp_ref.kernels.mha_indexer_builtin) has checked the metadata as the reference does (validate_mha_args); a
     slot past the cache sets ``flags`` and is written nowhere (rtp_ref.kernels.input_flags). k_scale and v_scale
     each per tensor or per head, independently."""
     fmt = layout.element_format
@@ -177,7 +177,7 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
     slot_mapping, scale_fmt)`` writes as ``rtp_ref.kv.indexer.reference_indexer_k_quant_and_cache`` does, in one
     CUDA launch (``row_lanes`` lanes a token's quant slice, ``indexer_vector_width`` values a lane at once).
     ``quant_block_size`` must be a power of two up to 1024 (the claim the built-in makes). Checks nothing else:
-    its caller (rtp_ref.kernels.family_builtin) has checked the metadata as the reference does
+    its caller (rtp_ref.kernels.mha_indexer_builtin) has checked the metadata as the reference does
     (validate_indexer_args); a slot past the cache sets ``flags`` and is written nowhere."""
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size

@@ -31,7 +31,7 @@ PathRule = Callable[[WriteContract], str]
 ConversionPath = Literal["hardware", "software", "torch"]
 
 
-class _FamilyKernel:
+class _MhaIndexerKernel:
     """What the two ops' kernels share: a name, devices, the contract they follow and its conversion path, and
     how argument values are checked. A ``lean`` writer (triton, cuda) is a preparer: given the layout, a call's
     arguments and a ``flags`` word it returns the launch for calls of that metadata (rtp_ref.kernels.call_signature),
@@ -93,7 +93,7 @@ class _FamilyKernel:
         return self.path_rule(self.contract or default_contract(torch.device("cpu")))
 
 
-class MhaPagedKernel(_FamilyKernel):
+class MhaPagedKernel(_MhaIndexerKernel):
     """``reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
     v_scale)`` by one MHA writer: heads and head size come from the caches' shape."""
 
@@ -132,7 +132,7 @@ class MhaPagedKernel(_FamilyKernel):
         self._write(self._signature(kv_cache_dtype, *tensors), checked_layout, *tensors)
 
 
-class IndexerKernel(_FamilyKernel):
+class IndexerKernel(_MhaIndexerKernel):
     """``indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)`` by one indexer
     writer: head_dim comes from ``k``'s shape. ``max_quant_block``: the writer takes power-of-two quant blocks
     up to it only (a Triton block, a CUDA block of threads), declared through ``supports``."""
@@ -197,11 +197,11 @@ def _cuda_path(contract: WriteContract) -> str:
     return "software" if none else "hardware"
 
 
-def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
+def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
     """The built-in kernels of ``reshape_and_cache_flash`` and ``indexer_k_quant_and_cache`` that can run here,
     unbound: the reference and torch-eager always, triton and cuda where the MLA ones can run."""
     from rtp_ref.kernels.builtin import unavailable_builtin_kernels
-    from rtp_ref.kernels.torch_eager_families import (
+    from rtp_ref.kernels.torch_eager_mha_indexer import (
         torch_eager_indexer_k_quant_and_cache,
         torch_eager_reshape_and_cache_flash,
     )
@@ -225,7 +225,7 @@ def family_kernels() -> list[MhaPagedKernel | IndexerKernel]:
                     IndexerKernel("triton", prepare_triton_indexer, devices, _triton_path,
                                   max_quant_block=TRITON_MAX_QUANT_BLOCK, lean=True)]
     if "cuda" not in missing:
-        from rtp_ref.kernels.cuda_families import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer, prepare_cuda_mha
+        from rtp_ref.kernels.cuda_mha_indexer import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer, prepare_cuda_mha
 
         kernels += [MhaPagedKernel("cuda", prepare_cuda_mha, ("cuda",), _cuda_path, lean=True),
                     IndexerKernel("cuda", prepare_cuda_indexer, ("cuda",), _cuda_path,

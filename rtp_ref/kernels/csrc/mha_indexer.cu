@@ -1,4 +1,4 @@
-// The other cache families in CUDA C++ (rtp_ref/kernels/cuda_families.py): the MHA paged write
+// The other cache families in CUDA C++ (rtp_ref/kernels/cuda_mha_indexer.py): the MHA paged write
 // (reshape_and_cache_flash, contract in rtp_ref/kv/mha_paged.py) and the DeepSeek indexer write
 // (indexer_k_quant_and_cache, contract in rtp_ref/kv/indexer.py).
 //
@@ -26,7 +26,7 @@
 
 #include "fp8_convert.cuh"
 
-// Mirror the ctypes Structures in cuda_families.py field by field: 8-byte fields, no padding.
+// Mirror the ctypes Structures in cuda_mha_indexer.py field by field: 8-byte fields, no padding.
 struct RtpRefMhaParams {
   int64_t key, value, key_cache, value_cache, slots, k_scale, v_scale;  // device addresses
   int64_t num_tokens, heads, head_size, key_t, key_h, value_t, value_h;
@@ -462,6 +462,6 @@ int rtp_ref_indexer_write(const RtpRefIndexerParams* p, void* stream) {
       *p, p->num_tokens * p->n_slices, p->rows * (32 / p->lanes), static_cast<int>(p->hardware), stream);
 }
 
-const char* rtp_ref_families_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+const char* rtp_ref_mha_indexer_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
 }  // extern "C"

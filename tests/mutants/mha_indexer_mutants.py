@@ -1,7 +1,7 @@
 """Mutants of the other cache families' writes: each is the reference with one fault a real kernel had.
 
 They are protocol kernels of their op (``op``, claims, ``devices``, ``bind``), certified through
-``RTP_REF_KERNELS`` with the MLA mutants (tests/mutants/kernels.py ``mutants``). ``FAMILY_EXPECTED`` says
+``RTP_REF_KERNELS`` with the MLA mutants (tests/mutants/kernels.py ``mutants``). ``MHA_INDEXER_EXPECTED`` says
 the platform and the named check that must catch each one.
 """
 
@@ -15,15 +15,15 @@ import torch
 from rtp_ref.contract import WriteContract, default_contract
 from rtp_ref.fp8 import decode, encode
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
-from rtp_ref.kv.family_records import INDEXER_FIELDS
 from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 
 
 class _BoundMutant:
-    """What every family mutant shares: CPU only, the software conversion, ``bind`` to a platform contract."""
+    """What every MHA and indexer mutant shares: CPU only, the software conversion, ``bind`` to a platform contract."""
 
     name: ClassVar[str]
     devices = ("cpu",)
@@ -200,7 +200,7 @@ class SkipsSecondScale(IndexerMutant):
 
 
 #: mutant class -> (platform it is certified on, the check that must catch it)
-FAMILY_EXPECTED: dict[type[MhaMutant] | type[IndexerMutant], tuple[str, str]] = {
+MHA_INDEXER_EXPECTED: dict[type[MhaMutant] | type[IndexerMutant], tuple[str, str]] = {
     KvSwapped: ("cpu", "layout.kv_order"),
     HeadsTransposed: ("cpu", "layout.head_order"),
     HndAsNhd: ("cpu", "layout.cache_order"),

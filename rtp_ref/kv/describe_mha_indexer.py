@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rtp_ref.kv.describe import field_as_dict, field_table
-from rtp_ref.kv.family_records import INDEXER_VARIANTS, MHA_VARIANTS, variant_record
 from rtp_ref.kv.indexer import IndexerLayout
+from rtp_ref.kv.mha_indexer_records import INDEXER_VARIANTS, MHA_VARIANTS, variant_record
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from rtp_ref.cases.cases import CaseSpec
-from rtp_ref.cases.family_cases import FamilySpec, IndexerCase, MhaCase, build_family_case
+from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerSpec, build_mha_indexer_case
 from rtp_ref.cases.tier_hooks import LargeTier, PoolCaches, per_tensor_scale, spread_values
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK, IndexerLayout, indexer_layout_for
@@ -71,12 +71,12 @@ MHA_LARGE = LargeTier(_mha_caches, _mha_inputs, _mha_call, _mha_reference)
 INDEXER_LARGE = LargeTier(_indexer_caches, _indexer_inputs, _indexer_call, _indexer_reference)
 
 
-class FamilyGraphCase:
-    """An MHA or indexer case (rtp_ref.cases.family_cases) as the graph tier uses it
+class MhaIndexerGraphCase:
+    """An MHA or indexer case (rtp_ref.cases.mha_indexer_cases) as the graph tier uses it
     (rtp_ref.cases.tier_hooks.GraphCase)."""
 
-    def __init__(self, spec: FamilySpec, contract: WriteContract, device: str) -> None:
-        self.case = build_family_case(spec, contract, device)
+    def __init__(self, spec: MhaIndexerSpec, contract: WriteContract, device: str) -> None:
+        self.case = build_mha_indexer_case(spec, contract, device)
 
     @property
     def storage(self) -> torch.Tensor:
@@ -101,16 +101,17 @@ class FamilyGraphCase:
         self.case.reference_on(storage)
 
 
-def mha_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> FamilyGraphCase:
+def mha_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> MhaIndexerGraphCase:
     """The graph tier's MHA case: GQA heads of 128, per-head scales where the variant has scales."""
-    family = FamilySpec(*_fields(spec), op=MHA_OP, width=MHA_HEAD_SIZE, heads=MHA_HEADS,
+    case_spec = MhaIndexerSpec(*_fields(spec), op=MHA_OP, width=MHA_HEAD_SIZE, heads=MHA_HEADS,
                         scales="tensor" if spec.layout == "auto" else "head")
-    return FamilyGraphCase(family, contract, device)
+    return MhaIndexerGraphCase(case_spec, contract, device)
 
 
-def indexer_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> FamilyGraphCase:
+def indexer_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> MhaIndexerGraphCase:
     """The graph tier's indexer case: head_dim 128 in one quant block."""
-    return FamilyGraphCase(FamilySpec(*_fields(spec), op=INDEXER_OP, width=128, quant_block=128), contract, device)
+    case_spec = MhaIndexerSpec(*_fields(spec), op=INDEXER_OP, width=128, quant_block=128)
+    return MhaIndexerGraphCase(case_spec, contract, device)
 
 
 def _fields(spec: CaseSpec) -> tuple[str, str, int, int, int, torch.dtype, int]:

@@ -27,13 +27,13 @@ from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_a
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
-STRIDED_FAMILY_KINDS = ("fused",)
-#: an MHA case id's suffix for its scales (FamilySpec.scales)
+STRIDED_MHA_INDEXER_KINDS = ("fused",)
+#: an MHA case id's suffix for its scales (MhaIndexerSpec.scales)
 _SCALE_IDS = {"tensor": "", "head": "-ph", "mixed": "-pv"}
 
 
 @dataclass(frozen=True)
-class FamilySpec(CaseSpec):
+class MhaIndexerSpec(CaseSpec):
     """One case of the MHA or indexer write: a CaseSpec (``layout`` is the op's variant, ``kv_cache_dtype`` or
     ``scale_fmt``) with its op and shapes. ``width`` is the head size (MHA) or head_dim (indexer); ``heads``,
     ``order`` and ``scales`` are the MHA's, ``quant_block`` the indexer's. ``scales``: ``tensor`` (k_scale and
@@ -56,7 +56,7 @@ class FamilySpec(CaseSpec):
         return f"{base}-d{self.width}q{self.quant_block}"
 
 
-def mha_specs(variant: str) -> Iterator[FamilySpec]:
+def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The MHA cases of one ``kv_cache_dtype``: GQA head counts 1 and 8, head sizes 64/128/256, block sizes 16
     and 64, NHD and HND, per-tensor and per-head scales, edge values, padding slots, a key longer than the slot
     mapping, strided key/value (views of a fused QKV projection), no tokens."""
@@ -77,11 +77,11 @@ def mha_specs(variant: str) -> Iterator[FamilySpec]:
         ("fused", 37, 16, torch.float16, 1, 256, "HND", "tensor"),
     ]
     for seed, (kind, tokens, block, dtype, heads, size, order, scales) in enumerate(rows, start=1):
-        yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
+        yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
                          width=size, heads=heads, order=order, scales="tensor" if variant == "auto" else scales)
 
 
-def indexer_specs(variant: str) -> Iterator[FamilySpec]:
+def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The indexer cases of one ``scale_fmt``: head_dim 128 with quant blocks 128 and 64, head_dim 256, block
     sizes 16 and 64, edge values (an all-zero row: the amax floor; NaN, inf, overflow), padding slots, a
     strided ``k`` (a view of a wider projection) at each quant block, no tokens."""
@@ -102,7 +102,7 @@ def indexer_specs(variant: str) -> Iterator[FamilySpec]:
         ("fused", 37, 16, torch.bfloat16, 128, 128),
     ]
     for seed, (kind, tokens, block, dtype, dim, quant) in enumerate(rows, start=1):
-        yield FamilySpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=INDEXER_OP,
+        yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=INDEXER_OP,
                          width=dim, quant_block=quant)
 
 
@@ -131,7 +131,7 @@ def _edges(x: torch.Tensor, reach: float) -> torch.Tensor:
     return x
 
 
-def _slots(g: torch.Generator, spec: FamilySpec) -> torch.Tensor:
+def _slots(g: torch.Generator, spec: MhaIndexerSpec) -> torch.Tensor:
     """Distinct slots, the cache's first and last among them; ``padded``: a fifth of them -1; edge tokens
     0-3 always written."""
     capacity = spec.num_blocks * spec.block_size
@@ -161,7 +161,7 @@ def _wide(g: torch.Generator, tokens: int, width: int, offset: int, dtype: torch
 class MhaCase:
     """One MHA case on a device: key, value, the two caches (views into ``storage``), slots and scales."""
 
-    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str,
+    def __init__(self, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
                  guard: int = GUARD_BYTES) -> None:
         self.spec, self.guard = spec, guard
         self.layout: MhaPagedLayout = mha_layout(contract, spec.layout, spec.heads, spec.width)
@@ -252,7 +252,7 @@ class MhaCase:
 class IndexerCase:
     """One indexer case on a device: k, the cache (a view into ``storage``) and slots."""
 
-    def __init__(self, spec: FamilySpec, contract: WriteContract, device: torch.device | str,
+    def __init__(self, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
                  guard: int = GUARD_BYTES) -> None:
         self.spec, self.guard = spec, guard
         self.layout: IndexerLayout = indexer_layout_for(contract, contract.flags, spec.width, spec.quant_block)
@@ -338,11 +338,11 @@ class IndexerCase:
         return out
 
 
-FamilyCase = MhaCase | IndexerCase
+MhaIndexerCase = MhaCase | IndexerCase
 
 
-def build_family_case(spec: FamilySpec, contract: WriteContract, device: torch.device | str,
-                      guard: int = GUARD_BYTES) -> FamilyCase:
+def build_mha_indexer_case(spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
+                      guard: int = GUARD_BYTES) -> MhaIndexerCase:
     """The inputs and canary-filled caches of ``spec`` on ``device`` under ``contract``, ``guard`` bytes of canary
     before, between and after the caches."""
     cls = MhaCase if spec.op == MHA_OP else IndexerCase

@@ -1,5 +1,5 @@
-"""What the MHA paged write's and the indexer write's conformance cases share: a case of rtp_ref.cases.family_cases,
-built on the device, graded by rtp_ref.cases.family_grading."""
+"""What the MHA paged write's and the indexer write's conformance cases share: a case of
+rtp_ref.cases.mha_indexer_cases, built on the device, graded by rtp_ref.cases.mha_indexer_grading."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ from typing import Any
 import torch
 
 from rtp_ref.cases.cases import GUARD_BYTES
-from rtp_ref.cases.family_cases import STRIDED_FAMILY_KINDS, FamilySpec, MhaCase, build_family_case
-from rtp_ref.cases.family_grading import footprint, grade_family_write
 from rtp_ref.cases.grading import Grading
 from rtp_ref.cases.mha_diagnosis import diagnose_codes
+from rtp_ref.cases.mha_indexer_cases import STRIDED_MHA_INDEXER_KINDS, MhaCase, MhaIndexerSpec, build_mha_indexer_case
+from rtp_ref.cases.mha_indexer_grading import footprint, grade_mha_indexer_write
 from rtp_ref.cases.op_cases import PastCapacity
 from rtp_ref.cases.scale_diagnosis import diagnose_scales
 from rtp_ref.contract import WriteContract
 
 
-class FamilyWriteCase:
+class MhaIndexerWriteCase:
     """One MHA or indexer write case on a device (rtp_ref.cases.op_cases.BuiltCase), ``guard`` canary bytes
     before, between and after its caches."""
 
-    def __init__(self, key: FamilySpec, contract: WriteContract, device: str, guard: int = GUARD_BYTES) -> None:
+    def __init__(self, key: MhaIndexerSpec, contract: WriteContract, device: str, guard: int = GUARD_BYTES) -> None:
         self.key = key
-        self.case = build_family_case(key, contract, device, guard)
+        self.case = build_mha_indexer_case(key, contract, device, guard)
         self.layout: object = self.case.layout
 
     def check_as_built(self, device: str) -> None:
@@ -32,7 +32,7 @@ class FamilyWriteCase:
         case = self.case
         assert case.storage.device.type == device, f"suite error: the case storage is not on {device}"
         assert all(t.device.type == device for t in case.value_inputs()), f"suite error: inputs are not on {device}"
-        if self.key.kind in STRIDED_FAMILY_KINDS:
+        if self.key.kind in STRIDED_MHA_INDEXER_KINDS:
             assert not any(t.is_contiguous() for t in case.value_inputs()), \
                 f"suite error: the {self.key.kind} case's inputs are contiguous on {device}"
 
@@ -46,7 +46,7 @@ class FamilyWriteCase:
         return self.case.value_inputs()
 
     def grade(self, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
-        return grade_family_write(self.case, before, after, max_ulp)
+        return grade_mha_indexer_write(self.case, before, after, max_ulp)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
         """Which contract the written tokens' bytes follow instead: the indexer's scale rule
@@ -78,11 +78,11 @@ class FamilyWriteCase:
         return {}
 
 
-def past_capacity(key: FamilySpec, contract: WriteContract, device: str) -> PastCapacity:
+def past_capacity(key: MhaIndexerSpec, contract: WriteContract, device: str) -> PastCapacity:
     """``key``'s case with a guard of a whole block (and more) after each cache, so that a write to slot ==
     capacity lands in bytes the suite owns, and its last slot set to capacity."""
-    block = build_family_case(key, contract, "cpu").cache_bytes // key.num_blocks
-    built = FamilyWriteCase(key, contract, device, GUARD_BYTES + block)
+    block = build_mha_indexer_case(key, contract, "cpu").cache_bytes // key.num_blocks
+    built = MhaIndexerWriteCase(key, contract, device, GUARD_BYTES + block)
     case = built.case
     valid = footprint(case)  # before the bad slot: the bytes the valid tokens may write
     case.slot_mapping[-1] = key.num_blocks * key.block_size

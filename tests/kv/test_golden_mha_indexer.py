@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from rtp_ref.kv.golden import safetensors_bytes, write_golden
-from rtp_ref.kv.golden_families import GoldenShape, make_indexer_golden, make_mha_golden
+from rtp_ref.kv.golden_mha_indexer import GoldenShape, make_indexer_golden, make_mha_golden
 from rtp_ref.platform import load_platform
 
 SHAPE = GoldenShape(tokens=24, block_size=16, num_blocks=3, seed=5)
