@@ -35,9 +35,11 @@
 #   scripts/gpu_check.sh final         after kernel work: rtp-ref bench of every built-in writer at every size (the
 #                                      table and chart of docs/performance.md), every kernel test on the GPU, every
 #                                      built-in writer certified (cuda-sm90 native, rocm-gfx942 emulated)
-#   scripts/gpu_check.sh gate          README's GPU gate as tox -e cuda runs it, each command timed: the unit tests
-#                                      (workers share the GPU, the 40 slowest listed) and certify --platform auto
-#                                      --tier all; then certify --platform all (every table, this host's GPU)
+#   scripts/gpu_check.sh gate          README's GPU gate as tox -e cuda runs it, each command timed: certify
+#                                      --platform auto --tier all, then the unit tests (workers share the GPU, the 40
+#                                      slowest listed)
+#   scripts/gpu_check.sh verify        certify --platform all (every table, this host's GPU), then compute-sanitizer
+#                                      over every built-in GPU kernel of every op
 #   scripts/gpu_check.sh gatecertify   certify --platform auto --tier all (tox -e cuda's second command), timed, then
 #                                      certify --platform cpu on this host
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
@@ -46,7 +48,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean or cudamutant" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gatecertify or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -87,14 +89,32 @@ bench() { rtp bench --report "$out/bench" "$@" 2>&1 | tee "$out/bench.log"; }
 for stage in "$@"; do
   case "$stage" in
   gate)
-    # the main command first (every table on this host's GPU), then the unit tests, each bounded: SIGINT lets pytest
-    # print its summary and the slowest tests even when it is cut off
+    # README's GPU gate as tox -e cuda runs it, on a cold machine: certify --platform auto --tier all (it builds the
+    # kernels), then the unit tests without the CPU large tests, each timed and bounded (SIGINT lets pytest print
+    # its summary and the slowest tests even when it is cut off)
+    start=$(date +%s)
+    { time timeout -s INT 280 python3 -m rtp_ref.cli certify --platform auto --tier all --report "$reports/auto"; } \
+      > "$out/gate-certify.log" 2>&1
+    grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -40
+    { time timeout -s INT 270 python3 -m pytest -q -p no:cacheprovider -n auto --dist worksteal --platform cpu \
+        -m "not large" --durations=40 --durations-min=5 tests; } > "$out/gate-tests.log" 2>&1
+    grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -70
+    echo "gate total: $(( $(date +%s) - start )) s"
+    ;;
+  verify)
+    # every built-in kernel on every table on this GPU, then compute-sanitizer over every built-in GPU kernel of
+    # every op on this GPU's table
     { time timeout -s INT 330 python3 -m rtp_ref.cli certify --platform all --report "$reports/all"; } \
       > "$out/certify-all.log" 2>&1
-    grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -70
-    { time timeout -s INT 200 python3 -m pytest -q -p no:cacheprovider -n 14 --platform cpu --durations=60 \
-        --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
-    grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -90
+    grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -50
+    { time timeout -s INT 150 python3 -m rtp_ref.cli memcheck --kernel triton --kernel cuda --platform auto \
+        --case-timeout 120 --report "$reports/memcheck"; } > "$out/memcheck.log" 2>&1
+    echo "memcheck exit $?"; grep -vE "  clean$" "$out/memcheck.log" | tail -20
+    # the other ops' GPU kernels: their kernel tests under the sanitizer
+    { time timeout -s INT 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q \
+        -p no:cacheprovider --platform cpu tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py \
+        -k "cuda or triton"; } > "$out/sanitizer.log" 2>&1
+    echo "compute-sanitizer exit $?"; grep -E "ERROR SUMMARY|passed|failed|^real" "$out/sanitizer.log" | tail -8
     ;;
   gatecertify)
     # tox -e cuda's second command (every tier on this host's own table), timed; then the cpu table on this host
@@ -296,7 +316,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean or cudamutant" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gatecertify or verify" >&2; exit 2
     ;;
   esac
 done
