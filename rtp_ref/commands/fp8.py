@@ -39,6 +39,22 @@ def _parse_code(text: str) -> int:
     return code
 
 
+def ue8m0_note(value: float, code: int) -> str:
+    """Why ``value`` encodes to a ue8m0 byte that is not its power of two, or "" when it is one: ue8m0 (OCP MX
+    v1.0, E8M0) has no sign, no zero and no infinity, 0xFF is its NaN, and it spans 2^-127 to 2^127."""
+    if value != value:
+        return "NaN in: 0xff, ue8m0's NaN"
+    if value < 0:
+        return "a scale cannot be negative: ue8m0 has no sign bit; 0xff is its NaN"
+    if value == 0:
+        return "ue8m0 has no zero: 0x00 is 2^-127, its smallest scale"
+    if code == 0xFF:
+        return "past 2^127, ue8m0's largest scale: 0xff is its NaN"
+    if code == 0 and value < 2.0 ** -127:
+        return "below 2^-127, ue8m0's smallest scale: clamped to 0x00"
+    return ""
+
+
 def _codes_and_values(fmt: str, mode: str, rule: str, x: torch.Tensor) -> tuple[list[int], list[float]]:
     if fmt == "ue8m0":
         codes = encode_ue8m0(x, Pow2Rule(rule))
@@ -54,7 +70,8 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
         else:
             value = row["value"]
             shown = value if isinstance(value, str) else format(value, ".9g")
-            print(f"{row['input']:>14}  {row['bits']}  {row['binary']}  {shown}")
+            note = f"  ({row['note']})" if row.get("note") else ""
+            print(f"{row['input']:>14}  {row['bits']}  {row['binary']}  {shown}{note}")
 
 
 def _encode(args: argparse.Namespace) -> int:
@@ -78,6 +95,11 @@ def _encode(args: argparse.Namespace) -> int:
         {"input": text, "bits": f"0x{c:02x}", "binary": f"{c:08b}", "value": json_number(v)}
         for text, c, v in zip(args.raw_values, codes, values, strict=True)
     ]
+    if scale:  # the inputs no scale byte can hold say so (a negative one silently became NaN before)
+        for row, given, code in zip(rows, x.tolist(), codes, strict=True):
+            note = ue8m0_note(given, code)
+            if note:
+                row["note"] = note
     _print_rows(rows, args.json)
     return 0
 

@@ -83,6 +83,26 @@ def test_fp8_decode_and_ue8m0(capsys: pytest.CaptureFixture[str]) -> None:
     assert values == [0.5, 4.0]
 
 
+@pytest.mark.parametrize(("given", "bits", "note"), [
+    ("-0.3", "0xff", "a scale cannot be negative"),
+    ("0", "0x00", "ue8m0 has no zero"),
+    ("1e-40", "0x00", "below 2^-127"),  # a float32 subnormal, under the smallest scale 2^-127 (~5.9e-39)
+    ("inf", "0xff", "past 2^127"),
+    ("nan", "0xff", "NaN in"),
+    ("0.3", "0x7e", None),  # 2^-1 = 0.5 >= 0.3 (ceil): a scale like any other, nothing to say
+])
+def test_ue8m0_says_why_an_input_is_no_scale(capsys: pytest.CaptureFixture[str], given: str, bits: str,
+                                            note: str | None) -> None:
+    """ue8m0 (OCP MX v1.0 E8M0) has no sign, zero or infinity: an input it cannot hold is named, not just 0xff."""
+    assert main(["fp8", "encode", "--format", "ue8m0", "--json", "--", given]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["bits"] == bits
+    assert (note is None and "note" not in row) or (note is not None and row["note"].startswith(note)), row
+    assert main(["fp8", "encode", "--format", "ue8m0", "--", given]) == 0
+    line = capsys.readouterr().out
+    assert (note in line) if note else ("(" not in line), line
+
+
 def test_fp8_input_dtype_rounds_first(capsys: pytest.CaptureFixture[str]) -> None:
     # 448.9 as bf16 is 448 (8 significant bits), as float32 it stays above 448 and still rounds to 448;
     # 0.1 shows the difference: bf16(0.1) = 0.10009765625 -> e5m2 0.09375 either way, so use 465.
