@@ -14,8 +14,8 @@ from rtp_ref.errors import RtpRefError
 
 #: Subcommand modules, in help order. Each defines ``register(subparsers)`` which adds its parser
 #: and sets ``func`` (a callable taking the parsed namespace and returning an exit code).
-COMMAND_MODULES = ("platforms", "fp8", "layouts", "golden", "golden_check", "read_check", "certify", "report", "bench",
-                   "memcheck", "check_suites")
+COMMAND_MODULES = ("platforms", "kernels", "fp8", "layouts", "golden", "golden_check", "read_check", "certify",
+                   "report", "bench", "memcheck", "check_suites")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``exit_status_after_lost_output``'s.
     """
     with guarded_streams() as (stdout, _stderr):
-        code = _run(argv)
+        try:
+            code = _run(argv)
+        except SystemExit as exc:  # argparse's --help, --version (0) and usage errors (2), after their output
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
         return exit_status_after_lost_output(code, stdout.loss())
 
 

@@ -141,8 +141,11 @@ def test_a_data_command_read_in_part_succeeds_quietly(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
 
 
-def test_a_data_command_whose_output_is_lost_to_a_full_disk_fails(tmp_path: Path) -> None:
-    """``rtp-ref layouts > /dev/full``: the output was wanted and not delivered, so the command failed."""
-    done = _run([sys.executable, "-m", "rtp_ref.cli", "layouts", "--platform", "cpu"], "dev-full", tmp_path)
+@pytest.mark.parametrize("argv", [["layouts", "--platform", "cpu"], ["--help"], ["fp8", "--help"]],
+                         ids=" ".join)
+def test_a_data_command_whose_output_is_lost_to_a_full_disk_fails(tmp_path: Path, argv: list[str]) -> None:
+    """``rtp-ref layouts > /dev/full``: the output was wanted and not delivered, so the command failed; so did
+    ``--help`` (argparse prints it and exits 0 before the loss is seen)."""
+    done = _run([sys.executable, "-m", "rtp_ref.cli", *argv], "dev-full", tmp_path)
     assert done.returncode == 1
     _one_line(done.stderr, "No space left on device")
