@@ -3,12 +3,22 @@
 A platform file is data only. The loader checks every key against the schema below, so a typo
 fails loudly with the file, the key and what is valid, instead of silently taking a default.
 Adding a platform is one new file; ``load_platform`` also takes a path to an out-of-tree file.
+
+Every claim a table makes about other projects' code or about hardware (each ``[fp8]``, ``[hardware]``,
+``[layout_flags]`` and ``[layout_bytes]`` key, each supported layout, the ``[reader]`` and each ``[[deviations]]``)
+can cite its source: ``[sources]`` maps a claim's key (``claim_keys``) to citations, and ``[reader]``,
+``[[deviations]]`` and a claim stated as a table hold theirs in their own ``source`` text. A malformed citation,
+or a ``[sources]`` key naming no claim of the table, is refused in every table. A bundled table must cite every
+claim (the test suite checks ``Platform.uncited_claims``); a table of the user's may leave claims uncited, and
+``rtp-ref platforms show`` lists them. ``[detect]`` and ``[tolerances]`` are not claims: they identify a device and
+state rtp-ref's own policy.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,9 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.elements import ELEMENT_TRAITS, nan_pin_problem
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
 from rtp_ref.grades import GRADES
 from rtp_ref.kv.flags import check_flag_table
+from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
 from rtp_ref.kv.reader_convention import TILE_SCALE_READS, ReaderConvention
 
@@ -38,6 +50,14 @@ SCALE_FORMATS = ("fp32", "ue8m0")
 CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only")
 
 FlagValue = bool | int | float | str
+
+#: How a claim is cited: a public file at a commit, with an optional line range, or a heading of one of this project's
+#: docs pages (its own measurements, and the facts gathered in docs/sources.md with theirs)
+CITATION_FORMS = ("owner/repo@commit:path[#Lfirst[-last]]", "docs/PAGE.md#anchor")
+_CITATION = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+@[0-9a-f]{7,40}:[\w./+-]+(?:#L\d+(?:-\d+)?)?"
+                       r"|docs/[\w-]+\.md#[a-z0-9-]+")
+#: the sections whose every key is a claim (``[layouts] supported`` makes one claim per layout)
+_CITED_SECTIONS = ("fp8", "hardware", "layout_flags", "layout_bytes")
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,11 @@ class Platform:
     #: the formats Triton converts with that instruction here, and from which Triton release (None: any)
     triton_fp8_conversion: tuple[str, ...]
     triton_fp8_since: tuple[int, int] | None
+    #: the NaN pattern the target's conversion instruction writes, per fp8 format, where known (``[hardware] fp8_nan``)
+    hardware_nan: Mapping[str, int]
+    #: the one NaN pattern that passes ``bit_exact``, per element format, where a reader depends on it (``[fp8]
+    #: nan_pins``; a format not pinned takes any of its NaN encodings: rtp_ref.fp8.elements.NanPolicy)
+    nan_pins: Mapping[str, int]
     layout_flags: Mapping[str, FlagValue]
     #: bytes per token of each supported layout at R=512/P=64 (model1: 448/64), stated by hand
     layout_bytes: Mapping[str, int]
@@ -86,6 +111,14 @@ class Platform:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     #: how the target's attention reader interprets a written cache (``[reader]``; None: the table states none)
     reader: ReaderConvention | None = None
+    #: each claim's key (``claim_keys``, plus ``reader`` and ``deviations.N``) -> its citations (empty: uncited)
+    citations: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+
+    def uncited_claims(self) -> list[str]:
+        """The keys of this table's claims that cite no source, in table order (none in a bundled table)."""
+        return [claim for claim, cited in self.citations.items() if not cited]
+    #: whether certification needs a clean empty call (``[tolerances] require_hardening``)
+    require_hardening: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,6 +166,30 @@ class _Key:
     check: _Check | None = None
 
 
+def _nan_table(value: Mapping[str, Any], formats: Sequence[str]) -> str | None:
+    """Why ``value`` is not a table of NaN patterns (``{e5m2 = 0x7F, source = "..."}``) of ``formats``, or None."""
+    source = value.get("source")
+    if not isinstance(source, str) or not source.strip():
+        return "needs a 'source' naming where the pattern is shown"
+    patterns = {name: code for name, code in value.items() if name != "source"}
+    if not patterns:
+        return f"names no format; valid formats: {', '.join(formats)}"
+    for name, code in patterns.items():
+        if name not in formats:
+            return f"unknown format {name!r}; valid formats: {', '.join(formats)}"
+        if not _is_integer(code):
+            return f"{name} = {code!r} is not a bit pattern (an integer such as 0x7F)"
+        problem = nan_pin_problem(name, code)
+        if problem:
+            return problem
+    return None
+
+
+def _patterns(table: Mapping[str, Any] | None) -> dict[str, int]:
+    """The format -> NaN pattern entries of a validated ``_nan_table`` (empty for None)."""
+    return {name: code for name, code in (table or {}).items() if name != "source"}
+
+
 def _parse_version(text: str) -> tuple[int, int]:
     """``"3.8"`` -> (3, 8)."""
     major, minor = text.split(".")
@@ -165,6 +222,10 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
             "string", lambda v: isinstance(v, str), check=_one_of([m.value for m in ConversionMode])
         ),
         "scale_formats": _Key("list of strings", _is_str_list, check=_each_one_of(SCALE_FORMATS)),
+        # a NaN pattern per element format that a reader depends on, with the source showing that reader; none is
+        # pinned in a bundled table, so any NaN encoding of a format passes
+        "nan_pins": _Key("table of format = NaN pattern, and source", lambda v: isinstance(v, dict), required=False,
+                         check=lambda v: _nan_table(v, [n for n, t in ELEMENT_TRAITS.items() if t.nan is not None])),
     },
     "layouts": {
         "supported": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
@@ -180,6 +241,8 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         # true: a kernel must refuse bad arguments (an out-of-range slot) to be certified; engines usually
         # own slot validity, so no bundled table asks for it
         "require_input_checks": _Key("boolean", lambda v: isinstance(v, bool), required=False),
+        # true: a kernel's empty call (no tokens) must return cleanly; engines do not make it, so no bundled table asks
+        "require_hardening": _Key("boolean", lambda v: isinstance(v, bool), required=False),
     },
 }
 #: ``[hardware]``, optional (a table without it, written before it existed, means "no instruction"): the fp8
@@ -189,6 +252,9 @@ _HARDWARE: dict[str, _Key] = {
     "fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
     "triton_fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
     "triton_fp8_since": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
+    # what the instruction writes for a NaN input, per format of fp8_conversion, with the source that shows it
+    "fp8_nan": _Key("table of format = NaN pattern, and source", lambda v: isinstance(v, dict), required=False,
+                    check=lambda v: _nan_table(v, sorted(FP8_FORMATS))),
 }
 #: ``[reader]``, optional: the target's attention reader (``ReaderConvention``)
 _READER: dict[str, _Key] = {
@@ -196,6 +262,8 @@ _READER: dict[str, _Key] = {
     "tile_scale": _Key("string", lambda v: isinstance(v, str), check=_one_of(TILE_SCALE_READS)),
     "element_format": _Key("string", lambda v: isinstance(v, str), check=_one_of(sorted(FP8_FORMATS))),
     "source": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+    # the layouts this reader reads: MLA layouts, described ones included (rtp_ref.kv.layout_records)
+    "reads": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(ALL_LAYOUT_NAMES)),
 }
 _DEVIATION: dict[str, _Key] = {
     "kernel": _Key("string", lambda v: isinstance(v, str)),
@@ -228,7 +296,7 @@ def _validate_table(where: str, table: Mapping[str, Any], keys: Mapping[str, _Ke
 
 
 def _validate(path: str, data: Mapping[str, Any]) -> None:
-    allowed = [*_TOP, *_SECTIONS, "hardware", "reader", *_OPEN_SECTIONS, "deviations"]
+    allowed = [*_TOP, *_SECTIONS, "hardware", "reader", *_OPEN_SECTIONS, "deviations", "sources"]
     for key in data:
         if key not in allowed:
             raise RtpRefError(f"{path}: unknown key {key!r}; valid keys: {', '.join(allowed)}")
@@ -242,6 +310,10 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         if not isinstance(data["hardware"], dict):
             raise RtpRefError(f"{path}: [hardware] must be a table (keys: {', '.join(_HARDWARE)})")
         _validate_table(f"{path} [hardware]", data["hardware"], _HARDWARE)
+        unconverted = set(_patterns(data["hardware"].get("fp8_nan"))) - set(data["hardware"]["fp8_conversion"])
+        if unconverted:
+            raise RtpRefError(f"{path} [hardware]: key 'fp8_nan' names {', '.join(sorted(unconverted))}, which "
+                              f"fp8_conversion does not list: a NaN of an instruction the target lacks")
     if "reader" in data:
         if not isinstance(data["reader"], dict):
             raise RtpRefError(f"{path}: [reader] must be a table (keys: {', '.join(_READER)})")
@@ -268,6 +340,49 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         raise RtpRefError(f"{path} [detect]: backend 'rocm' needs key 'gcn_archs' (e.g. [\"gfx942\"])")
 
 
+def claim_keys(data: Mapping[str, Any]) -> list[str]:
+    """The ``[sources]`` keys of a validated table's claims, in table order: ``SECTION.KEY`` for each key of
+    ``[fp8]``, ``[hardware]``, ``[layout_flags]`` and ``[layout_bytes]``, ``layouts.NAME`` for each supported layout.
+    (``[reader]`` and each ``[[deviations]]`` cite in their own ``source``.)"""
+    keys = [f"{section}.{key}" for section in _CITED_SECTIONS for key in data.get(section, {})]
+    return keys + [f"layouts.{name}" for name in data["layouts"]["supported"]]
+
+
+def citations_in(text: str) -> tuple[str, ...]:
+    """The citations (``CITATION_FORMS``) a free text holds, in order."""
+    return tuple(m.group(0) for m in _CITATION.finditer(text))
+
+
+def _citations(path: str, data: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Every claim's citations; a ``[sources]`` key naming no claim, or a value that is not one or more
+    citations, raises RtpRefError naming the file, the key and what is valid."""
+    table = data.get("sources", {})
+    if not isinstance(table, dict):
+        raise RtpRefError(f"{path}: [sources] must be a table of claim = citation(s)")
+    claims = claim_keys(data)
+    for key, value in table.items():
+        if key not in claims:
+            raise RtpRefError(f"{path} [sources]: key {key!r} names no claim of this table; valid keys: "
+                              f"{', '.join(claims)}")
+        values = [value] if isinstance(value, str) else value
+        bad = ([repr(value)] if not isinstance(values, list) or not values else
+               [repr(v) for v in values if not isinstance(v, str) or not _CITATION.fullmatch(v)])
+        if bad:
+            raise RtpRefError(f"{path} [sources] {key!r}: {bad[0]} is not a citation; valid: one or a list of "
+                              f"{' or '.join(CITATION_FORMS)}")
+    cited = {key: tuple([table[key]] if isinstance(table.get(key), str) else table.get(key, ())) for key in claims}
+    for key in claims:  # a claim stated as a table may cite in its own `source` text, as [reader] does
+        section, _, name = key.partition(".")
+        value = data.get(section, {}).get(name) if section != "layouts" else None
+        if isinstance(value, dict) and isinstance(value.get("source"), str):
+            cited[key] += citations_in(value["source"])
+    if "reader" in data:
+        cited["reader"] = citations_in(data["reader"]["source"])
+    for i, deviation in enumerate(data.get("deviations", [])):
+        cited[f"deviations.{i + 1}"] = citations_in(deviation["source"])
+    return cited
+
+
 def parse_platform(text: bytes, source: str) -> Platform:
     """Parse and validate one platform file's bytes; ``source`` names it in every error."""
     try:
@@ -290,6 +405,8 @@ def parse_platform(text: bytes, source: str) -> Platform:
         fp8_conversion=tuple(hardware.get("fp8_conversion", ())),
         triton_fp8_conversion=tuple(hardware.get("triton_fp8_conversion", ())),
         triton_fp8_since=_parse_version(hardware["triton_fp8_since"]) if "triton_fp8_since" in hardware else None,
+        hardware_nan=_patterns(hardware.get("fp8_nan")),
+        nan_pins=_patterns(fp8.get("nan_pins")),
         layout_flags=dict(data["layout_flags"]),
         layout_bytes=dict(data["layout_bytes"]),
         numerics_max_ulp=float(data["tolerances"]["numerics_max_ulp"]),
@@ -304,6 +421,8 @@ def parse_platform(text: bytes, source: str) -> Platform:
         sha256=hashlib.sha256(text).hexdigest(),
         raw=data,
         reader=_reader(data.get("reader")),
+        citations=_citations(source, data),
+        require_hardening=bool(data["tolerances"].get("require_hardening", False)),
     )
 
 
@@ -311,7 +430,7 @@ def _reader(table: Mapping[str, Any] | None) -> ReaderConvention | None:
     if table is None:
         return None
     return ReaderConvention(table["name"], table["tile_scale"], FP8_FORMATS[table["element_format"]],
-                            table["source"])
+                            table["source"], tuple(table.get("reads", ())))
 
 
 def _bundled_files() -> dict[str, Any]:

@@ -13,7 +13,7 @@ from rtp_ref.kv.describe_mha_indexer import indexer_as_dict, indexer_table, mha_
 from rtp_ref.kv.dtypes import KvDtype
 from rtp_ref.kv.flags import parse_overrides
 from rtp_ref.kv.indexer import indexer_layout_for
-from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES
+from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES, DESCRIBED_LAYOUT_NAMES
 from rtp_ref.kv.layouts import layout_for_platform
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout
 from rtp_ref.kv.specs import MhaSpec, resolve_sparse_fp8_layout
@@ -65,7 +65,8 @@ def _families(args: argparse.Namespace) -> list[str]:
 
 def _mla(args: argparse.Namespace, platform: Platform) -> tuple[list[dict[str, Any]], list[list[str]]]:
     overrides = parse_overrides(args.layout_flag)
-    names = [args.layout] if args.layout else list(MLA_LAYOUT_NAMES)
+    names = [args.layout] if args.layout else list(ALL_LAYOUT_NAMES)
+    reads = platform.reader.reads if platform.reader is not None else ()
     views: list[dict[str, Any]] = []
     texts: list[list[str]] = []
     for name in names:
@@ -80,10 +81,14 @@ def _mla(args: argparse.Namespace, platform: Platform) -> tuple[list[dict[str, A
             views.append({"name": name, "supported": supported, "error": str(exc)})
             texts.append([f"{name}: not available with these arguments: {exc}"])
             continue
-        views.append({"supported": supported, **layout_as_dict(layout, args.block_size)})
-        mark = "supported" if supported else "not claimed"
+        described = name in DESCRIBED_LAYOUT_NAMES
+        views.append({"supported": supported, "described": described, "read_by_reader": name in reads,
+                      **layout_as_dict(layout, args.block_size)})
+        mark = (f"supported by {platform.name}" if supported else
+                f"described; certified by no op; read by {platform.name}'s reader" if described and name in reads else
+                "described; certified by no op" if described else f"not claimed by {platform.name}")
         table = layout_table(layout, args.block_size)
-        texts.append([f"{table[0]}  [{mark} by {platform.name}]", *table[1:]])
+        texts.append([f"{table[0]}  [{mark}]", *table[1:]])
     return views, texts
 
 
@@ -159,7 +164,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--layout",
-        choices=list(MLA_LAYOUT_NAMES),
+        choices=list(ALL_LAYOUT_NAMES),
         help="show only this layout (then arguments it cannot take are an error)",
     )
     parser.add_argument(

@@ -44,6 +44,10 @@ def _show(args: argparse.Namespace) -> int:
     for d in p.deviations:
         layouts = ", ".join(d.layouts)
         print(f"  deviation:       {d.kernel} on {layouts} fails {d.check}: {d.reason} [{d.source}]")
+    uncited = p.uncited_claims()
+    # a bundled table cites every claim; a user's table may not, and says so here (rtp_ref.platform, [sources])
+    print(f"  sources:         {len(p.citations) - len(uncited)} of {len(p.citations)} claims cite one"
+          + (f"; without a source: {', '.join(uncited)}" if uncited else ""))
     return 0
 
 

@@ -21,6 +21,10 @@ def _read_check(args: argparse.Namespace) -> int:
                           "[reader] section (every bundled table has one)")
     golden = read_golden(args.file)
     layout, meta = golden.layout, golden.metadata
+    if reader.reads and layout.name not in reader.reads:
+        # the table says which layouts its reader reads: another layout's view would be a reader that does not exist
+        raise RtpRefError(f"{golden.path}: layout {layout.name} is read by no reader of {platform.name} ({reader.name} "
+                          f"reads {', '.join(reader.reads)}); valid: a golden file of one of those layouts")
     changes = reader_changes(layout, golden.tensors["kv_cache_expected"], golden.tensors["slot_mapping"], reader)
     changed = any(c.changed for c in changes)
     # the flags of this layout's scales (ds_mla_*, model1_*, fp8_*): the rule the file was written under

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtp_ref.kv.fields import Field
+from rtp_ref.kv.fields import Field, Placement
 from rtp_ref.kv.layouts import MlaLayout
 
 
@@ -56,6 +56,8 @@ def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
         "kv_split": layout.kv_split,
         "sources": layout.sources,
         "fields": [field_as_dict(f) for f in layout.fields],
+        "page_map": [{"field": p.field.name, "start": p.start, "per_token": p.per_token, "size": p.field.size}
+                     for p in layout.page_map(block_size)],
     }
 
 
@@ -81,8 +83,19 @@ def field_table(fields: tuple[Field, ...]) -> list[str]:
             *(row(f.offset, f.size, f.element, f.placement.value, f.area, f.name, _field_note(f)) for f in fields)]
 
 
+def page_map_lines(layout: MlaLayout, block_size: int) -> list[str]:
+    """Where each cache field of token t sits in a block, as text lines (``MlaLayout.page_map``); none for a layout
+    whose block is just one row per token."""
+    if all(f.placement in (Placement.PER_TOKEN, Placement.EXTERNAL) for f in layout.fields):
+        return []
+    return [f"  in a block of B = {block_size} tokens, token t's bytes of each field start at:",
+            *(f"    {p.field.name:<10}  {p.start} + {p.per_token} t  ({p.field.size} bytes)"
+              for p in layout.page_map(block_size))]
+
+
 def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
-    """The layout as text lines: a heading, its statements, and one row per field."""
+    """The layout as text lines: a heading, its statements, one row per field, and the block's byte map where a
+    block is more than one row per token."""
     return [
         f"{layout.name}  R={layout.kv_lora_rank} P={layout.rope_dim}: {layout.bytes_per_token} B/token, "
         f"{layout.bytes_per_block(block_size)} B/block of {block_size} tokens",
@@ -92,4 +105,5 @@ def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
         f"+ pad {layout.pad_bytes_per_token} B/token; {layout.kv_split}",
         f"  sources: {layout.sources}",
         *field_table(layout.fields),
+        *page_map_lines(layout, block_size),
     ]

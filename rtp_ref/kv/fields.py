@@ -49,6 +49,10 @@ class Placement(str, Enum):
     #: after the block's per-token data: token t at ``block_size * data_bytes_per_token +
     #: t * trailing_bytes_per_token + offset`` (fp8_model1_mla's scales)
     BLOCK_TRAILING = "block_trailing"
+    #: in a segment of its own after the block's per-token and block-trailing areas, holding this field for every
+    #: token of the block: token t at ``block_size * start + t * size``, where ``start`` is the bytes a token owns in
+    #: every area before the segment (AITER's page-segmented DeepSeek V3.2 cache: nope, scales, rope apart)
+    PAGE_SEGMENT = "page_segment"
     #: outside the cache: the per-tensor ``scale`` argument of the writer and reader
     EXTERNAL = "external"
 

@@ -10,6 +10,11 @@ layout flag that holds it), and the quotient ``x / s`` correctly rounded in floa
 
 A new MLA layout is one more record: here, or in a TOML table named by ``$RTP_REF_LAYOUTS``
 (``rtp_ref.kv.layout_table``), which every rtp-ref process started with it reads.
+
+A record with a page-segment field (``Placement.PAGE_SEGMENT``) is *described*, not certified: its byte map, the
+reference writer and reader, ``rtp-ref layouts`` and a platform's ``[reader] reads`` take it, but no op certifies it
+(the built-in kernels and the conformance cases address a block as per-token rows and one trailing area), so it is
+in ``DESCRIBED_LAYOUT_NAMES`` and not in ``MLA_LAYOUT_NAMES``.
 """
 
 from __future__ import annotations
@@ -96,28 +101,61 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "per-tensor", _PER_TENSOR_FP8,
         "k + v == block: the compact layout has no scale area; its scale lives outside the cache as the "
         "per-tensor `scale` (AITER mla_decode_fwd's kv_scale), which this table declares",
-        "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); AITER mla_decode_fwd (576 fp8 values, kv_scale)",
+        "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); read by AITER's sparse MLA decode, mla_decode_fwd "
+        "(op_tests/test_mla_sparse.py: 576 fp8 values, one kv_scale); written by sglang's HIP path (no scale)",
         extra_certified_dims=(SMALL_DIMS,)),
 )
+
+
+#: AITER's page-segmented DeepSeek V3.2 fp8 cache: per page of B tokens, [B x 512 fp8 | B x 4 fp32 | B x 64 bf16].
+#: Read by mla_decode_fwd's gfx942 page64 ds32 kernel (ROCm/aiter PR #1950); AITER ships no writer of it (its test
+#: builds the page in torch), so the tile rule is the platform's ds_mla flags: the values fp8_ds_mla holds, placed
+#: per page, which that reader multiplies as stored.
+DESCRIBED_BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
+    LayoutRecord(
+        "fp8_ds_mla_3buffer", "per page of B tokens: every token's nope fp8 (tiles of 128), then every token's 4 fp32 "
+        "tile scales, then every token's 16-bit rope (AITER's ds3.2 '3buffer' page)",
+        (FieldRecord("nope", Source.KV_C, Placement.PAGE_SEGMENT, ELEMENT_FP8, "R", "nope_scale"),
+         FieldRecord("nope_scale", Source.SCALE, Placement.PAGE_SEGMENT, ELEMENT_FP32, "tiles",
+                     note="scale i covers nope values [128i, 128(i+1)); the reader multiplies it as stored"),
+         FieldRecord("rope", Source.K_PE, Placement.PAGE_SEGMENT, ELEMENT_INPUT16, "P")),
+        "k + v != block: the page's fp32 tile-scale segment belongs to the block but to neither k nor v",
+        "AITER op_tests/test_mla_persistent.py (split_3buffer_kv_cache) and PR #1950 (mla_decode_fwd's gfx942 "
+        "page64 ds32 kernel); AITER ships no writer of it",
+        tile_rule=TileRule(128, "ds_mla_scale_rule", "ds_mla_scale_floor"), fixed_dims=True),
+)
+
+
+def certifiable(record: LayoutRecord) -> bool:
+    """Whether an op can certify the record: none of its fields sits in a page segment (module doc)."""
+    return all(f.placement is not Placement.PAGE_SEGMENT for f in record.fields)
 
 
 def _extra_layouts() -> tuple[LayoutRecord, ...]:
     path = os.environ.get(LAYOUTS_ENV)
     if not path:
         return ()
-    return load_layout_table(path, taken=tuple(r.name for r in BUILTIN_LAYOUTS))
+    return load_layout_table(path, taken=tuple(r.name for r in BUILTIN_LAYOUTS + DESCRIBED_BUILTIN_LAYOUTS))
 
 
-#: every MLA layout: the built-in records, then those of ``$RTP_REF_LAYOUTS``'s table
-MLA_LAYOUTS: tuple[LayoutRecord, ...] = BUILTIN_LAYOUTS + _extra_layouts()
-#: every MLA layout name, in the records' order
+_EXTRA = _extra_layouts()
+#: every MLA layout an op certifies: the built-in records, then the certifiable ones of ``$RTP_REF_LAYOUTS``'s table
+MLA_LAYOUTS: tuple[LayoutRecord, ...] = BUILTIN_LAYOUTS + tuple(r for r in _EXTRA if certifiable(r))
+#: every MLA layout name an op certifies, in the records' order
 MLA_LAYOUT_NAMES: tuple[str, ...] = tuple(r.name for r in MLA_LAYOUTS)
-_BY_NAME = {r.name: r for r in MLA_LAYOUTS}
+#: the described layouts (module doc): built in, then those of ``$RTP_REF_LAYOUTS``'s table
+DESCRIBED_LAYOUTS: tuple[LayoutRecord, ...] = DESCRIBED_BUILTIN_LAYOUTS + tuple(
+    r for r in _EXTRA if not certifiable(r))
+DESCRIBED_LAYOUT_NAMES: tuple[str, ...] = tuple(r.name for r in DESCRIBED_LAYOUTS)
+#: every layout record's name: the certified, then the described
+ALL_LAYOUT_NAMES: tuple[str, ...] = MLA_LAYOUT_NAMES + DESCRIBED_LAYOUT_NAMES
+_BY_NAME = {r.name: r for r in MLA_LAYOUTS + DESCRIBED_LAYOUTS}
 
 
 def layout_record(name: str) -> LayoutRecord:
-    """The record of MLA layout ``name``; an unknown name raises RtpRefError listing the valid ones."""
+    """The record of MLA layout ``name`` (certified or described); an unknown name raises RtpRefError listing the
+    valid ones."""
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise RtpRefError(f"unknown MLA layout {name!r}; valid layouts: {', '.join(MLA_LAYOUT_NAMES)}") from None
+        raise RtpRefError(f"unknown MLA layout {name!r}; valid layouts: {', '.join(ALL_LAYOUT_NAMES)}") from None

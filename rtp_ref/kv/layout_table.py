@@ -15,7 +15,8 @@ A table holds ``[[layout]]`` entries, each the keys of one ``rtp_ref.kv.records.
       { name = "rope", source = "k_pe", element = "bf16/fp16", count = "P" },
     ]
 
-``placement`` of a field defaults to ``per_token`` (also ``block_trailing``, ``external``). Every mistake
+``placement`` of a field defaults to ``per_token`` (also ``block_trailing``, ``external``, and ``page_segment``,
+which makes the record a described layout that no op certifies: rtp_ref.kv.layout_records). Every mistake
 raises RtpRefError naming the file, the entry, the key, the value and what is valid; the field table itself
 is checked when the layout is built (rtp_ref.kv.layouts), so a table that cannot build is refused there.
 """

@@ -12,7 +12,9 @@ blocks). ``entry`` is ``R + P`` elements of the input dtype for ``auto`` and ``b
 for the fp8 layouts. For ``fp8_model1_mla`` the ``[block_size, entry]`` rows are a view of the block's
 bytes, not one token each: token t's data sits at ``t * 576`` and its 8 scale bytes at
 ``block_size * 576 + t * 8`` (rtp-llm's kernel takes exactly this tensor; FlashMLA views the same bytes
-as ``[num_blocks, block_size, 1, 584]``).
+as ``[num_blocks, block_size, 1, 584]``). A page-segmented layout (``Placement.PAGE_SEGMENT``: AITER's DeepSeek
+V3.2 cache) is viewed the same way: each field's segment holds that field for every token of the block
+(``MlaLayout.page_map``).
 """
 
 from __future__ import annotations
@@ -88,14 +90,34 @@ class MlaLayout:
 
     @property
     def entry_fields(self) -> tuple[Field, ...]:
-        """The fields stored in the cache, in entry order: per-token fields, then block-trailing ones."""
-        return self.placed(Placement.PER_TOKEN) + self.placed(Placement.BLOCK_TRAILING)
+        """The fields stored in the cache, in entry order: per-token fields, then block-trailing ones, then
+        page segments."""
+        return tuple(f for placement in _IN_CACHE for f in self.placed(placement))
 
     def entry_offset(self, f: Field) -> int:
-        """Byte of field ``f`` within a token's entry (per-token bytes first, then its trailing bytes)."""
+        """Byte of field ``f`` within a token's entry (per-token bytes first, then its trailing bytes, then its
+        bytes of each page segment)."""
         if f.placement is Placement.EXTERNAL:
             raise ValueError(f"field {f.name!r} is external: it has no bytes in the cache")
-        return f.offset if f.placement is Placement.PER_TOKEN else self.data_bytes_per_token + f.offset
+        before = {Placement.PER_TOKEN: 0, Placement.BLOCK_TRAILING: self.data_bytes_per_token,
+                  Placement.PAGE_SEGMENT: self.data_bytes_per_token + self.trailing_bytes_per_token}
+        return before[f.placement] + f.offset
+
+    def page_map(self, block_size: int) -> tuple[PagePosition, ...]:
+        """Where each cache field of token t sits in its block of ``block_size`` tokens: at
+        ``start + t * per_token`` (per-token fields: start = offset, step = the token's data bytes; block-trailing:
+        after every token's data; a page segment: after every earlier area, step = its own size)."""
+        data, trailing = self.data_bytes_per_token, self.trailing_bytes_per_token
+        positions = []
+        for f in self.entry_fields:
+            if f.placement is Placement.PER_TOKEN:
+                start, step = f.offset, data
+            elif f.placement is Placement.BLOCK_TRAILING:
+                start, step = block_size * data + f.offset, trailing
+            else:
+                start, step = block_size * self.entry_offset(f), f.size
+            positions.append(PagePosition(f, start, step))
+        return tuple(positions)
 
     @property
     def external_scale(self) -> Field | None:
@@ -117,9 +139,14 @@ class MlaLayout:
         return self._bytes((Placement.BLOCK_TRAILING,), tuple(Source))
 
     @property
+    def segment_bytes_per_token(self) -> int:
+        """Bytes a token owns in the page segments (0 unless the layout has any)."""
+        return self._bytes((Placement.PAGE_SEGMENT,), tuple(Source))
+
+    @property
     def bytes_per_token(self) -> int:
-        """Cache bytes per token: per-token plus block-trailing bytes."""
-        return self.data_bytes_per_token + self.trailing_bytes_per_token
+        """Cache bytes per token: per-token, block-trailing and page-segment bytes."""
+        return self.data_bytes_per_token + self.trailing_bytes_per_token + self.segment_bytes_per_token
 
     def bytes_per_block(self, block_size: int) -> int:
         """Cache bytes of a block of ``block_size`` tokens, unpadded."""
@@ -174,16 +201,31 @@ class MlaLayout:
     ) -> torch.Tensor:
         """Byte offset within its block of entry byte ``entry_bytes[j]`` of token ``token_in_block[i]``.
 
-        Returns int64 ``[len(token_in_block), len(entry_bytes)]``. Per-token bytes of token t sit at
-        ``t * data_bytes_per_token + j``; block-trailing ones after all tokens' data (see Placement).
+        Returns int64 ``[len(token_in_block), len(entry_bytes)]``: the byte of field f at ``k`` bytes into the
+        field sits at ``start + t * per_token + k`` (``page_map``).
         """
+        start = torch.empty(self.bytes_per_token, dtype=torch.int64)
+        step = torch.empty(self.bytes_per_token, dtype=torch.int64)
+        for position in self.page_map(block_size):
+            first = self.entry_offset(position.field)
+            span = slice(first, first + position.field.size)
+            start[span] = torch.arange(position.start, position.start + position.field.size)
+            step[span] = position.per_token
+        j = entry_bytes.to(torch.int64).cpu()
         t = token_in_block.to(torch.int64).unsqueeze(1)
-        j = entry_bytes.to(torch.int64).unsqueeze(0)
-        data, trailing = self.data_bytes_per_token, self.trailing_bytes_per_token
-        return torch.where(j < data, t * data + j, block_size * data + t * trailing + (j - data))
+        return start[j].to(t.device).unsqueeze(0) + t * step[j].to(t.device).unsqueeze(0)
 
 
-_IN_CACHE = (Placement.PER_TOKEN, Placement.BLOCK_TRAILING)
+@dataclass(frozen=True)
+class PagePosition:
+    """Where a cache field sits in a block: token t's bytes of ``field`` start at ``start + t * per_token``."""
+
+    field: Field
+    start: int
+    per_token: int
+
+
+_IN_CACHE = (Placement.PER_TOKEN, Placement.BLOCK_TRAILING, Placement.PAGE_SEGMENT)
 
 
 def _check_fields(layout: MlaLayout) -> None:
@@ -194,7 +236,7 @@ def _check_fields(layout: MlaLayout) -> None:
     for f in layout.fields:
         if f.size <= 0 or f.size % element_size(f.element) != 0:
             raise RtpRefError(f"{where}: field {f.name!r} has {f.size} bytes, not a whole number of {f.element}")
-    for placement in (Placement.PER_TOKEN, Placement.BLOCK_TRAILING):
+    for placement in _IN_CACHE:
         end = 0
         for f in layout.placed(placement):
             if f.offset != end:

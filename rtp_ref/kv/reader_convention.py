@@ -22,5 +22,7 @@ class ReaderConvention:
     tile_scale: str
     #: the fp8 format it decodes the cache's codes as
     element_format: Fp8Format
-    #: where this is stated (a public file, issue or PR)
+    #: where this is stated: text holding at least one citation (rtp_ref.platform.CITATION_FORMS) in a bundled table
     source: str
+    #: the layouts this reader reads (``[reader] reads``; empty: the table does not say)
+    reads: tuple[str, ...] = ()

@@ -2,8 +2,9 @@
 
 Byte maps are written by hand from the sources (docs/sources.md#mla-layouts-and-their-byte-maps: vLLM
 ``concat_and_cache_mla`` / ``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm
-``concat_and_cache_ds_model1_kernel``); expected bytes are computed with numpy float32 arithmetic,
-``math`` and ml_dtypes' fp8 casts. Nothing here imports the code under test.
+``concat_and_cache_ds_model1_kernel``; AITER's page-segmented ds3.2 cache from ``op_tests/test_mla_persistent.py``
+``split_3buffer_kv_cache``, docs/sources.md#what-aiters-mla-decode-reads); expected bytes are computed with numpy
+float32 arithmetic, ``math`` and ml_dtypes' fp8 casts. Nothing here imports the code under test.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ FLT_MIN = float(np.finfo(np.float32).tiny)
 ML_FP8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
 FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
 LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+#: the described layouts: byte maps, reference writer and reader, but no op certifies them
+DESCRIBED = ("fp8_ds_mla_3buffer",)
+#: a described layout whose token entry (its fields in order) is another layout's: only where the bytes go differs
+SAME_ENTRY = {"fp8_ds_mla_3buffer": "fp8_ds_mla"}
 PER_TENSOR = ("fp8", "fp8_rocm_compact")
 
 Bytes = npt.NDArray[np.uint8]
@@ -48,6 +53,7 @@ CONTRACTS = {
 def byte_map(layout: str, r: int, p: int) -> dict[str, tuple[int, int]]:
     """Field -> (offset within the token's entry, size) from the sources; model1's trailing group
     (7 ue8m0 + 1 pad) is listed after its 576 data bytes."""
+    layout = SAME_ENTRY.get(layout, layout)
     if layout == "auto":
         return {"nope": (0, 2 * r), "rope": (2 * r, 2 * p)}
     if layout in PER_TENSOR:
@@ -73,6 +79,14 @@ def block_position(layout: str, r: int, p: int, block_size: int, t: int, entry_b
     if layout == "fp8_model1_mla":
         # token data at t * 576; the token's 8 scale bytes after all block_size tokens' data
         return t * 576 + entry_byte if entry_byte < 576 else block_size * 576 + t * 8 + (entry_byte - 576)
+    if layout == "fp8_ds_mla_3buffer":
+        # AITER's page: [B x 512 fp8 | B x 4 fp32 | B x 64 bf16], each segment one field of every token
+        assert (r, p) == (512, 64)
+        if entry_byte < 512:
+            return t * 512 + entry_byte
+        if entry_byte < 528:
+            return block_size * 512 + t * 16 + (entry_byte - 512)
+        return block_size * 528 + t * 128 + (entry_byte - 528)
     return t * bytes_per_token(layout, r, p) + entry_byte
 
 
@@ -105,6 +119,7 @@ def tile_scale(tile: npt.NDArray[np.float32], rule: str, divisor: float, floor: 
 
 def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: float) -> Bytes:
     """The entry bytes of one token (``kv_c`` [R], ``k_pe`` [P] bf16/fp16), in byte-map order."""
+    layout = SAME_ENTRY.get(layout, layout)
     x = kv_c.to(torch.float32).numpy()
     if layout == "auto":
         return np.concatenate([_bits16(kv_c), _bits16(k_pe)])
@@ -131,6 +146,7 @@ def decode_entry(
     layout: str, c: Contract, entry: Bytes, r: int, p: int, scale: float, input_dtype: torch.dtype
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """(kv_c, k_pe) float32 from an entry's bytes, walking the hand-written byte map."""
+    layout = SAME_ENTRY.get(layout, layout)
     fields = {name: entry[o : o + n] for name, (o, n) in byte_map(layout, r, p).items()}
     half = np.float16 if input_dtype == torch.float16 else None
 

@@ -47,8 +47,9 @@ def test_rocm_and_cuda_print_different_fp8_tables(capsys: pytest.CaptureFixture[
         True,
         False,
     )
-    for document in (rocm, cuda):  # every layout, with the byte counts of the sources
-        assert list(by_name(document)) == list(oracle.LAYOUTS)
+    for document in (rocm, cuda):  # every layout, the described ones last, with the byte counts of the sources
+        assert list(by_name(document)) == list(oracle.LAYOUTS + oracle.DESCRIBED)
+        assert [name for name, layout in by_name(document).items() if layout["described"]] == list(oracle.DESCRIBED)
         for name, layout in by_name(document).items():
             r, p = (448, 64) if name == "fp8_model1_mla" else (512, 64)
             assert layout["bytes_per_token"] == oracle.bytes_per_token(name, r, p)
@@ -62,6 +63,22 @@ def test_rocm_and_cuda_print_different_fp8_tables(capsys: pytest.CaptureFixture[
 def _text(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     assert main(list(argv)) == 0
     return capsys.readouterr().out
+
+
+def test_a_page_segmented_layout_shows_its_page_map(capsys: pytest.CaptureFixture[str]) -> None:
+    """AITER's ds3.2 page at B = 64, offsets by hand: latent of token t at 512 t, its scales at 64 * 512 + 16 t, its
+    rope at 64 * 528 + 128 t; read by gfx942's reader, not by gfx950's, certified by no op."""
+    out = _text(capsys, "layouts", "--platform", "rocm-gfx942", "--layout", "fp8_ds_mla_3buffer")
+    assert "fp8_ds_mla_3buffer  R=512 P=64: 656 B/token, 41984 B/block of 64 tokens  [described; certified by no " \
+           "op; read by rocm-gfx942's reader]" in out
+    assert re.search(r"^\s+0\s+512\s+e4m3fnuz\s+page_segment\s+nope\s", out, re.MULTILINE)
+    for line in ("nope        0 + 512 t  (512 bytes)", "nope_scale  32768 + 16 t  (16 bytes)",
+                 "rope        33792 + 128 t  (128 bytes)"):
+        assert f"    {line}" in out
+    gfx950 = by_name(run_json(capsys, "layouts", "--platform", "rocm-gfx950", "--json"))["fp8_ds_mla_3buffer"]
+    assert (gfx950["supported"], gfx950["described"], gfx950["read_by_reader"]) == (False, True, False)
+    assert [(m["field"], m["start"], m["per_token"]) for m in gfx950["page_map"]] == [
+        ("nope", 0, 512), ("nope_scale", 32768, 16), ("rope", 33792, 128)]
 
 
 def test_text_table_rows(capsys: pytest.CaptureFixture[str]) -> None:

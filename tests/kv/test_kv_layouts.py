@@ -10,6 +10,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.fields import Placement, Source
+from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES, DESCRIBED_LAYOUT_NAMES
 from rtp_ref.kv.layouts import MlaLayout, check_layout_bytes, layout_for_platform
 from rtp_ref.platform import MLA_LAYOUT_NAMES, Platform, all_platforms, load_platform
 from tests.kv import oracle
@@ -35,9 +36,14 @@ SOURCE_MAPS = {
         "per_token": [("nope", 0, 512, "fp8"), ("rope", 512, 64, "fp8")],
         "external": [("scale", 0, 4, "fp32")],
     },
+    # AITER's ds3.2 page: offsets count a token's bytes over the page segments (latent, scales, rope)
+    "fp8_ds_mla_3buffer": {
+        "page_segment": [("nope", 0, 512, "fp8"), ("nope_scale", 512, 16, "fp32"), ("rope", 528, 128, "bf16/fp16")],
+    },
 }
 # Whether k + v covers the block, from the byte maps above: only layouts with no scale or pad inside.
-K_PLUS_V_IS_BLOCK = {"auto": True, "fp8": True, "fp8_ds_mla": False, "fp8_model1_mla": False, "fp8_rocm_compact": True}
+K_PLUS_V_IS_BLOCK = {"auto": True, "fp8": True, "fp8_ds_mla": False, "fp8_model1_mla": False, "fp8_rocm_compact": True,
+                     "fp8_ds_mla_3buffer": False}
 
 
 def _fields_by_placement(layout: MlaLayout, fp8: str) -> dict[str, list[tuple[str, int, int, str]]]:
@@ -50,17 +56,18 @@ def _fields_by_placement(layout: MlaLayout, fp8: str) -> dict[str, list[tuple[st
 
 def test_every_layout_name_has_a_table() -> None:
     assert MLA_LAYOUT_NAMES == oracle.LAYOUTS
+    assert DESCRIBED_LAYOUT_NAMES == oracle.DESCRIBED
 
 
 @pytest.mark.parametrize("platform_name", ["cpu", "rocm-gfx942"])
-@pytest.mark.parametrize("name", MLA_LAYOUT_NAMES)
+@pytest.mark.parametrize("name", ALL_LAYOUT_NAMES)
 def test_fields_match_the_sources(name: str, platform_name: str) -> None:
     platform = load_platform(platform_name)
     layout = layout_for_platform(platform, name)
     assert _fields_by_placement(layout, platform.element_format.name) == SOURCE_MAPS[name]
 
 
-@pytest.mark.parametrize("name", MLA_LAYOUT_NAMES)
+@pytest.mark.parametrize("name", ALL_LAYOUT_NAMES)
 def test_byte_counts_are_the_sum_of_the_byte_map(name: str) -> None:
     layout = layout_for_platform(load_platform("cpu"), name)
     rows = [row for placement, rows in SOURCE_MAPS[name].items() if placement != "external" for row in rows]
@@ -73,7 +80,7 @@ def test_byte_counts_are_the_sum_of_the_byte_map(name: str) -> None:
     assert layout.pad_bytes_per_token == size.get("pad", 0)
 
 
-@pytest.mark.parametrize("name", MLA_LAYOUT_NAMES)
+@pytest.mark.parametrize("name", ALL_LAYOUT_NAMES)
 def test_k_plus_v_statement(name: str) -> None:
     layout = layout_for_platform(load_platform("cpu"), name)
     holds = K_PLUS_V_IS_BLOCK[name]

@@ -177,7 +177,7 @@ def write_cases(draw: st.DrawFn, layout: str) -> WriteCase:
     )
 
 
-@pytest.mark.parametrize("layout", oracle.LAYOUTS)
+@pytest.mark.parametrize("layout", oracle.LAYOUTS + oracle.DESCRIBED)
 @given(data=st.data())
 def test_write_matches_byte_walk_and_touches_nothing_else(layout: str, data: st.DataObject) -> None:
     case = data.draw(write_cases(layout))
@@ -244,7 +244,7 @@ def _contiguous_case(layout: str) -> tuple[MlaLayout, torch.Tensor, torch.Tensor
     return layout_obj, kv_c, k_pe, cache.view(torch.bfloat16) if layout == "auto" else cache
 
 
-@pytest.mark.parametrize("layout", oracle.LAYOUTS)
+@pytest.mark.parametrize("layout", oracle.LAYOUTS + oracle.DESCRIBED)
 def test_only_negative_slots_write_nothing(layout: str) -> None:
     layout_obj, kv_c, k_pe, cache = _contiguous_case(layout)
     before = cache.clone()
@@ -252,7 +252,7 @@ def test_only_negative_slots_write_nothing(layout: str) -> None:
     assert torch.equal(cache.view(torch.uint8), before.view(torch.uint8))
 
 
-@pytest.mark.parametrize("layout", oracle.LAYOUTS)
+@pytest.mark.parametrize("layout", oracle.LAYOUTS + oracle.DESCRIBED)
 def test_gather_returns_the_entries_written(layout: str) -> None:
     layout_obj, kv_c, k_pe, cache = _contiguous_case(layout)
     slots = [11, 0, 5, 6, 3, 9]

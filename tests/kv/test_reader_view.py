@@ -91,3 +91,19 @@ def test_read_check_on_golden_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert f"ds_mla_scale_rule {rule}" in out and "FlashMLA SM100" in out
     assert re.search(says, out), out
+
+
+def test_read_check_refuses_a_layout_the_platforms_reader_does_not_read(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """gfx942's reader is AITER's mla_decode_fwd, which reads the 576-byte compact row, not the token-interleaved
+    656-byte fp8_ds_mla (docs/sources.md#what-aiters-mla-decode-reads): no view is made up for a reader that does
+    not exist."""
+    for layout in ("fp8_ds_mla", "fp8_rocm_compact"):
+        assert main(["golden", "--layout", layout, "--platform", "rocm-gfx942", "--out",
+                     str(tmp_path / f"{layout}.safetensors")]) == 0
+    capsys.readouterr()
+    assert main(["read-check", str(tmp_path / "fp8_ds_mla.safetensors"), "--platform", "rocm-gfx942"]) == 2
+    assert ("layout fp8_ds_mla is read by no reader of rocm-gfx942 (AITER mla_decode_fwd reads fp8, fp8_rocm_compact, "
+            "fp8_ds_mla_3buffer); valid: a golden file of one of those layouts") in capsys.readouterr().err
+    assert main(["read-check", str(tmp_path / "fp8_rocm_compact.safetensors"), "--platform", "rocm-gfx942"]) == 0
+    assert "read by AITER mla_decode_fwd (rocm-gfx942" in capsys.readouterr().out
