@@ -1,5 +1,8 @@
 """pytest plugin (entry point ``pytest11: rtp_ref``): options, markers, hypothesis profiles, GPU pinning, fixtures.
 
+PYTEST_DONT_REWRITE: certify imports this module before it starts pytest (its GPU rules), so pytest could not
+rewrite it anyway and warned so in every report; it has no assertion of its own to rewrite.
+
 The entry point loads this plugin into every pytest run of an environment that has rtp-ref installed, a
 vendor's or an engine's own unrelated test suites included, so it is inert until asked. Inert, it only
 adds its options (``--rtp-*``, and the short spellings nobody else took) and its fixtures (``rtp_platform``,
@@ -24,9 +27,9 @@ any conftest's ``pytest_configure`` runs.
 
 Options. Every option has an ``--rtp-`` name: ``--rtp-platform NAME|auto|PATH.toml`` (default ``auto``, or
 ``$RTP_REF_PLATFORM``), ``--rtp-kernel``, ``--rtp-layout``, ``--rtp-layout-flag KEY=VALUE`` (repeatable),
-``--rtp-report``, ``--rtp-crash-limit``, ``--rtp-require-input-checks``. The generic short spellings
-``--platform``, ``--kernel``, ``--layout`` and ``--layout-flag`` (what ``rtp-ref certify``, tox and the docs
-use) are aliases added once the initial conftest files have added their own options, and only those no
+``--rtp-report``, ``--rtp-crash-limit``, ``--rtp-require-input-checks``, ``--rtp-require-hardening``. The
+generic short spellings ``--platform``, ``--kernel``, ``--layout`` and ``--layout-flag`` (what ``rtp-ref certify``,
+tox and the docs use) are aliases added once the initial conftest files have added their own options, and only those no
 other plugin or conftest defined: a project's own ``--platform`` keeps working, and rtp-ref's is
 ``--rtp-platform`` there.
 
@@ -131,6 +134,12 @@ def _option_specs() -> dict[str, dict[str, Any]]:
             "action": "store_true",
             "help": "a kernel must refuse an out-of-range slot (input checks 'validated' or 'flagged') to be "
             "certified, whatever the platform table says",
+        },
+        "--rtp-require-hardening": {
+            "dest": "rtp_require_hardening",
+            "action": "store_true",
+            "help": "a kernel's empty call (no tokens) must be clean (hardening 'clean') for it to be certified, "
+            "whatever the platform table says",
         },
     }
 

@@ -229,7 +229,7 @@ BAD_INPUTS = [
     Bad("memcheck-case-matches-nothing", ("memcheck", *MEMCHECK, "--kernel", "reference", "--case", "t99",
                                           "--report", "{tmp}/rep"),
         "--case 't99': matches no case of the selected layouts; valid: part of a case id, such as "
-        "random-t0-b16-bf16", output="{tmp}/rep"),
+        "empty-t0-b16-bf16", output="{tmp}/rep"),
     Bad("memcheck-report-is-a-file", ("memcheck", *MEMCHECK, "--kernel", "reference", "--report", "{tmp}/rep"),
         "--report '{tmp}/rep' is a file; valid: a directory", output="{tmp}/rep", keep=True),
 ]
@@ -403,7 +403,7 @@ def test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished(tmp_pa
         assert proc.stdout is not None  # stdout=PIPE
         # The second platform starts once the first platform's process has ended, its report written.
         for line in proc.stdout:
-            if line == f"rtp-ref: certifying platform {second} ...\n":
+            if line == f"rtp-ref: certifying platform {second}\n":
                 break
         assert (report / first / "report.json").exists()
         # Interrupt once the second platform's xdist worker is up, so that the check at the end must see it.
