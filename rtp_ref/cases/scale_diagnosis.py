@@ -20,7 +20,8 @@ import itertools
 
 import torch
 
-from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
+from rtp_ref.fp8.rules import Pow2Rule
+from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
 from rtp_ref.kv.indexer import AMAX_FLOOR
 
 #: where the amax is taken, in the order tried (the contract's first)

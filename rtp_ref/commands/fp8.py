@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rtp_ref.commands._output import add_json_flag, json_number, print_json
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8 import FP8_FORMATS, ConversionMode, Pow2Rule, decode, decode_ue8m0, encode, encode_ue8m0
+from rtp_ref.fp8 import FP8_FORMATS, ConversionMode, Pow2Rule
 
-_INPUT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+#: --input-dtype: the torch dtype of each name (torch is imported when a value is converted, not to build the parser)
+_INPUT_DTYPES = ("float32", "bfloat16", "float16")
 _FORMATS = [*sorted(FP8_FORMATS), "ue8m0"]
 #: --mode of the fp8 element formats and --rule of ue8m0 when not given
 DEFAULT_MODE = ConversionMode.SATFINITE.value
@@ -56,6 +58,8 @@ def ue8m0_note(value: float, code: int) -> str:
 
 
 def _codes_and_values(fmt: str, mode: str, rule: str, x: torch.Tensor) -> tuple[list[int], list[float]]:
+    from rtp_ref.fp8 import decode, decode_ue8m0, encode, encode_ue8m0
+
     if fmt == "ue8m0":
         codes = encode_ue8m0(x, Pow2Rule(rule))
         return codes.tolist(), decode_ue8m0(codes).tolist()
@@ -88,7 +92,9 @@ def _encode(args: argparse.Namespace) -> int:
             f"--mode {args.mode} applies only to fp8 element formats ({', '.join(sorted(FP8_FORMATS))}), "
             "not to --format ue8m0; valid: no --mode with --format ue8m0"
         )
-    dtype = _INPUT_DTYPES[args.input_dtype]
+    import torch
+
+    dtype = getattr(torch, args.input_dtype)
     x = torch.tensor(args.values, dtype=torch.float64).to(dtype)
     codes, values = _codes_and_values(args.format, args.mode or DEFAULT_MODE, args.rule or DEFAULT_RULE, x)
     rows = [
@@ -105,6 +111,10 @@ def _encode(args: argparse.Namespace) -> int:
 
 
 def _decode(args: argparse.Namespace) -> int:
+    import torch
+
+    from rtp_ref.fp8 import decode, decode_ue8m0
+
     codes = torch.tensor(args.codes, dtype=torch.uint8)
     values = (decode_ue8m0(codes) if args.format == "ue8m0" else decode(codes, args.format)).tolist()
     rows = [

@@ -9,19 +9,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtp_ref.commands._output import add_json_flag, print_json
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kernels.discovery import (
-    ENTRY_POINT_GROUP,
-    builtin_kernels,
-    entry_point_kernels,
-    env_kernels,
-    unavailable_kernels,
-)
-from rtp_ref.kernels.protocol import KernelEntry, device_to_run
-from rtp_ref.ops import OPS, claimed_variants, op_name
+
+if TYPE_CHECKING:
+    from rtp_ref.kernels.protocol import KernelEntry
 
 
 @dataclass(frozen=True)
@@ -38,6 +32,15 @@ def find_every_kernel() -> Found:
     """Every kernel of every op, as certify discovers them (built-ins, then each entry point, then
     ``$RTP_REF_KERNELS``), except that a source failing to load is listed as a problem instead of ending the
     search: the others are still shown. Two kernels with one name are a problem too (certify refuses them)."""
+    # discovery imports torch: here, not when the parser is built (`rtp-ref platforms` needs no tensors)
+    from rtp_ref.kernels.discovery import (
+        ENTRY_POINT_GROUP,
+        builtin_kernels,
+        entry_point_kernels,
+        env_kernels,
+        unavailable_kernels,
+    )
+
     entries: list[KernelEntry] = []
     problems: list[str] = []
     loaders = [builtin_kernels, *(lambda ep=ep: entry_point_kernels([ep])
@@ -59,6 +62,9 @@ def find_every_kernel() -> Found:
 def kernel_row(entry: KernelEntry) -> dict[str, Any]:
     """One kernel as JSON: name, op, the variants it claims, its devices, the device it runs on here (None: none
     torch sees) and its origin."""
+    from rtp_ref.kernels.protocol import device_to_run
+    from rtp_ref.ops import claimed_variants, op_name
+
     kernel = entry.kernel
     devices = sorted(kernel.devices)
     return {"name": kernel.name, "op": op_name(kernel), "claims": list(claimed_variants(kernel)), "devices": devices,
@@ -84,6 +90,10 @@ def _print_text(rows: list[dict[str, Any]], found: Found) -> None:
 
 
 def _kernels(args: argparse.Namespace) -> int:
+    from rtp_ref.ops import OPS, op_name
+
+    if args.op is not None and args.op not in OPS:
+        raise RtpRefError(f"--op {args.op!r}: not an op rtp-ref certifies; valid: {', '.join(OPS)}")
     found = find_every_kernel()
     rows = [kernel_row(e) for e in found.kernels if args.op is None or op_name(e.kernel) == args.op]
     if args.json:
@@ -101,6 +111,8 @@ def register(sub: Any) -> None:
                                         "points of installed packages, $RTP_REF_KERNELS), with its op, the variants it "
                                         "claims, its devices and its origin; the built-ins that cannot run here and "
                                         "why; any source that failed to load (exit 1).")
-    parser.add_argument("--op", choices=list(OPS), help="only the kernels of this op")
+    # checked when the command runs (an unknown op is exit 2 naming the valid ones): the ops are scanned from
+    # rtp_ref.ops, which imports torch
+    parser.add_argument("--op", help="only the kernels of this op (concat_and_cache_mla, reshape_and_cache_flash, ...)")
     add_json_flag(parser)
     parser.set_defaults(func=_kernels)

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
         conversion_mode,
         fp8_format,
     )
-    from rtp_ref.fp8.rules import ScaleRule
+    from rtp_ref.fp8.rules import Pow2Rule, ScaleRule
     from rtp_ref.fp8.scales import FLT_MIN, dequantize_tiles, quantize_tiles, scale_from_amax, tile_amax
-    from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
+    from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
 
 #: Submodule -> the public names it defines (what the ``TYPE_CHECKING`` imports above state for mypy).
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -42,9 +42,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "conversion_mode",
         "fp8_format",
     ),
-    "rules": ("ScaleRule",),
+    "rules": ("Pow2Rule", "ScaleRule"),
     "scales": ("FLT_MIN", "dequantize_tiles", "quantize_tiles", "scale_from_amax", "tile_amax"),
-    "ue8m0": ("Pow2Rule", "decode_ue8m0", "encode_ue8m0"),
+    "ue8m0": ("decode_ue8m0", "encode_ue8m0"),
 }
 
 __all__ = [

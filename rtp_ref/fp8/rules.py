@@ -9,6 +9,14 @@ from __future__ import annotations
 from enum import Enum
 
 
+class Pow2Rule(str, Enum):
+    """How a positive value becomes a power of two (rtp_ref.fp8.ue8m0 applies it)."""
+
+    CEIL = "ceil"
+    FLOOR = "floor"
+    NEAREST = "nearest"
+
+
 class ScaleRule(str, Enum):
     """Named rule turning a tile's amax into its scale."""
 

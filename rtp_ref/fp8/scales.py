@@ -18,10 +18,11 @@ import torch
 
 from rtp_ref.fp8.codec import decode, encode
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+from rtp_ref.fp8.rules import Pow2Rule
 
 # Re-exported: the rule is named here, where it is applied; it is defined in the torch-free rules module.
 from rtp_ref.fp8.rules import ScaleRule as ScaleRule
-from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
+from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
 
 FLT_MIN = float(torch.finfo(torch.float32).tiny)
 

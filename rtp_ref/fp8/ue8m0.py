@@ -21,20 +21,12 @@ negative, NaN, +-inf   0xFF (NaN)
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
+
+from rtp_ref.fp8.rules import Pow2Rule
 
 UE8M0_BIAS = 127
 UE8M0_NAN = 0xFF
-
-
-class Pow2Rule(str, Enum):
-    """How a positive value becomes a power of two."""
-
-    CEIL = "ceil"
-    FLOOR = "floor"
-    NEAREST = "nearest"
 
 
 def _float_parts(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -27,8 +27,8 @@ import torch
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
-from rtp_ref.fp8.rules import ScaleRule
-from rtp_ref.fp8.ue8m0 import Pow2Rule, decode_ue8m0, encode_ue8m0
+from rtp_ref.fp8.rules import Pow2Rule, ScaleRule
+from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
 from rtp_ref.kv.fields import Field, Placement, Source
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
 from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
