@@ -12,14 +12,37 @@ from rtp_ref.commands._output import INTERRUPTED
 from rtp_ref.commands._streams import NO_READER, guarded_streams
 from rtp_ref.errors import RtpRefError
 
-#: Subcommand modules, in help order. Each defines ``register(subparsers)`` which adds its parser
-#: and sets ``func`` (a callable taking the parsed namespace and returning an exit code).
-COMMAND_MODULES = ("platforms", "kernels", "fp8", "layouts", "golden", "golden_check", "read_check", "certify",
-                   "report", "bench", "memcheck", "check_suites")
+#: Each subcommand, in help order: the module in rtp_ref.commands that registers it (``register(subparsers)`` adds
+#: its parser and sets ``func``, a callable taking the parsed namespace and returning an exit code) and its one-line
+#: help. The help is kept here too so that ``rtp-ref --help`` and a run of one command import no other command's
+#: module (several import torch: seconds of start-up for ``rtp-ref platforms``); tests/cli/test_cli.py checks that
+#: each module registers its command with this help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "platforms": ("platforms", "list, show or detect platform tables"),
+    "kernels": ("kernels", "list the kernels certify finds here: op, claims, devices, origin"),
+    "fp8": ("fp8", "encode/decode fp8 values with the bit-exact reference codec"),
+    "layouts": ("layouts", "every KV-cache family's layouts on a platform: MLA field tables, MHA paged and indexer "
+                           "sizes"),
+    "golden": ("golden", "write a layout's golden vector (inputs and expected cache) as a safetensors file"),
+    "golden-check": ("golden_check", "read a golden file back: validate it, re-derive its expected cache, optionally "
+                                     "run a kernel on it"),
+    "read-check": ("read_check", "what a platform's attention reader sees in a golden file's cache: tile scales and "
+                                 "fp8 values it takes differently from what was stored"),
+    "certify": ("certify", "run the conformance suite and write report.json, report.md and junit.xml"),
+    "report": ("report", "work with certification reports"),
+    "bench": ("bench", "kernel time and bandwidth, eager and in a CUDA graph, against the roof"),
+    "memcheck": ("memcheck", "run compute-sanitizer over one call of every conformance case of a kernel"),
+    "check-args": ("check_suites", "run the args behaviour suite against an implementation of the env/CLI argument "
+                                   "parser and its env-to-CLI generator; failures as findings"),
+    "check-plugins": ("check_suites", "run the plugins behaviour suite against an implementation of the external "
+                                      "model package loading and model registry; failures as findings"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every subcommand registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser. ``command`` None: every subcommand registered in full; else only the modules of that
+    subcommand (none when it is no subcommand, or "") in full, the others by name and help alone, enough to list
+    them and to refuse an unknown one."""
     parser = argparse.ArgumentParser(
         prog="rtp-ref",
         description="Conformance kit for LLM-inference KV-cache kernels: reference layouts, "
@@ -27,9 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rtp-ref {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"rtp_ref.commands.{name}").register(sub)
+    full = {module for name, (module, _) in COMMANDS.items() if command is None or name == command}
+    registered: set[str] = set()
+    for name, (module, help_text) in COMMANDS.items():
+        if module not in full:
+            sub.add_parser(name, help=help_text)
+        elif module not in registered:
+            importlib.import_module(f"rtp_ref.commands.{module}").register(sub)
+            registered.add(module)
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str:
+    """The subcommand ``argv`` names (its first word, when no option comes first), or "" for none."""
+    return argv[0] if argv and not argv[0].startswith("-") else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(chosen_command(words)).parse_args(words)
         code: int = args.func(args)
     except RtpRefError as exc:
         print(f"rtp-ref: error: {exc}", file=sys.stderr)

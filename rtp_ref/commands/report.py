@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rtp_ref.certify.report import load_report, merge_reports, render_scoreboard, write_scoreboard
 from rtp_ref.commands._output import VALID_DIR, add_json_flag, given_path, print_json
 
 
 def _merge(args: argparse.Namespace) -> int:
+    # imported here, not to build the parser: the report modules import torch
+    from rtp_ref.certify.report import load_report, merge_reports, render_scoreboard, write_scoreboard
+
     out = None if args.out is None else given_path("--out", args.out, VALID_DIR)
     # Every report is read and validated before anything is written: a bad one leaves no output.
     reports = [load_report(p) for p in args.reports]

@@ -196,3 +196,31 @@ def test_a_checked_report_directory_is_left_as_it_was(tmp_path: Path) -> None:
     (tmp_path / "kept").mkdir()
     writable_dir("--report", str(tmp_path / "kept"))
     assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
+def test_each_command_module_registers_its_command_with_the_listed_help() -> None:
+    """``rtp-ref --help`` lists the commands from rtp_ref.cli.COMMANDS without importing their modules: the help
+    there must be the one each module gives its command."""
+    import argparse
+
+    from rtp_ref.cli import COMMANDS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {action.dest: action.help for action in sub._choices_actions} == \
+        {name: help_text for name, (_, help_text) in COMMANDS.items()}
+
+
+@pytest.mark.parametrize("argv", [["platforms"], ["--help"], ["kernels", "--help"], ["fp8", "--help"],
+                                  ["check-args", "--help"], ["report", "--help"]], ids=" ".join)
+def test_commands_that_need_no_tensors_do_not_import_torch(argv: list[str]) -> None:
+    """Building the parser of one command imports only that command's module (torch takes seconds to import)."""
+    import subprocess
+    import sys
+
+    probe = ("import contextlib, io, sys\nfrom rtp_ref.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n    code = main(sys.argv[1:])\n"
+             "print(code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.stdout.split() == ["0", "False"], done.stdout + done.stderr
