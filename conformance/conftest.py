@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from rtp_ref.cases.checks import spec as check_spec
-from rtp_ref.cases.input_checks import BAD_INPUT_KIND
+from rtp_ref.cases.domain import DOMAIN_KIND
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND, HARDENING_KINDS
 from rtp_ref.certify.calls import DEVICE_FAULT
 from rtp_ref.certify.collector import json_safe, write_case_index
 from rtp_ref.certify.faults import FaultLog
@@ -121,6 +122,17 @@ def _claimed_pairs(config: pytest.Config, slotted: bool) -> list[Any]:
             for v in s.layouts_by_op[op] if v in k.claims and (not slotted or op_spec(op).cases.past_capacity)]
 
 
+def _domain_pairs(config: pytest.Config) -> list[Any]:
+    """(kernel, variant) pairs under test of every kernel that declares an input domain (``input_domain`` or
+    ``input_requirements``: rtp_ref.kernels.protocol)."""
+    s = suite(config)
+    if not _runs(config, "regular"):
+        return []
+    return [pytest.param((k, v), marks=_skip_marks(k), id=f"{k.name}-{v}") for op in OPS for k in s.kernels_of(op)
+            for v in s.layouts_by_op[op] if v in k.claims
+            and (hasattr(k.kernel, "input_domain") or getattr(k.kernel, "input_requirements", ()))]
+
+
 def _unclaimed_pairs(config: pytest.Config) -> list[Any]:
     """(kernel, variant) for every variant of its op a kernel does not claim, where the op's call names the variant
     (a kernel can refuse only a variant it is told)."""
@@ -188,10 +200,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("slotted_pair", _claimed_pairs(metafunc.config, slotted=True))
     if "unclaimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("unclaimed_pair", _unclaimed_pairs(metafunc.config))
+    if "domain_pair" in metafunc.fixturenames:
+        metafunc.parametrize("domain_pair", _domain_pairs(metafunc.config))
 
 
 #: the case kind of each per-pair test of test_support_matrix.py (what its case record says)
-PAIR_TEST_KINDS = {"test_out_of_range_slot": BAD_INPUT_KIND, "test_deterministic": "determinism"}
+PAIR_TEST_KINDS = {"test_out_of_range_slot": BAD_INPUT_KIND, "test_deterministic": "determinism",
+                   "test_declared_domain": DOMAIN_KIND}
 
 
 def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
@@ -199,7 +214,7 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     params = getattr(item, "callspec", None)
     case = params.params.get("case") if params else None
     pair = (params.params.get("claimed_pair") or params.params.get("slotted_pair")
-            or params.params.get("unclaimed_pair")) if params else None
+            or params.params.get("unclaimed_pair") or params.params.get("domain_pair")) if params else None
     if isinstance(case, CaseParam):
         return {"kernel": case.kut.name, "layout": case.key.layout, "kind": case.key.kind, "case": case.key.case_id,
                 "execution": case.kut.execution, "op": case.kut.op}
@@ -251,8 +266,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
     layout) fails at once, without calling the kernel."""
     out = pyfuncitem.config.getoption("rtp_report")
     identity = _case_identity(pyfuncitem) if out else None
-    # the out-of-range slot is input hardening, reported in its own column: it runs whatever the write did
-    if not out or identity is None or identity["kind"] == BAD_INPUT_KIND:
+    # hardening is reported in columns of its own: it runs whatever the write did; the declared domain calls nothing
+    if not out or identity is None or identity["kind"] in (*HARDENING_KINDS, DOMAIN_KIND):
         return
     reason = quarantine_reason(Path(out), identity["kernel"], identity["layout"])
     if reason:

@@ -41,12 +41,16 @@ class KernelUnderTest:
 
 @dataclass(frozen=True)
 class Suite:
-    """What one session certifies: the kernels of every op, and per op the layouts (variants) under test."""
+    """What one session certifies: the kernels of every op, per op the layouts (variants) under test, and whether
+    the hardening cases are required (the platform table's ``require_input_checks`` / ``require_hardening``, or
+    ``--rtp-require-input-checks`` / ``--rtp-require-hardening``)."""
 
     platform: Platform
     contract: WriteContract
     kernels: list[KernelUnderTest]
     layouts_by_op: dict[str, list[str]]
+    input_checks_required: bool = False
+    hardening_required: bool = False
 
     @property
     def layouts(self) -> list[str]:
@@ -83,7 +87,10 @@ def suite(config: pytest.Config) -> Suite:
             path_execution = "emulated" if software else execution
             kernels.append(KernelUnderTest(name, bound, device, path_execution, reason and f"{name}: {reason}",
                                            op_name(entry.kernel)))
-        config.stash[_SUITE] = Suite(platform, contract, kernels, _layouts_by_op(config, platform))
+        config.stash[_SUITE] = Suite(
+            platform, contract, kernels, _layouts_by_op(config, platform),
+            platform.require_input_checks or bool(config.getoption("rtp_require_input_checks")),
+            platform.require_hardening or bool(config.getoption("rtp_require_hardening")))
     return config.stash[_SUITE]
 
 

@@ -18,6 +18,6 @@ def test_case(case: CaseParam, record_case: Callable[..., None], pytestconfig: p
     s = suite(pytestconfig)
     k = case.kut
     result = run_case(Subject(k.name, k.kernel, k.op, k.device, k.execution), case.key, s.contract, s.platform,
-                      case.deviation)
+                      case.deviation, hardening_required=s.hardening_required)
     record_case(**result.record)
     show(result.judgement)

@@ -1,8 +1,9 @@
 """Round trips of the read ops: tokens written by each writer of the session (of the op whose caches the reader
 reads) and by the reference writer, read back by the reader, must give the reference's read of the reference's
 write. A writer whose bytes are not the reference's is not the reader's failure: that trip is not judged (its own
-cases fail the writer), and the reader's verdict rests on its other cases. (The readers' own cases are
-test_cases.py's, like every op's.)
+cases fail the writer), and the reader's verdict rests on its other cases. A trip outside the reader's declared
+domain that it refuses before writing is refused as declared. (The readers' own cases are test_cases.py's, like
+every op's.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.engine import graded, with_ran_check
 from rtp_ref.certify.verdict import FAILED, judge
 from rtp_ref.contract import WriteContract
+from rtp_ref.kernels.protocol import declared_refusal
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots
 from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache
@@ -113,7 +115,12 @@ def test_round_trip(round_trip: RoundTripParam, record_case: Callable[..., None]
         # the writer's bytes are not the reference's: its own cases fail it; the reader is not judged on them
         pytest.skip(f"round trip not judged: the writer {round_trip.writer_name}'s bytes differ from the reference's "
                     f"write (its own cases say how)")
+    before = trip.case.dst_storage.cpu().clone()
     result = call_once(k.kernel, lambda: trip.case.call(k.kernel), round_trip.layout, k.device)
+    refusal = declared_refusal(k.kernel, trip.case.spec.arguments, (), trip.case.layout)
+    if result.error is not None and refusal and torch.equal(before, trip.case.dst_storage.cpu()):
+        record_case(**base, refused=refusal, failed_checks=[], checks={"refused": describe_error(result.error)})
+        return  # a read outside the reader's declared domain, refused before writing: no finding
     if result.device_error is not None or result.error is not None:
         check = "support.device_error" if result.device_error is not None else "support.kernel_raised"
         detail = result.device_error or describe_error(result.error)  # type: ignore[arg-type]  # one of the two is set

@@ -1,8 +1,9 @@
-"""The support matrix, tested in both directions, and the kernel's behaviour on bad input.
+"""The support matrix, tested in both directions, the kernel's declared domain, and its behaviour on bad input.
 
 Written once over every op (its cases: rtp_ref.ops). A variant a kernel does not claim must raise, and
 leave every byte untouched (never write garbage); a claimed variant run twice on the same inputs must give the same
-bytes. What a kernel does with an out-of-range slot is input hardening, reported in its own column
+bytes. A declared input domain is recorded for the report, and fails where it leaves out what engines pass. What a
+kernel does with an out-of-range slot is input hardening, reported in its own column
 (``validated``/``flagged``/``unchecked``/``crashed``) and required only where the platform table or
 ``--require-input-checks`` says so.
 """
@@ -14,10 +15,13 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from rtp_ref.cases.domain import DOMAIN_KIND, left_out
 from rtp_ref.cases.input_checks import BAD_INPUT_KIND, CRASHED, REFUSING, classify_bad_slot
 from rtp_ref.certify.calls import CallResult, call_once
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.session import execution_mode
+from rtp_ref.certify.verdict import judge_hardening
+from rtp_ref.kernels.protocol import declared_domain, domain_text
 from rtp_ref.ops import op_spec
 
 from .matrix import KernelUnderTest, suite
@@ -71,11 +75,11 @@ def test_out_of_range_slot(slotted_pair: tuple[KernelUnderTest, str], pytestconf
     s = suite(pytestconfig)
     cases = op_spec(k.op).cases
     assert cases.past_capacity is not None  # the pairs are those of ops with slots
-    bad = cases.past_capacity(cases.sample(variant), s.contract, k.device)
+    bad = cases.past_capacity(cases.sample_in(variant, declared_domain(k.kernel)), s.contract, k.device)
     before = bad.case.snapshot()
     take_flags = _fresh_flags(k)
     result = call_once(k.kernel, lambda: bad.case.call(k.kernel), variant, k.device)
-    required = s.platform.require_input_checks or bool(pytestconfig.getoption("rtp_require_input_checks"))
+    required = s.input_checks_required
     base = dict(op=k.op, kernel=k.name, layout=variant, kind=BAD_INPUT_KIND, case="slot-out-of-range",
                 execution=k.execution, input_checks_required=required)
     if result.device_error is not None:
@@ -84,11 +88,11 @@ def test_out_of_range_slot(slotted_pair: tuple[KernelUnderTest, str], pytestconf
         error = describe_error(result.error) if result.error is not None else None
         flagged = [str(f) for f in take_flags()] if take_flags is not None else None
         value, detail = classify_bad_slot(before, bad.case.snapshot(), bad.valid_footprint, error, bad.guards, flagged)
-    failed = required and value not in REFUSING
+    judgement = judge_hardening("input.rejects_bad_slot", k.name, value, detail, value in REFUSING, required)
     record_case(**base, input_check=value, input_check_detail=detail,
-                failed_checks=["input.rejects_bad_slot"] if failed else [])
-    if failed:
-        pytest.fail(f"input checks are required and {k.name} is {value}: {detail}", pytrace=False)
+                failed_checks=["input.rejects_bad_slot"] if judgement.failed else [])
+    if judgement.failed:
+        pytest.fail(judgement.message, pytrace=False)
 
 
 def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: pytest.Config,
@@ -96,9 +100,10 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
     """The same case built and called twice leaves the same bytes (every op)."""
     k, variant = claimed_pair
     cases = op_spec(k.op).cases
+    key = cases.sample_in(variant, declared_domain(k.kernel))
     images = []
     for _ in range(2):
-        case = cases.build(cases.sample(variant), suite(pytestconfig).contract, k.device)
+        case = cases.build(key, suite(pytestconfig).contract, k.device)
         result = call_once(k.kernel, lambda case=case: case.call(k.kernel), variant, k.device)  # type: ignore[misc]
         _device_error_fails(k, variant, result, record_case, "determinism", "twice-same-inputs")
         assert result.error is None, describe_error(result.error)
@@ -107,6 +112,20 @@ def test_deterministic(claimed_pair: tuple[KernelUnderTest, str], pytestconfig: 
     record_case(op=k.op, kernel=k.name, layout=variant, kind="determinism", case="twice-same-inputs",
                 execution=k.execution, failed_checks=[] if same else ["support.deterministic"])
     assert same, f"{k.name} wrote different bytes for identical inputs ({int((images[0] != images[1]).sum())} bytes)"
+
+
+def test_declared_domain(domain_pair: tuple[KernelUnderTest, str], record_case: Callable[..., None]) -> None:
+    """A kernel's declared domain (``input_domain``, ``input_requirements``) is recorded, for the report to list
+    beside the verdict; one that leaves out a value engines pass (``Dimension.required``) fails, saying which."""
+    k, variant = domain_pair
+    missing = left_out(declared_domain(k.kernel), op_spec(k.op).cases.domain)
+    detail = f"{k.name}'s input_domain leaves out what engines pass: {'; '.join(missing)}" if missing else ""
+    record_case(op=k.op, kernel=k.name, layout=variant, kind=DOMAIN_KIND, case="declared-domain",
+                execution=k.execution, domain=domain_text(k.kernel, k.op),
+                failed_checks=["support.declared_domain"] if missing else [],
+                checks={"support.declared_domain": detail} if missing else {})
+    if missing:
+        pytest.fail(detail, pytrace=False)
 
 
 def test_the_suite_generates_cases(pytestconfig: pytest.Config, record_case: Callable[..., None]) -> None:

@@ -1,8 +1,9 @@
 """What a built-in kernel is bound to: the platform half of the write contract.
 
-``WriteContract`` is the fp8 element format, the conversion mode and the layout flags (scale rule, floor,
-divisor...) of a platform table. ``kernel.bind(contract)`` returns the kernel configured for it, which is how
-a ROCm table is exercised on an NVIDIA GPU or the CPU. rtp_ref.kernels.write_plan reduces a layout to what a
+``WriteContract`` is the fp8 element format, the conversion mode, the layout flags (scale rule, floor,
+divisor...) and the NaN policy (which NaN encodings a case accepts) of a platform table.
+``kernel.bind(contract)`` returns the kernel configured for it, which is how a ROCm table is exercised on an NVIDIA
+GPU or the CPU. rtp_ref.kernels.write_plan reduces a layout to what a
 compiled kernel needs; rtp_ref.kernels.format_traits gives a format's integers to the kernels.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from rtp_ref.errors import UnsupportedLayoutError
+from rtp_ref.fp8.elements import ANY_NAN, NanPolicy
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.kv.cache import KV_CACHE_DTYPE_ALIASES
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags
@@ -31,20 +33,23 @@ ConversionChoice = Literal["auto", "software"]
 
 @dataclass(frozen=True)
 class WriteContract:
-    """The platform's side of ``concat_and_cache_mla``: fp8 format, conversion mode, layout flags."""
+    """The platform's side of ``concat_and_cache_mla``: fp8 format, conversion mode, layout flags, NaN policy."""
 
     element_format: Fp8Format
     conversion_mode: ConversionMode
     flags: LayoutFlags
     #: name of the platform table the contract came from, for messages (``custom`` when built by hand)
     platform: str = "custom"
+    #: which NaN encodings pass where the reference stores a NaN (the table's ``[fp8] nan_pins``)
+    nan_policy: NanPolicy = ANY_NAN
 
     @classmethod
     def for_platform(cls, platform: Platform, overrides: Mapping[str, str] | None = None) -> WriteContract:
         """The contract of a platform table, with ``--layout-flag`` style ``overrides`` applied (its fp8 format is
         the cache's: flag ``cache_fp8_format``)."""
         flags = resolve_flags(platform, overrides)
-        return cls(flags.cache_format(platform.element_format), platform.conversion_mode, flags, platform.name)
+        return cls(flags.cache_format(platform.element_format), platform.conversion_mode, flags, platform.name,
+                   NanPolicy.pinning(platform.nan_pins))
 
     def layout(self, kv_cache_dtype: str, kv_lora_rank: int, rope_dim: int) -> MlaLayout:
         """The reference layout for a kernel call (``fp8_e4m3`` is vLLM's spelling of ``fp8``).

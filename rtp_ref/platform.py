@@ -73,6 +73,9 @@ class Deviation:
     cases: tuple[str, ...] = ()
     #: torch device types the kernel must run on for it to occur (empty: any)
     devices: tuple[str, ...] = ()
+    #: the torch release (MAJOR, MINOR) from which it no longer occurs, for a deviation of torch's own behaviour
+    #: that a later release changed (None: every release)
+    torch_before: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,7 @@ _DEVIATION: dict[str, _Key] = {
     "source": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
     "cases": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(CASE_KINDS)),
     "devices": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(("cpu", "cuda"))),
+    "torch_before": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
 }
 # layout_flags: names, types and values belong to the KV room (rtp_ref.kv.flags.check_flag_table).
 _OPEN_SECTIONS = ("layout_flags",)
@@ -414,7 +418,8 @@ def parse_platform(text: bytes, source: str) -> Platform:
         require_input_checks=bool(data["tolerances"].get("require_input_checks", False)),
         deviations=tuple(
             Deviation(d["kernel"], tuple(d["layouts"]), d["check"], d["reason"], d["source"], tuple(d.get("cases", ())),
-                tuple(d.get("devices", ())))
+                      tuple(d.get("devices", ())),
+                      _parse_version(d["torch_before"]) if "torch_before" in d else None)
             for d in data.get("deviations", [])
         ),
         source=source,

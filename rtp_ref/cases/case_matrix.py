@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from rtp_ref.cases.cases import CaseSpec, num_blocks_for
+from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
 from rtp_ref.kv.layout_records import layout_record
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -23,8 +24,8 @@ def layout_dims(layout: str) -> list[tuple[int, int]]:
 
 
 def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
-    """Every case of one layout: tokens 0, 1, many; block sizes 1, 16, 64; bf16 and fp16; edge kinds; strided,
-    fused-projection and element-aligned inputs."""
+    """Every case of one layout: the empty call (no tokens: hardening, rtp_ref.cases.input_checks), tokens 1 and
+    many; block sizes 1, 16, 64; bf16 and fp16; edge kinds; strided, fused-projection and element-aligned inputs."""
     seed = 0
 
     def spec(kind: str, tokens: int, block: int, dtype: str) -> CaseSpec:
@@ -34,7 +35,7 @@ def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
 
     dims = layout_dims(layout)
     for dtype in DTYPES:
-        yield spec("random", 0, 16, dtype), dims[0]
+        yield spec(EMPTY_CALL_KIND, 0, 16, dtype), dims[0]
         for tokens in (1, 37):
             for block in (1, 16, 64):
                 yield spec("random", tokens, block, dtype), dims[0]

@@ -57,8 +57,12 @@ CHECKS: tuple[CheckSpec, ...] = (
     _c("support.unclaimed_layout_raises", "layout", "called on a layout it does not claim, the kernel did not "
        "raise, or wrote to the cache before raising (claimed-unsupported must raise)"),
     _c("support.deterministic", "layout", "two calls on the same inputs wrote different bytes"),
+    _c("support.declared_domain", "layout", "the kernel's declared input domain (`input_domain`) leaves out a value "
+       "engines pass (an int32 block table, a bf16 `dst`, ...), named with its source"),
     _c("input.rejects_bad_slot", INPUT, "only where input checks are required: the kernel did not refuse the "
        "out-of-range slot"),
+    _c("input.empty_call", INPUT, "only where hardening is required: the empty call (no tokens, no rows) raised, "
+       "changed a byte or left a device error"),
     _c("layout.untouched_bytes", "layout", "any byte outside the footprint changed (guard zones, padding rows, "
        "other entries, pad bytes)"),
     _c("layout.entry_bounds", "layout", "a changed byte sits right next to a target entry (one byte past the "
@@ -133,7 +137,8 @@ CHECKS: tuple[CheckSpec, ...] = (
        "place of `dst`'s dtype from the reference's read (or NaN where it is not, or not where it is)"),
     _c("read.round_trip", "numerics", "gather: a cache written by a built-in writer and read back by the reader "
        "does not give the reference's read of the reference's write of the same tokens"),
-    _c("bit_exact.bytes", "bit_exact", "any footprint byte differs from the reference"),
+    _c("bit_exact.bytes", "bit_exact", "any footprint byte differs from the reference; where the reference stored a "
+       "NaN, the kernel stored no NaN of that format, or not the one the table pins (`[fp8] nan_pins`)"),
 )
 
 _BY_NAME = {c.name: c for c in CHECKS}

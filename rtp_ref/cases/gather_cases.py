@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.cases.cases import CANARY, GUARD_BYTES, CaseSpec, cache_view, make_cache
+from rtp_ref.cases.domain import BLOCK_SIZE, BLOCK_TABLE, Dimension, Value
+from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
 from rtp_ref.cases.storage import StorageMap, field_places
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
@@ -36,6 +38,14 @@ OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 EXTRA_ROWS = 3
 #: each fp8 format and the one a reader confuses it with (fnuz bytes read as OCP e4m3: vLLM #45562)
 _CONFUSED = {E4M3FN: E4M3FNUZ, E4M3FNUZ: E4M3FN, E5M2: E5M2FNUZ, E5M2FNUZ: E5M2}
+#: the index tensors' dtypes by the names case ids and domains use
+INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+#: the arguments of the MLA gather a kernel may narrow (``input_domain``: rtp_ref.cases.domain)
+GATHER_DOMAIN = (BLOCK_TABLE,
+                 Dimension("dst", "the dtype of dst", tuple(OUT_DTYPES), ("bf16",),
+                           "vLLM gathers DeepSeek's MLA cache into bf16 (its fp8_ds_mla gather takes a bf16 dst only: "
+                           "csrc/cache_kernels.cu)"),
+                 BLOCK_SIZE)
 
 
 @dataclass(frozen=True)
@@ -49,35 +59,44 @@ class GatherSpec(CaseSpec):
     starts: bool = False
     #: rows of one block the cache leaves unused (a padded block stride, as FlashMLA's tests allocate)
     padded_rows: int = 0
+    #: the dtype of block_table, cu_seq_lens and seq_starts
+    index: str = "int32"
+
+    @property
+    def arguments(self) -> dict[str, Value]:
+        """The case's value of each of ``GATHER_DOMAIN``."""
+        return {"block_table": self.index, "dst": self.out, "block_size": self.block_size}
 
     @property
     def case_id(self) -> str:
-        """``random-t37-b16-bf16-n3-fp32-starts``."""
+        """``random-t37-b16-bf16-n3-fp32-starts``, ``-i64`` for int64 index tensors."""
         return (f"{super().case_id}-n{self.batch}-{self.out}{'-starts' if self.starts else ''}"
-                f"{'-padded' if self.padded_rows else ''}")
+                f"{'-padded' if self.padded_rows else ''}{'-i64' if self.index == 'int64' else ''}")
 
 
 def gather_specs(variant: str) -> Iterator[GatherSpec]:
     """The cases of one layout: batches of 1-4 sequences, block sizes 16 and 64, every ``dst`` dtype, context
     chunks (``seq_starts``), a padded block stride, edge values in the cache (NaN, inf, saturated codes, zero
-    tiles), sequences of no tokens, no rows at all."""
-    rows = [  # kind, rows, block, writer dtype, batch, dst dtype, seq_starts, padded rows
-        ("random", 0, 16, torch.bfloat16, 2, "bf16", False, 0),
-        ("random", 1, 16, torch.bfloat16, 1, "bf16", False, 0),
-        ("random", 37, 16, torch.bfloat16, 3, "bf16", False, 0),
-        ("random", 37, 64, torch.float16, 3, "fp16", False, 0),
-        ("random", 37, 16, torch.bfloat16, 3, "fp32", False, 0),
-        ("chunked", 40, 16, torch.bfloat16, 3, "bf16", True, 0),
-        ("chunked", 29, 64, torch.bfloat16, 2, "fp32", True, 1),
-        ("edge", 8, 16, torch.bfloat16, 2, "bf16", False, 0),
-        ("edge", 8, 16, torch.bfloat16, 2, "fp16", False, 0),
-        ("ragged", 20, 16, torch.bfloat16, 4, "bf16", True, 0),
+    tiles), sequences of no tokens, int32 index tensors and an int64 twin of a random case (only the index dtype
+    differs: a reader refusing int64 refuses that case alone), the empty call (no rows at all)."""
+    rows = [  # kind, rows, block, writer dtype, batch, dst dtype, seq_starts, padded rows, index dtype
+        (EMPTY_CALL_KIND, 0, 16, torch.bfloat16, 2, "bf16", False, 0, "int32"),
+        ("random", 1, 16, torch.bfloat16, 1, "bf16", False, 0, "int32"),
+        ("random", 37, 16, torch.bfloat16, 3, "bf16", False, 0, "int32"),
+        ("random", 37, 64, torch.float16, 3, "fp16", False, 0, "int32"),
+        ("random", 37, 16, torch.bfloat16, 3, "fp32", False, 0, "int32"),
+        ("chunked", 40, 16, torch.bfloat16, 3, "bf16", True, 0, "int32"),
+        ("chunked", 29, 64, torch.bfloat16, 2, "fp32", True, 1, "int32"),
+        ("edge", 8, 16, torch.bfloat16, 2, "bf16", False, 0, "int32"),
+        ("edge", 8, 16, torch.bfloat16, 2, "fp16", False, 0, "int32"),
+        ("ragged", 20, 16, torch.bfloat16, 4, "bf16", True, 0, "int32"),
+        ("random", 37, 16, torch.bfloat16, 3, "bf16", False, 0, "int64"),
     ]
-    for seed, (kind, tokens, block, dtype, batch, out, starts, padded) in enumerate(rows, start=1):
+    for seed, (kind, tokens, block, dtype, batch, out, starts, padded, index) in enumerate(rows, start=1):
         # a byte cache's 16-bit rope is read as bf16 (rtp_ref.kv.gather): its writer is given bf16
         writer_dtype = dtype if variant == "auto" else torch.bfloat16
         yield GatherSpec(variant, kind, tokens, block, 0, writer_dtype, seed, batch=batch, out=out, starts=starts,
-                         padded_rows=padded)
+                         padded_rows=padded, index=index)
 
 
 def _lengths(g: torch.Generator, batch: int, tokens: int, ragged: bool) -> list[int]:
@@ -94,11 +113,12 @@ def _lengths(g: torch.Generator, batch: int, tokens: int, ragged: bool) -> list[
 
 
 def block_table_for(g: torch.Generator, batch: int, tokens: int, block_size: int, ragged: bool,
-                    with_starts: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
+                    with_starts: bool, index: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
     """Sequences of ``tokens`` rows in all laid out in a cache: ``(block_table, cu_seq_lens, seq_starts or None,
-    num_blocks)``. Each sequence gets its own shuffled blocks, the table one column more than any sequence reaches
-    (filled with a block no sequence reads), the cache three blocks more than the sequences use; ``ragged``:
-    empty sequences and int64 index tensors (int32 otherwise); ``with_starts``: a start of 0-49 per sequence."""
+    num_blocks)``, index tensors of dtype ``index`` (``int32``, ``int64``). Each sequence gets its own shuffled
+    blocks, the table one column more than any sequence reaches (filled with a block no sequence reads), the cache
+    three blocks more than the sequences use; ``ragged``: empty sequences; ``with_starts``: a start of 0-49 per
+    sequence."""
     lengths = _lengths(g, batch, tokens, ragged)
     starts = [int(torch.randint(0, 50, (1,), generator=g)) if with_starts else 0 for _ in lengths]
     widths = [-(-(s + n) // block_size) for s, n in zip(starts, lengths, strict=True)]
@@ -110,9 +130,9 @@ def block_table_for(g: torch.Generator, batch: int, tokens: int, block_size: int
         table[b, :w] = order[taken: taken + w]
         table[b, w:] = order[-1]  # never reached: the last, unread block
         taken += w
-    index = torch.int64 if ragged else torch.int32
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=index)
-    return table.to(index), cu, torch.tensor(starts, dtype=index) if with_starts else None, num_blocks
+    dtype = INDEX_DTYPES[index]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=dtype)
+    return table.to(dtype), cu, torch.tensor(starts, dtype=dtype) if with_starts else None, num_blocks
 
 
 def gather_layout_for(spec: CaseSpec, contract: WriteContract) -> MlaLayout:
@@ -130,7 +150,7 @@ class GatherCase:
         self.layout = gather_layout_for(spec, contract)
         g = torch.Generator().manual_seed(spec.seed)
         table, cu, starts, self.num_blocks = block_table_for(g, spec.batch, spec.tokens, spec.block_size,
-                                                             spec.kind == "ragged", spec.starts)
+                                                             spec.kind == "ragged", spec.starts, spec.index)
         self.block_table, self.cu_seq_lens = table.to(device), cu.to(device)
         self.seq_starts = starts.to(device) if starts is not None else None
         self.scale = torch.tensor([0.5 + 1.5 * float(torch.rand(1, generator=g))], dtype=torch.float32).to(device)

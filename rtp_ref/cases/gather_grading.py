@@ -4,9 +4,10 @@
 The footprint is ``dst``'s first ``cu_seq_lens[-1]`` rows; the cache storage (and its guards), ``dst``'s other
 rows and ``dst``'s guards must be left as they were. Inside the footprint, values are compared as numbers
 (``read.values``: within one unit in the last place of ``dst``'s dtype, NaN where NaN) and as bits
-(``bit_exact.bytes``). When the bits are wrong, the case's wrong hypotheses (rtp_ref.cases.gather_cases)
-are read too, and a reader whose ``dst`` equals one fails the check named after it; on a layout with tile scales,
-a tile that holds its codes times another tile's stored scale fails ``read.tile_scale``.
+(``bit_exact.bytes``; where the reference stored a NaN, any NaN the platform's NaN policy accepts). When the bits
+are wrong, the case's wrong hypotheses (rtp_ref.cases.gather_cases) are read too, and a reader whose ``dst`` holds
+what one reads (any NaN for a NaN) fails the check named after it; on a layout with tile scales, a tile that holds
+its codes times another tile's stored scale fails ``read.tile_scale``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import torch
 from rtp_ref.cases.cases import GUARD_BYTES
 from rtp_ref.cases.checks import Check, grade_reached
 from rtp_ref.cases.gather_cases import GatherCase
-from rtp_ref.cases.grading import Grading, merge_checks
+from rtp_ref.cases.grading import Grading, merge_checks, pinned_nan
 from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase
 from rtp_ref.cases.storage import StorageMap, kernel_text, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, failing, first, with_examples
 from rtp_ref.fp8 import decode
+from rtp_ref.fp8.elements import ANY_NAN, NanPolicy
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import stored_tile_scales
 from rtp_ref.kv.fields import Source
@@ -101,35 +103,38 @@ def _cache_untouched(cache_before: torch.Tensor, cache_after: torch.Tensor) -> C
 
 
 def grade_indexer_gather(case: IndexerGatherCase, cache_before: torch.Tensor, cache_after: torch.Tensor,
-                         dst_before: torch.Tensor, dst_after: torch.Tensor) -> Grading:
+                         dst_before: torch.Tensor, dst_after: torch.Tensor, nan: NanPolicy = ANY_NAN) -> Grading:
     """Grade one indexer gather: the ``*_before``/``*_after`` tensors are CPU copies of the case's cache and
-    output storages around the call."""
+    output storages around the call; ``nan``: the platform's NaN policy."""
     ref, footprint, map_ = case.reference_dst(), case.footprint(), case.storage_map()
     checks = [_cache_untouched(cache_before, cache_after)]
     stray = (dst_after != dst_before) & ~footprint
     checks.append(failing("read.untouched_rows", not bool(stray.any()), lambda: with_examples(
         f"{int(stray.sum())} byte(s) of dst_k/dst_scale outside their first {case.spec.tokens} rows changed",
         _differing(map_, stray, dst_after, dst_before, dst_before, "untouched"))))
-    differ = (dst_after != ref) & footprint
+    differ = map_.mismatched(dst_after, ref, nan) & footprint
     exact = not bool(differ.any())
     for name in case.hypotheses():
-        matched = not exact and torch.equal(dst_after[footprint], case.reference_dst(name)[footprint])
+        predicted = case.reference_dst(name) if not exact else None
+        matched = predicted is not None and map_.alike(dst_after, predicted, footprint) and not map_.alike(
+            ref, predicted, footprint)
         checks.append(failing(name, not matched, lambda name=name: with_examples(  # type: ignore[misc]
             f"dst_k and dst_scale hold exactly what a reader with this fault reads "
             f"({name.split('.')[1].replace('_', ' ')})", _differing(map_, differ, dst_after, ref, dst_before))))
     mismatched = int(differ.sum())
     checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
-        f"{mismatched} of {int(footprint.sum())} byte(s) of the rows differ from the reference's",
+        f"{mismatched} of {int(footprint.sum())} byte(s) of the rows differ from the reference's{pinned_nan(nan)}",
         _differing(map_, differ, dst_after, ref, dst_before))))
     stats: dict[str, Any] = {"rows": case.spec.tokens, "mismatched_bytes": mismatched}
     return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)
 
 
 def grade_gather(case: GatherCase, cache_before: torch.Tensor, cache_after: torch.Tensor,
-                 dst_before: torch.Tensor, dst_after: torch.Tensor, max_ulp: float = 1.0) -> Grading:
-    """Grade one call: the ``*_before``/``*_after`` tensors are CPU copies of the case's two storages around it. A
-    failed check names up to ``MAX_EXAMPLES`` places (row, the slot it reads, field, element) with the reader's
-    value (or ``not written``) against the contract's."""
+                 dst_before: torch.Tensor, dst_after: torch.Tensor, max_ulp: float = 1.0,
+                 nan: NanPolicy = ANY_NAN) -> Grading:
+    """Grade one call: the ``*_before``/``*_after`` tensors are CPU copies of the case's two storages around it;
+    ``nan``: the platform's NaN policy. A failed check names up to ``MAX_EXAMPLES`` places (row, the slot it reads,
+    field, element) with the reader's value (or ``not written``) against the contract's."""
     spec = case.spec
     ref, map_ = case.reference_dst(), case.storage_map()
     checks = [_cache_untouched(cache_before, cache_after)]
@@ -142,10 +147,12 @@ def grade_gather(case: GatherCase, cache_before: torch.Tensor, cache_after: torc
         _differing(map_, stray, dst_after, dst_before, dst_before, "untouched"))))
     got, want = _rows(case, dst_after), _rows(case, ref)
     gbits, wbits = got.view(_BITS[got.dtype]), want.view(_BITS[got.dtype])
-    exact = torch.equal(gbits, wbits)
-    differ = (dst_after != ref) & footprint
+    differ = map_.mismatched(dst_after, ref, nan) & footprint
+    exact = not bool(differ.any())
     for name in case.hypotheses():
-        matched = not exact and torch.equal(gbits, _rows(case, case.reference_dst(name)).view(_BITS[got.dtype]))
+        predicted = case.reference_dst(name) if not exact else None
+        matched = predicted is not None and map_.alike(dst_after, predicted, footprint) and not map_.alike(
+            ref, predicted, footprint)
         checks.append(failing(name, not matched, lambda name=name: with_examples(  # type: ignore[misc]
             f"dst holds exactly what a reader with this fault reads ({name.split('.')[1].replace('_', ' ')})",
             _differing(map_, differ, dst_after, ref, dst_before))))
@@ -160,8 +167,8 @@ def grade_gather(case: GatherCase, cache_before: torch.Tensor, cache_after: torc
         f"{str(got.dtype).removeprefix('torch.')} from the contract's (NaN where it is NaN)",
         _examples(case, map_, off, dst_after, dst_before, ref))))
     mismatched = int(differ.sum())
-    checks.append(failing("bit_exact.bytes", mismatched == 0 and exact, lambda: with_examples(
-        f"{mismatched} of {int(footprint.sum())} byte(s) of dst's rows differ from the reference's",
+    checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
+        f"{mismatched} of {int(footprint.sum())} byte(s) of dst's rows differ from the reference's{pinned_nan(nan)}",
         _differing(map_, differ, dst_after, ref, dst_before))))
     stats: dict[str, Any] = {"rows": spec.tokens, "mismatched_bytes": mismatched, "max_ulp": worst}
     return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)

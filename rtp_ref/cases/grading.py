@@ -8,7 +8,8 @@ Grades, weakest first:
 * ``numerics``: scales are finite, positive, of the form the platform requires and equal to the
   contract's value for their tile; every fp8 value decodes to within ``max_ulp`` steps of the fp8
   grid of the exact quotient ``x / scale``; overflow saturates; NaN stays NaN.
-* ``bit_exact``: the footprint's bytes equal the reference's.
+* ``bit_exact``: the footprint's bytes equal the reference's, where the reference stored a NaN any NaN encoding of
+  the element's format the platform's NaN policy accepts (rtp_ref.fp8.elements.NanPolicy).
 
 The footprint is derived, not assumed: the reference writes into two caches filled with different
 canaries, and a byte belongs to the footprint when it changed in either. Each check has a name
@@ -28,7 +29,7 @@ from rtp_ref.cases.checks import Check, grade_reached, reaches
 from rtp_ref.cases.storage import StorageMap, field_places, kernel_text, slot_namer, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode
-from rtp_ref.fp8.elements import ElementTraits, dtype_element, element_traits
+from rtp_ref.fp8.elements import ANY_NAN, ElementTraits, NanPolicy, dtype_element, element_bits, element_traits
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
@@ -288,17 +289,21 @@ def _written(k_entries: torch.Tensor, r_entries: torch.Tensor, before: torch.Ten
 
 
 def _copy_check(layout: MlaLayout, f: Field, k_entries: torch.Tensor, r_entries: torch.Tensor,
-                loc: _Locator) -> Check:
-    """``layout.<field>_exact``: a 16-bit field must be a bit-for-bit copy of the input."""
+                loc: _Locator, nan: NanPolicy) -> Check:
+    """``layout.<field>_exact``: a 16-bit field must be a bit-for-bit copy of the input, a NaN any NaN ``nan``
+    accepts."""
     got, want = _field_bytes(layout, k_entries, f), _field_bytes(layout, r_entries, f)
+    element = element_of(layout, f, loc.input_dtype)
+    same = nan.matches(element, *(element_bits(b.reshape(-1, element.size)) for b in (want, got)))
+    differ = ~same.reshape(got.shape[0], f.count)
 
     def detail() -> str:
-        differ = (got != want).reshape(got.shape[0], f.count, -1).any(dim=2)
-        return with_examples(f"{f.name}: {int(differ.sum())} {f.element} value(s) are not copied bit for bit",
+        return with_examples(f"{f.name}: {int(differ.sum())} {f.element} value(s) are not copied bit for bit"
+                             f"{pinned_nan(nan)}",
                          [f"{loc.row(r)} {f.name}[{i}]: kernel {loc.kernel(f, r, i)} vs contract "
                           f"{loc.value(f, _element(want, f, r, i))}" for r, i in first(differ)])
 
-    return failing(f"layout.{f.name}_exact", torch.equal(got, want), detail)
+    return failing(f"layout.{f.name}_exact", not bool(differ.any()), detail)
 
 
 def _block_scales_check(layout: MlaLayout, f: Field, entries: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
@@ -313,8 +318,9 @@ def _block_scales_check(layout: MlaLayout, f: Field, entries: tuple[torch.Tensor
 
 
 def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.Tensor, after: torch.Tensor,
-                ref: ReferenceImage, max_ulp: float) -> Grading:
-    """Grade one kernel call. ``before``/``after`` are CPU copies of the case storage around the call.
+                ref: ReferenceImage, max_ulp: float, nan: NanPolicy = ANY_NAN) -> Grading:
+    """Grade one kernel call. ``before``/``after`` are CPU copies of the case storage around the call; ``nan`` is
+    the platform's NaN policy (which NaN encodings pass where the reference stored a NaN).
 
     A failed check's detail is one line: what was found, then up to ``MAX_EXAMPLES`` examples naming
     the token (its position in slot_mapping) and slot, the field and index, and the kernel's value
@@ -339,7 +345,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     values = {Source.KV_C: kv_c[:tokens][keep], Source.K_PE: k_pe[:tokens][keep]}
     for f in layout.entry_fields:
         if f.element == ELEMENT_INPUT16:
-            checks.append(_copy_check(layout, f, k_entries, r_entries, loc))
+            checks.append(_copy_check(layout, f, k_entries, r_entries, loc, nan))
         if f.placement is Placement.BLOCK_TRAILING and f.source is Source.SCALE:
             checks.append(_block_scales_check(layout, f, (k_entries, r_entries, b_entries), loc))
     for f in layout.fields:
@@ -349,13 +355,18 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
             value_checks, field_stats = case.value_checks()
             checks += value_checks
             stats[f.name] = field_stats
-    differ = (after != ref.storage) & ref.footprint
+    differ = loc.places.mismatched(after, ref.storage, nan) & ref.footprint
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
     checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
-        f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference",
+        f"{mismatched} of {int(ref.footprint.sum())} written byte(s) differ from the reference{pinned_nan(nan)}",
         loc.differing(torch.nonzero(differ).flatten(), after, ref.storage, before))))
     return Grading(merge_checks(checks), _grade(checks), stats)
+
+
+def pinned_nan(nan: NanPolicy) -> str:
+    """`` (the table pins NaN: e5m2 0x7f)`` for a failed ``bit_exact.bytes`` detail; "" without pins."""
+    return f" ({nan.describe()})" if nan.pins else ""
 
 
 def _clip(detail: str) -> str:

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.cases.cases import CANARY, GUARD_BYTES, CaseSpec
+from rtp_ref.cases.domain import BLOCK_SIZE, BLOCK_TABLE, Value
 from rtp_ref.cases.gather_cases import EXTRA_ROWS, block_table_for, read_row_namer
+from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
+from rtp_ref.cases.mha_indexer_cases import INDEXER_DOMAIN
 from rtp_ref.cases.storage import StorageMap, field_places
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
@@ -25,6 +28,11 @@ from rtp_ref.kv.gather import sequence_slots
 from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
 from rtp_ref.kv.op_names import INDEXER_GATHER_OP
+
+#: the arguments of the indexer gather a kernel may narrow (``input_domain``: rtp_ref.cases.domain); head_dim and
+#: quant_block are the indexer write's
+INDEXER_GATHER_DOMAIN = (BLOCK_TABLE, BLOCK_SIZE,
+                         *(d for d in INDEXER_DOMAIN if d.name in ("head_dim", "quant_block")))
 
 
 @dataclass(frozen=True)
@@ -36,27 +44,38 @@ class IndexerGatherSpec(CaseSpec):
     batch: int = 1
     head_dim: int = 128
     quant_block: int = 128
+    #: the dtype of block_table and cu_seq_lens
+    index: str = "int32"
+
+    @property
+    def arguments(self) -> dict[str, Value]:
+        """The case's value of each of ``INDEXER_GATHER_DOMAIN``."""
+        return {"block_table": self.index, "block_size": self.block_size, "head_dim": self.head_dim,
+                "quant_block": self.quant_block}
 
     @property
     def case_id(self) -> str:
-        """``random-t37-b16-bf16-n3-d128q64``."""
-        return f"{super().case_id}-n{self.batch}-d{self.head_dim}q{self.quant_block}"
+        """``random-t37-b16-bf16-n3-d128q64``, ``-i64`` for int64 index tensors."""
+        return (f"{super().case_id}-n{self.batch}-d{self.head_dim}q{self.quant_block}"
+                f"{'-i64' if self.index == 'int64' else ''}")
 
 
 def indexer_gather_specs(variant: str) -> Iterator[IndexerGatherSpec]:
-    """The cases of one ``scale_fmt``: batches of 1-4 sequences (empty ones among them, int64 index tensors),
-    block sizes 16 and 64, head_dim 128 with quant blocks 128 and 64, head_dim 256, no rows at all."""
-    rows = [  # kind, rows, block, batch, head_dim, quant block
-        ("random", 0, 16, 2, 128, 128),
-        ("random", 1, 16, 1, 128, 128),
-        ("random", 37, 16, 3, 128, 128),
-        ("random", 37, 64, 3, 128, 64),
-        ("random", 20, 16, 2, 256, 128),
-        ("ragged", 20, 16, 4, 128, 128),
+    """The cases of one ``scale_fmt``: batches of 1-4 sequences (empty ones among them), block sizes 16 and 64,
+    head_dim 128 with quant blocks 128 and 64, head_dim 256, int32 index tensors and an int64 twin of a random case,
+    the empty call (no rows at all)."""
+    rows = [  # kind, rows, block, batch, head_dim, quant block, index dtype
+        (EMPTY_CALL_KIND, 0, 16, 2, 128, 128, "int32"),
+        ("random", 1, 16, 1, 128, 128, "int32"),
+        ("random", 37, 16, 3, 128, 128, "int32"),
+        ("random", 37, 64, 3, 128, 64, "int32"),
+        ("random", 20, 16, 2, 256, 128, "int32"),
+        ("ragged", 20, 16, 4, 128, 128, "int32"),
+        ("random", 37, 16, 3, 128, 128, "int64"),
     ]
-    for seed, (kind, tokens, block, batch, dim, quant) in enumerate(rows, start=1):
+    for seed, (kind, tokens, block, batch, dim, quant, index) in enumerate(rows, start=1):
         yield IndexerGatherSpec(variant, kind, tokens, block, 0, torch.bfloat16, seed, batch=batch, head_dim=dim,
-                                quant_block=quant)
+                                quant_block=quant, index=index)
 
 
 class IndexerGatherCase:
@@ -68,7 +87,7 @@ class IndexerGatherCase:
         self.layout = indexer_layout_for(contract, contract.flags, spec.head_dim, spec.quant_block)
         g = torch.Generator().manual_seed(spec.seed)
         table, cu, _, self.num_blocks = block_table_for(g, spec.batch, spec.tokens, spec.block_size,
-                                                        spec.kind == "ragged", False)
+                                                        spec.kind == "ragged", False, spec.index)
         self.block_table, self.cu_seq_lens = table.to(device), cu.to(device)
         row = self.layout.bytes_per_token
         self.cache_bytes = self.num_blocks * spec.block_size * row

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.cases.cases import CANARY, GUARD_BYTES, CaseSpec, num_blocks_for
+from rtp_ref.cases.cases import CANARY, DTYPE_NAMES, GUARD_BYTES, CaseSpec, num_blocks_for
+from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, Dimension, Value
+from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
 from rtp_ref.cases.storage import StorageMap, field_places, slot_namer
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
@@ -30,6 +32,22 @@ from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 STRIDED_MHA_INDEXER_KINDS = ("fused",)
 #: an MHA case id's suffix for its scales (MhaIndexerSpec.scales)
 _SCALE_IDS = {"tensor": "", "head": "-ph", "mixed": "-pv"}
+#: DeepSeek V3.2's indexer: head_dim 128 quantised in one block of 128
+_DEEPSEEK_INDEXER = ("DeepSeek V3.2's indexer keys (config.json index_head_dim 128), quantised by vLLM in blocks of "
+                     "128 (vllm/model_executor/models/deepseek_v2.py)")
+#: the arguments of the MHA write a kernel may narrow (``input_domain``: rtp_ref.cases.domain)
+MHA_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE,
+              Dimension("head_size", "the head size of key and value", (), (128,),
+                        "Llama 3 and Qwen 3 (config.json head_dim 128)"),
+              Dimension("scales", "the shapes of k_scale and v_scale: both [1] (tensor), both [num_kv_heads] "
+                        "(head), or [1] and [num_kv_heads] (mixed)", ("tensor", "head", "mixed"), ("tensor",),
+                        "vLLM passes per-tensor k_scale and v_scale (vllm/attention/layer.py)"),
+              Dimension("order", "the cache's order: NHD, or HND as strides over [blocks, heads, rows, dim]",
+                        ("NHD", "HND")))
+#: the arguments of the indexer write a kernel may narrow
+INDEXER_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE,
+                  Dimension("head_dim", "the width of k", (), (128,), _DEEPSEEK_INDEXER),
+                  Dimension("quant_block", "quant_block_size", (), (128,), _DEEPSEEK_INDEXER))
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,15 @@ class MhaIndexerSpec(CaseSpec):
     quant_block: int = 128
 
     @property
+    def arguments(self) -> dict[str, Value]:
+        """The case's value of each of ``MHA_DOMAIN`` or ``INDEXER_DOMAIN``."""
+        shared: dict[str, Value] = {"input": DTYPE_NAMES[self.input_dtype], "slot_mapping": "int64",
+                                    "block_size": self.block_size}
+        if self.op == MHA_OP:
+            return {**shared, "head_size": self.width, "scales": self.scales, "order": self.order}
+        return {**shared, "head_dim": self.width, "quant_block": self.quant_block}
+
+    @property
     def case_id(self) -> str:
         """``random-t37-b16-bf16-h8d128-HND-ph`` (MHA) or ``random-t37-b16-bf16-d128q64`` (indexer)."""
         base = super().case_id
@@ -59,9 +86,9 @@ class MhaIndexerSpec(CaseSpec):
 def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The MHA cases of one ``kv_cache_dtype``: GQA head counts 1 and 8, head sizes 64/128/256, block sizes 16
     and 64, NHD and HND, per-tensor and per-head scales, edge values, padding slots, a key longer than the slot
-    mapping, strided key/value (views of a fused QKV projection), no tokens."""
+    mapping, strided key/value (views of a fused QKV projection), the empty call."""
     rows = [  # kind, tokens, block, dtype, heads, head size, order, scales
-        ("random", 0, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
+        (EMPTY_CALL_KIND, 0, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
         ("random", 1, 16, torch.float16, 1, 64, "NHD", "tensor"),
         ("random", 37, 16, torch.bfloat16, 8, 128, "NHD", "head"),
         ("random", 37, 64, torch.bfloat16, 8, 128, "HND", "head"),
@@ -84,9 +111,9 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
 def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The indexer cases of one ``scale_fmt``: head_dim 128 with quant blocks 128 and 64, head_dim 256, block
     sizes 16 and 64, edge values (an all-zero row: the amax floor; NaN, inf, overflow), padding slots, a
-    strided ``k`` (a view of a wider projection) at each quant block, no tokens."""
+    strided ``k`` (a view of a wider projection) at each quant block, the empty call."""
     rows = [  # kind, tokens, block, dtype, head_dim, quant block
-        ("random", 0, 16, torch.bfloat16, 128, 128),
+        (EMPTY_CALL_KIND, 0, 16, torch.bfloat16, 128, 128),
         ("random", 1, 64, torch.bfloat16, 128, 128),
         ("random", 37, 16, torch.bfloat16, 128, 128),
         ("random", 37, 64, torch.float16, 128, 128),

@@ -5,7 +5,8 @@ The footprint is derived as for the MLA write: the reference writes into two cop
 filled with different canaries, and a byte belongs to the footprint when it changed in either. A target entry
 is one token's bytes: its K and V rows (every head) for the MHA cache, its fp8 values and block-trailing
 scales for the indexer. When the bytes are wrong, the case's wrong hypotheses (rtp_ref.cases.mha_indexer_cases)
-are written too, and a kernel whose whole storage equals one fails the check named after it.
+are written too, and a kernel whose whole storage equals one (any NaN for a NaN) fails the check named after it.
+Where the reference stored a NaN, the platform's NaN policy (rtp_ref.fp8.elements.NanPolicy) says which passes.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import torch
 
 from rtp_ref.cases.cases import ALT_CANARY, CANARY
 from rtp_ref.cases.checks import Check, grade_reached
-from rtp_ref.cases.grading import Grading, merge_checks
+from rtp_ref.cases.grading import Grading, merge_checks, pinned_nan
 from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerCase
 from rtp_ref.cases.storage import StorageMap, kernel_text, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueNamer, failing, first, fp8_value_checks, with_examples
+from rtp_ref.fp8.elements import ANY_NAN, NanPolicy
 
 
 def _check(name: str, ok: bool, detail: str) -> Check:
@@ -106,11 +108,14 @@ def _written(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, to
 
 
 def _hypotheses(case: MhaIndexerCase, images: _Images, differ: torch.Tensor, exact: bool) -> list[Check]:
-    """One check per wrong hypothesis of the case: failed when the kernel wrote exactly what it predicts (the
-    examples: where those bytes differ from the contract's)."""
+    """One check per wrong hypothesis of the case: failed when the kernel wrote exactly what it predicts and that is
+    not the contract's (NaN for NaN alike: rtp_ref.cases.storage.StorageMap.alike; the examples: where the bytes
+    differ from the contract's)."""
     checks = []
     for name in case.hypotheses():
-        matched = not exact and torch.equal(images.after, _reference(case, CANARY, name))
+        predicted = _reference(case, CANARY, name) if not exact else None
+        matched = predicted is not None and images.map.alike(images.after, predicted) and not images.map.alike(
+            images.ref, predicted)
         checks.append(failing(name, not matched, lambda name=name: with_examples(  # type: ignore[misc]
             f"the bytes are exactly what a writer with this fault writes "
             f"({name.split('.')[1].replace('_', ' ')})", images.differing(differ))))
@@ -204,10 +209,12 @@ def footprint(case: MhaIndexerCase) -> torch.Tensor:
     return (_reference(case, CANARY) != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
 
 
-def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
-    """Grade one call: ``before``/``after`` are CPU copies of the case storage around it (module doc). A failed
-    check names up to ``MAX_EXAMPLES`` places (token, slot, field, element) with the kernel's value (or ``not
-    written``) against the contract's."""
+def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float,
+                            nan: NanPolicy = ANY_NAN) -> Grading:
+    """Grade one call: ``before``/``after`` are CPU copies of the case storage around it (module doc); where the
+    reference stored a NaN, ``nan`` (the platform's NaN policy) says which NaN passes. A failed check names up to
+    ``MAX_EXAMPLES`` places (token, slot, field, element) with the kernel's value (or ``not written``) against the
+    contract's."""
     ref = _reference(case, CANARY)
     written = footprint(case)
     images = _Images(after, ref, before, case.storage_map())
@@ -215,7 +222,7 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
     targets = _Targets(case)
     got, want, was = targets.parts(after), targets.parts(ref), targets.parts(before)
     checks.append(_written(targets, got, want, was))
-    differ = (after != ref) & written
+    differ = images.map.mismatched(after, ref, nan) & written
     exact = not bool(differ.any()) and not bool((after != before)[~written].any())
     checks += _hypotheses(case, images, differ, exact)
     stats: dict[str, Any] = {"targets": int(targets.tokens.numel()), "tokens": case.spec.tokens}
@@ -226,16 +233,17 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
                 copied = torch.zeros_like(differ)
                 at = images.map.field(part).positions.flatten()
                 copied[at] = differ[at]
+                tokens = int(copied[images.map.field(part).positions[targets.slots]].any(dim=1).sum())
                 checks.append(failing(f"layout.{part}_exact", not bool(copied.any()),
-                                      lambda part=part, copied=copied: with_examples(  # type: ignore[misc]
-                                          f"{part}: {int((got[part] != want[part]).any(dim=1).sum())} token(s) are "
-                                          f"not copied bit for bit", images.differing(copied))))
+                                      lambda part=part, copied=copied, tokens=tokens: with_examples(  # type: ignore[misc]
+                                          f"{part}: {tokens} token(s) are not copied bit for bit{pinned_nan(nan)}",
+                                          images.differing(copied))))
         checks += _mha_numerics(case, targets, got, images, max_ulp, stats)
     elif targets.tokens.numel():
         checks += _indexer_numerics(case, targets, got, want, images, max_ulp, stats)
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched
     checks.append(failing("bit_exact.bytes", mismatched == 0, lambda: with_examples(
-        f"{mismatched} of {int(written.sum())} written byte(s) differ from the reference",
+        f"{mismatched} of {int(written.sum())} written byte(s) differ from the reference{pinned_nan(nan)}",
         images.differing(differ))))
     return Grading(merge_checks(checks), grade_reached([c.name for c in checks if not c.passed]), stats)

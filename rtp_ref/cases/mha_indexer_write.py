@@ -25,6 +25,7 @@ class MhaIndexerWriteCase:
     def __init__(self, key: MhaIndexerSpec, contract: WriteContract, device: str, guard: int = GUARD_BYTES) -> None:
         self.key = key
         self.case = build_mha_indexer_case(key, contract, device, guard)
+        self.nan = contract.nan_policy
         self.layout: object = self.case.layout
 
     def check_as_built(self, device: str) -> None:
@@ -46,7 +47,7 @@ class MhaIndexerWriteCase:
         return self.case.value_inputs()
 
     def grade(self, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
-        return grade_mha_indexer_write(self.case, before, after, max_ulp)
+        return grade_mha_indexer_write(self.case, before, after, max_ulp, self.nan)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
         """Which contract the written tokens' bytes follow instead: the indexer's scale rule

@@ -13,12 +13,17 @@ from typing import Any
 import torch
 
 from rtp_ref.cases.case_matrix import case_specs
-from rtp_ref.cases.cases import GUARD_BYTES, STRIDED_KINDS, CaseSpec, build_case
+from rtp_ref.cases.cases import DTYPE_NAMES, GUARD_BYTES, STRIDED_KINDS, CaseSpec, build_case
 from rtp_ref.cases.diagnosis import diagnose_contract
+from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, Dimension, Value
 from rtp_ref.cases.grading import Grading, grade_write, reference_image
 from rtp_ref.cases.op_cases import PastCapacity
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.layouts import default_dims
+
+#: the arguments of the MLA write a kernel may narrow (``input_domain``: rtp_ref.cases.domain)
+MLA_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE, Dimension("kv_lora_rank", "the width of kv_c"),
+              Dimension("rope_dim", "the width of k_pe"))
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,12 @@ class MlaCaseKey:
         return self.spec.seed
 
     @property
+    def arguments(self) -> dict[str, Value]:
+        """The case's value of each of ``MLA_DOMAIN``."""
+        return {"input": DTYPE_NAMES[self.spec.input_dtype], "slot_mapping": "int64",
+                "block_size": self.spec.block_size, "kv_lora_rank": self.dims[0], "rope_dim": self.dims[1]}
+
+    @property
     def case_id(self) -> str:
         """``random-t37-b16-bf16``, with ``-r256p64`` where the dims are not the layout's default."""
         suffix = "" if self.dims == default_dims(self.layout) else f"-r{self.dims[0]}p{self.dims[1]}"
@@ -59,6 +70,7 @@ class MlaWriteCase:
                  trailing_guard: int = GUARD_BYTES) -> None:
         self.key = key
         self.layout = contract.layout(key.layout, *key.dims)
+        self.nan = contract.nan_policy
         self.inputs = build_case(key.spec, self.layout, device, trailing_guard=trailing_guard)
 
     def check_as_built(self, device: str) -> None:
@@ -85,7 +97,7 @@ class MlaWriteCase:
 
     def grade(self, before: torch.Tensor, after: torch.Tensor, max_ulp: float) -> Grading:
         return grade_write(self.layout, self.key.kind, self.inputs, before, after,
-                           reference_image(self.layout, self.inputs), max_ulp)
+                           reference_image(self.layout, self.inputs), max_ulp, self.nan)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
         return diagnose_contract(self.key.layout, self.key.dims, contract, self.inputs, after).summary

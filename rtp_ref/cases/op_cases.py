@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import torch
 
+from rtp_ref.cases.domain import Dimension, Domain, Value, outside
 from rtp_ref.cases.grading import Grading
 from rtp_ref.cases.tier_hooks import GraphBuilder, LargeTier
 from rtp_ref.contract import WriteContract
@@ -30,13 +31,21 @@ class DeviationKey(Protocol):
 
 class CaseKey(DeviationKey, Protocol):
     """A case's identity: its variant (``layout``), kind and token count (what a deviation is matched on), its seed
-    and id."""
+    and id. The key of an op that names argument dimensions (``OpCases.domain``) also has ``arguments``: the value
+    it gives each (``arguments_of``)."""
 
     @property
     def seed(self) -> int: ...
 
     @property
     def case_id(self) -> str: ...
+
+
+def arguments_of(key: object) -> Mapping[str, Value]:
+    """The value a case ``key`` gives each argument dimension of its op (its ``arguments``); empty for the key of
+    an op that names none."""
+    found = getattr(key, "arguments", None)
+    return found if isinstance(found, Mapping) else {}
 
 
 class BuiltCase(Protocol):
@@ -100,7 +109,8 @@ class OpCases:
     kernel can refuse only a variant it is told); ``past_capacity(key, contract, device)``: the key's case with its
     last slot one past the cache, for ops that write through a slot mapping (None: the op has no slots);
     ``large`` and ``graph``: the op's hooks for the large-address and CUDA-graph tiers (rtp_ref.cases.tier_hooks;
-    None: the op has no case in that tier)."""
+    None: the op has no case in that tier); ``domain``: the argument dimensions a kernel may narrow, which every case
+    key's ``arguments`` give a value (rtp_ref.cases.domain)."""
 
     op: str
     specs: Callable[[str], Iterable[CaseKey]]
@@ -110,3 +120,14 @@ class OpCases:
     past_capacity: Callable[[Any, WriteContract, str], PastCapacity] | None = None
     large: LargeTier | None = None
     graph: GraphBuilder | None = None
+    domain: tuple[Dimension, ...] = ()
+
+    def sample_in(self, variant: str, declared: Domain) -> CaseKey:
+        """``sample(variant)``, or where it is outside the ``declared`` domain the variant's first random case of
+        more than one token inside it (the pair cases a kernel must take: determinism, the out-of-range slot); the
+        sample when no such case exists (the kernel then answers for refusing it)."""
+        first = self.sample(variant)
+        if not outside(declared, arguments_of(first)):
+            return first
+        return next((key for key in self.specs(variant) if key.kind == "random" and key.tokens > 1
+                     and not outside(declared, arguments_of(key))), first)

@@ -24,6 +24,7 @@ class ReadCase:
         self.case: GatherCase | IndexerGatherCase = (GatherCase(key, contract, device) if isinstance(key, GatherSpec)
                                                      else IndexerGatherCase(key, contract, device))
         self.layout: object = self.case.layout
+        self.nan = contract.nan_policy
 
     def check_as_built(self, device: str) -> None:
         """The cache and the outputs are on the device under test."""
@@ -43,8 +44,8 @@ class ReadCase:
         split = self.case.cache_storage.numel()
         cache_before, dst_before, cache_after, dst_after = before[:split], before[split:], after[:split], after[split:]
         if isinstance(self.case, GatherCase):
-            return grade_gather(self.case, cache_before, cache_after, dst_before, dst_after, max_ulp)
-        return grade_indexer_gather(self.case, cache_before, cache_after, dst_before, dst_after)
+            return grade_gather(self.case, cache_before, cache_after, dst_before, dst_after, max_ulp, self.nan)
+        return grade_indexer_gather(self.case, cache_before, cache_after, dst_before, dst_after, self.nan)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
         """For the MLA gather: how the reader computed its rows (rtp_ref.cases.read_diagnosis); the indexer

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.cases.value_checks import MAX_EXAMPLES
-from rtp_ref.fp8.elements import ElementTraits
+from rtp_ref.fp8.elements import ANY_NAN, ElementTraits, NanPolicy, element_bits
 
 
 def byte_positions(view: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
@@ -139,6 +139,29 @@ class StorageMap:
         """Element ``index`` of field ``name`` at ``slot``."""
         f = self.field(name)
         return Place(f, slot, index, f.element_bytes(slot, index))
+
+    def mismatched(self, got: torch.Tensor, want: torch.Tensor, nan: NanPolicy) -> torch.Tensor:
+        """The storage bytes where ``got`` is not ``want``, element by element: a byte in no field differs when the
+        bytes do; an element where ``want`` holds a NaN of its field's format differs (every byte of it) unless
+        ``got`` holds a NaN ``nan`` accepts there, whatever the bytes (so a pinned NaN fails even the contract's
+        other NaN); any other element, where its bytes do."""
+        differ = got != want
+        for f in self.fields:
+            if f.element.nan is None:
+                continue
+            elements = f.positions.reshape(-1, f.element.size)
+            at = elements[f.element.nan.is_nan(element_bits(want[elements]))]
+            if at.numel():
+                accepted = nan.matches(f.element, element_bits(want[at]), element_bits(got[at]))
+                differ[at] = ~accepted[:, None].expand_as(at)
+        return differ
+
+    def alike(self, a: torch.Tensor, b: torch.Tensor, within: torch.Tensor | None = None) -> bool:
+        """Whether storages ``a`` and ``b`` hold the same elements over the bytes of ``within`` (default: all), any
+        NaN of a field's format alike: how a wrong hypothesis's bytes are recognised, whichever NaN a kernel
+        writes."""
+        differ = self.mismatched(a, b, ANY_NAN)
+        return not bool((differ if within is None else differ & within).any())
 
     def outside(self, pos: int) -> str:
         """Where a byte in no field is: ``key_cache byte 40 (in no field)``, ``guard byte -3 (before key_cache)``."""

@@ -1,7 +1,8 @@
 """One case of any op, end to end, in plain Python: build it on the device under test, check the inputs as built,
 call the kernel once, settle how the call ended (a device error, a refusal the kernel declared, a raise), grade
-it, diagnose wrong bytes, and judge it (rtp_ref.certify.verdict). The result is the case's report record and its
-outcome; pytest only runs this in an isolated worker, with a timeout, and shows the outcome.
+it, diagnose wrong bytes, and judge it (rtp_ref.certify.verdict). The empty call (no tokens) is hardening, not a
+write: it is classified (rtp_ref.cases.input_checks) and never graded. The result is the case's report record and
+its outcome; pytest only runs this in an isolated worker, with a timeout, and shows the outcome.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import torch
 
 from rtp_ref.cases.checks import Check, grade_reached
 from rtp_ref.cases.grading import Grading
-from rtp_ref.cases.op_cases import BuiltCase, CaseKey
+from rtp_ref.cases.input_checks import EMPTY_CALL_KIND, HARDENED, classify_empty_call
+from rtp_ref.cases.op_cases import BuiltCase, CaseKey, arguments_of
 from rtp_ref.certify.calls import CallResult, call_once
 from rtp_ref.certify.device_errors import describe_error
-from rtp_ref.certify.verdict import FAILED, REFUSED, Judgement, judge, not_covered
+from rtp_ref.certify.verdict import FAILED, REFUSED, Judgement, judge, judge_hardening, not_covered
 from rtp_ref.contract import WriteContract
-from rtp_ref.kernels.protocol import broken_requirements, declared_limit
+from rtp_ref.kernels.protocol import declared_refusal
 from rtp_ref.ops import op_spec
 from rtp_ref.platform import Platform
 
@@ -56,8 +58,9 @@ def with_ran_check(grading: Grading, call: CallResult, expect_launch: bool) -> G
 def _settled(subject: Subject, case: BuiltCase, call: CallResult, before: torch.Tensor, after: torch.Tensor,
              prefix: str) -> tuple[dict[str, Any], Judgement] | None:
     """How a call that did not write normally ends: a device error or an undeclared raise fails the case; a
-    refusal the kernel declared (a broken ``input_requirements`` or a ``supports`` limit) that wrote nothing is
-    ``refused``, a limit of the kernel and never a pass of the write. None: the call returned; grade it."""
+    refusal the kernel declared (the case outside its ``input_domain``, a broken ``input_requirements``, a
+    ``supports`` limit) that wrote nothing is ``refused``, a limit of the kernel and never a pass of the write or a
+    failure. None: the call returned; grade it."""
     if call.device_error is not None:
         fields = {"grade": "none", "failed_checks": ["support.device_error"],
                   "checks": {"support.device_error": call.device_error}}
@@ -65,8 +68,7 @@ def _settled(subject: Subject, case: BuiltCase, call: CallResult, before: torch.
                                          f"{call.device_error}")
     if call.error is None:
         return None
-    refusal = ", ".join(broken_requirements(getattr(subject.kernel, "input_requirements", ()), *case.value_inputs())) \
-        or declared_limit(subject.kernel, case.layout)
+    refusal = declared_refusal(subject.kernel, arguments_of(case.key), case.value_inputs(), case.layout)
     if refusal and torch.equal(before, after):
         return ({"refused": refusal, "failed_checks": [], "checks": {"refused": describe_error(call.error)}},
                 Judgement(REFUSED, f"refused as declared: {refusal}"))
@@ -75,11 +77,25 @@ def _settled(subject: Subject, case: BuiltCase, call: CallResult, before: torch.
     return fields, Judgement(FAILED, f"{prefix}{subject.name} raised on a claimed layout: {describe_error(call.error)}")
 
 
+def _empty_call(subject: Subject, case: BuiltCase, call: CallResult, before: torch.Tensor, after: torch.Tensor,
+                required: bool) -> tuple[dict[str, Any], Judgement]:
+    """The hardening record of a call with no tokens (module doc), failed under ``input.empty_call`` only where
+    hardening is ``required``."""
+    error = describe_error(call.error) if call.error is not None else None
+    declared = declared_refusal(subject.kernel, arguments_of(case.key), case.value_inputs(), case.layout)
+    value, detail = classify_empty_call(before, after, error, call.device_error, declared)
+    judgement = judge_hardening("input.empty_call", subject.name, value, detail, value in HARDENED, required)
+    return ({"hardening": value, "hardening_detail": detail, "hardening_required": required,
+             "failed_checks": ["input.empty_call"] if judgement.failed else [], "outcome": judgement.outcome},
+            judgement)
+
+
 def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: Platform,
-             deviation: int | None) -> CaseResult:
+             deviation: int | None, hardening_required: bool = False) -> CaseResult:
     """Run one case of ``subject``'s op (module doc). ``deviation``: the index of the platform's known deviation
-    that covers the case (rtp_ref.certify.verdict.matching_deviation), or None. A suite error (inputs not built as
-    the case says) raises AssertionError: it is not the kernel's finding."""
+    that covers the case (rtp_ref.certify.verdict.matching_deviation), or None; ``hardening_required``: the empty
+    call must be clean. A suite error (inputs not built as the case says) raises AssertionError: it is not the
+    kernel's finding."""
     case = op_spec(subject.op).cases.build(key, contract, subject.device)
     case.check_as_built(subject.device)
     record: dict[str, Any] = {
@@ -92,6 +108,9 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
     call = call_once(subject.kernel, lambda: case.call(subject.kernel), f"{key.layout} {key.case_id}",
                      subject.device)
     after = case.snapshot()
+    if key.kind == EMPTY_CALL_KIND:
+        fields, judgement = _empty_call(subject, case, call, before, after, hardening_required)
+        return CaseResult({**record, **fields}, judgement)
     settled = _settled(subject, case, call, before, after, not_covered(platform, deviation))
     if settled is not None:
         fields, judgement = settled

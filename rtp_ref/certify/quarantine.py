@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rtp_ref.cases.input_checks import BAD_INPUT_KIND
+from rtp_ref.cases.input_checks import HARDENING_KINDS
 from rtp_ref.certify.faults import Fault, peek_faults
 
 QUARANTINE_FILE = ".quarantine.json"
@@ -54,8 +54,9 @@ class Quarantine:
         if str(report.when) != XDIST_CRASH_WHEN:
             return
         case = self.case_identity(report.nodeid)
-        # a crash on an out-of-range slot is input hardening, reported apart: it says nothing of the write
-        if not case or not case.get("kernel") or not case.get("layout") or case.get("kind") == BAD_INPUT_KIND:
+        # a crash on an out-of-range slot or on the empty call is hardening, reported apart: it says nothing of the
+        # write
+        if not case or not case.get("kernel") or not case.get("layout") or case.get("kind") in HARDENING_KINDS:
             return
         key = pair_key(str(case["kernel"]), str(case["layout"]))
         self.deaths.setdefault(key, []).append((report.nodeid, peek_faults(self.out_dir).get(report.nodeid)))

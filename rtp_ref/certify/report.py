@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from rtp_ref.cases.checks import rank
-from rtp_ref.cases.input_checks import BAD_INPUT_KIND, CRASHED, INPUT_CHECK_VALUES, REFUSING
+from rtp_ref.cases.domain import DOMAIN_KIND
+from rtp_ref.cases.input_checks import (
+    BAD_INPUT_KIND,
+    CRASHED,
+    EMPTY_CALL_KIND,
+    HARDENED,
+    HARDENING_VALUES,
+    INPUT_CHECK_VALUES,
+    REFUSING,
+)
 from rtp_ref.certify.tiers import DECLINES, TIERS
 from rtp_ref.certify.verdict import failed_at, pair_verdict, verdict_head, weakest_grade
 from rtp_ref.errors import RtpRefError
@@ -40,12 +49,30 @@ OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 _OP_ORDER = {name: i for i, name in enumerate(OPS)}
 
 
+def _worst(values: Sequence[str], ladder: Sequence[str]) -> str | None:
+    return max(values, key=lambda v: ladder.index(v) if v in ladder else -1, default=None)
+
+
 def input_checks(group: Sequence[Mapping[str, Any]]) -> str | None:
     """The input-checks cell of one (kernel, layout): ``validated``, ``flagged``, ``unchecked`` or ``crashed`` (a
     worker that died on the bad-slot case says crashed), ``not run``, or None for a pair without the case
     (unclaimed)."""
-    values = [_input_check(c) for c in group if c.get("kind") == BAD_INPUT_KIND]
-    return max(values, key=lambda v: INPUT_CHECK_VALUES.index(v) if v in INPUT_CHECK_VALUES else -1, default=None)
+    return _worst([_input_check(c) for c in group if c.get("kind") == BAD_INPUT_KIND], INPUT_CHECK_VALUES)
+
+
+def hardening(group: Sequence[Mapping[str, Any]]) -> str | None:
+    """The hardening cell of one (kernel, layout), from its empty calls: the worst of ``clean``, ``refused as
+    declared``, ``raised``, ``wrote``, ``device error`` and ``crashed`` (a worker that died on it), ``not run``, or
+    None for a pair without them (unclaimed)."""
+    return _worst([_hardening(c) for c in group if c.get("kind") == EMPTY_CALL_KIND], HARDENING_VALUES)
+
+
+def _hardening(case: Mapping[str, Any]) -> str:
+    if case.get("hardening"):
+        return str(case["hardening"])
+    if str(case.get("reason", "")).startswith("not run"):
+        return "not run"
+    return CRASHED  # no record: the worker died on the case
 
 
 def graph_safety(group: Sequence[Mapping[str, Any]]) -> str | None:
@@ -75,11 +102,14 @@ def _input_check(case: Mapping[str, Any]) -> str:
     return CRASHED  # no record: the worker died on the case
 
 
-def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = False) -> dict[str, Any]:
+def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = False,
+              hardening_required: bool = False) -> dict[str, Any]:
     """Totals and one row per (kernel, layout): its op, verdict, weakest grade reached, the weakest grade a failing
-    case fell short of (``failed_at``), outcome counts, input checks.
+    case fell short of (``failed_at``), outcome counts, input checks, hardening (the empty call), the declared
+    domain (what the kernel's ``input_domain`` leaves out) and the cases refused as declared.
 
-    The verdict is about the write; the out-of-range-slot case decides it only when ``input_checks_required``.
+    The verdict is about the write; the out-of-range-slot case decides it only when ``input_checks_required``, the
+    empty call only when ``hardening_required``.
     A pair some of whose cases the run never reached is ``incomplete: N of M cases ran``, and
     ``failed; incomplete: N of M cases ran`` when the cases that ran failed.
     """
@@ -92,7 +122,7 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
         rows.setdefault((c.get("kernel") or "-", layout), []).append(c)
     table = []
     for (kernel, layout), group in sorted(rows.items()):
-        pair = pair_verdict(kernel, layout.endswith("(unclaimed)"), group, input_checks_required)
+        pair = pair_verdict(kernel, layout.endswith("(unclaimed)"), group, input_checks_required, hardening_required)
         ran = [c for c in pair.judged if c["outcome"] in ("passed", "failed", "xfailed", "xpassed") and c.get("grade")]
         failed_checks = sorted({name for c in pair.judged for name in c.get("failed_checks", [])})
         table.append({
@@ -111,6 +141,8 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
             "counts": dict(Counter(c["outcome"] for c in group)),
             "failed_checks": failed_checks,
             "input_checks": input_checks(group),
+            "hardening": hardening(group),
+            "domain": next((c["domain"] for c in group if c.get("kind") == DOMAIN_KIND and c.get("domain")), None),
             "graph_safe": graph_safety(group),
             "refused": sorted({f"{c['kind']} ({c['refused']})" for c in group if c.get("refused")}),
         })
@@ -134,7 +166,7 @@ def build_report(
 ) -> dict[str, Any]:
     """Assemble a report document. ``complete`` is false when the run was interrupted or stopped early
     (``stop_reason`` says why) or some collected case never ran."""
-    summary = summarise(cases, bool(platform.get("require_input_checks")))
+    summary = summarise(cases, bool(platform.get("require_input_checks")), bool(platform.get("require_hardening")))
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -196,17 +228,17 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         # the large-address and graph tiers get their own columns when they ran
         "| kernel | layout | verdict | weakest grade | " + ("large tier | " if large_ran else "")
-        + ("graph-safe | " if graph_ran else "") + "input checks | execution | cases | failed checks |",
-        "|---|---|---|---|" + ("---|" if large_ran else "") + ("---|" if graph_ran else "") + "---|---|---|---|",
+        + ("graph-safe | " if graph_ran else "") + "input checks | hardening | execution | cases | failed checks |",
+        "|---|---|---|---|" + ("---|" if large_ran else "") + ("---|" if graph_ran else "") + "---|---|---|---|---|",
     ]
     for r in report["summary"]["by_kernel_layout"]:
         refused = f" (refuses {'; '.join(r['refused'])}, as declared)" if r.get("refused") else ""
         large = f"{r.get('tiers', {}).get('large', 'not run')} | " if large_ran else ""
         large += f"{r.get('graph_safe') or 'not run'} | " if graph_ran else ""
         lines.append(
-            f"| {r['kernel']} | {r['layout']} | {r['verdict']}{refused} | {r['min_grade'] or '-'} | {large}"
-            f"{r.get('input_checks') or '-'} | {'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | "
-            f"{', '.join(r['failed_checks']) or '-'} |"
+            f"| {r['kernel']} | {r['layout']} | {verdict_with_domain(r['verdict'], r.get('domain'))}{refused} | "
+            f"{r['min_grade'] or '-'} | {large}{r.get('input_checks') or '-'} | {r.get('hardening') or '-'} | "
+            f"{'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | {', '.join(r['failed_checks']) or '-'} |"
         )
     checked = [c for c in report["cases"] if c.get("kind") == BAD_INPUT_KIND and _input_check(c) not in REFUSING]
     if checked:
@@ -214,6 +246,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- {c.get('kernel')}/{c.get('layout')}: "
                   + (f"{c['input_check']}: {c.get('input_check_detail', '')}" if c.get("input_check")
                      else str(c.get("reason", _input_check(c)))) for c in checked]
+    hardened = [c for c in report["cases"] if c.get("kind") == EMPTY_CALL_KIND and _hardening(c) not in HARDENED]
+    if hardened:
+        lines += ["", "## Hardening: empty calls that were not clean (no tokens; engines do not make this call)", ""]
+        lines += [f"- {c.get('kernel')}/{c.get('layout')} {c.get('case', '')}: "
+                  + (f"{c['hardening']}: {c.get('hardening_detail', '')}" if c.get("hardening")
+                     else str(c.get("reason", _hardening(c)))) for c in hardened]
     lines += _diagnosis_lines(report)
     failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
     if failures:
@@ -224,6 +262,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- {d['kernel']} on {', '.join(d['layouts'])} ({d['check']}): {d['reason']}"
                   for d in report["unmatched_deviations"]]
     return "\n".join(lines) + "\n"
+
+
+def verdict_with_domain(verdict_text: str, domain: str | None) -> str:
+    """A verdict with the kernel's declared domain beside it: ``certified for block_table int32, dst bf16 only``,
+    ``failed (declared domain: ...)``; the verdict alone without one."""
+    if not domain:
+        return verdict_text
+    return f"{verdict_text} for {domain} only" if verdict_text == "certified" else \
+        f"{verdict_text} (declared domain: {domain})"
 
 
 def _followed(summary: str) -> set[str] | None:
@@ -345,6 +392,7 @@ def merge_reports(
                 "failed_at": r.get("failed_at"),  # None in a report of an older rtp-ref
                 "tiers": {t: v if report["complete"] else _partial_verdict(v) for t, v in r.get("tiers", {}).items()},
                 "graph_safe": r.get("graph_safe"),  # None where the graph tier did not run
+                "domain": r.get("domain"),  # None where the kernel declares no input domain
                 "device": report["environment"].get("device"),
                 "source": source,
             })
@@ -378,8 +426,9 @@ def cell_text(verdict_text: str, min_grade: str | None, failed_at_grade: str | N
 
 def render_scoreboard(board: Mapping[str, Any]) -> str:
     """The scoreboard as a markdown table: ops, kernels and layouts down (the ops in rtp_ref.ops order),
-    platforms across, the large-address tier and the graph-safe column of each platform in columns of their own;
-    an incomplete scoreboard says so in its last line, with the platforms it lacks."""
+    platforms across, the large-address tier and the graph-safe column of each platform in columns of their own, a
+    kernel's declared domain beside its verdict (``certified (bit_exact) for block_table int32 only``); an incomplete
+    scoreboard says so in its last line, with the platforms it lacks."""
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in board["rows"]:
         key = (r.get("op", MLA_OP), r["kernel"], r["layout"])
@@ -389,7 +438,8 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
         if "regular" in tiers or not tiers:
             # with several tiers the row's verdict is over all: the regular column shows the regular tier's
             regular = tiers["regular"] if len(tiers) > 1 else r["verdict"]
-            cells.setdefault(key, {})[column] = cell_text(regular, r["min_grade"], r.get("failed_at"))
+            shown = cell_text(regular, r["min_grade"], r.get("failed_at"))
+            cells.setdefault(key, {})[column] = f"{shown} for {r['domain']} only" if r.get("domain") else shown
         if "large" in tiers:
             cells.setdefault(key, {})[f"{column}, large tier"] = tiers["large"]
         if r.get("graph_safe"):

@@ -136,6 +136,7 @@ def describe_run(config: pytest.Config, cases: list[dict[str, Any]], started: fl
             "conversion_mode": platform.conversion_mode.value,
             "required_grade": platform.required_grade,
             "require_input_checks": platform.require_input_checks or bool(config.getoption("rtp_require_input_checks")),
+            "require_hardening": platform.require_hardening or bool(config.getoption("rtp_require_hardening")),
             "table": platform.raw,
         },
         "environment": collect_environment(),

@@ -7,6 +7,10 @@ tier (``pair_verdict``), and when a run must exit non-zero (``certification_fail
 * A case that falls short fails, unless a deviation of the platform covers exactly this shortfall (the case still
   reaches the grade below the deviation's check): then it is ``xfailed``, excused and shown as such, never a pass.
 * A case that writes nothing (no tokens, only padding slots) cannot show a deviation.
+* Hardening (the out-of-range slot, the empty call: rtp_ref.cases.input_checks) is no write: its case fails only
+  where the table or the command line requires it (``judge_hardening``), and decides the pair's verdict only then.
+* A case outside the kernel's declared domain that it refused before writing is ``refused``, never a failure; a
+  declared domain that leaves out what engines pass fails its pair (``support.declared_domain``).
 
 The engine (rtp_ref.certify.engine) judges every case of every op by it; the report (rtp_ref.certify.report)
 renders the pairs' verdicts, and certify's exit status is ``certification_failed``'s.
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtp_ref.cases.checks import GRADES, Check, grade_above, grade_below, grade_reached, reaches
-from rtp_ref.cases.input_checks import BAD_INPUT_KIND
+from rtp_ref.cases.input_checks import BAD_INPUT_KIND, EMPTY_CALL_KIND
 from rtp_ref.cases.op_cases import DeviationKey
 from rtp_ref.certify.tiers import TIERS
 from rtp_ref.platform import Deviation, Platform
@@ -36,9 +40,18 @@ def matching_deviation(platform: Platform, kernel: str, device: str, key: Deviat
         return None
     for i, d in enumerate(platform.deviations):
         if (d.kernel == kernel and key.layout in d.layouts and (not d.cases or key.kind in d.cases)
-                and (not d.devices or device in d.devices)):
+                and (not d.devices or device in d.devices)
+                and (d.torch_before is None or torch_release() < d.torch_before)):
             return i
     return None
+
+
+def torch_release() -> tuple[int, int]:
+    """The running torch's (MAJOR, MINOR): ``2.11.0+cu130`` -> (2, 11)."""
+    import torch  # here: the verdict's other rules need no torch
+
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,14 @@ def judge(grade: str, checks: list[Check], name: str, platform: Platform, deviat
     if reaches(grade, grade_below(d.check)):  # the grade a deviation for its check must still reach
         return Judgement(XFAILED, f"known deviation: {d.reason} [{d.source}]: {message}")
     return Judgement(FAILED, f"the deviation for {d.check} does not cover grade {grade!r}: {message}")
+
+
+def judge_hardening(check: str, name: str, value: str, detail: str, meets: bool, required: bool) -> Judgement:
+    """Judge a hardening case (the out-of-range slot, the empty call) whose column reads ``value``: it passes unless
+    it is ``required`` and the value does not meet it (``meets``); then it fails under ``check``."""
+    if required and not meets:
+        return Judgement(FAILED, f"{check} is required and {name} is {value}: {detail}")
+    return Judgement(PASSED, "")
 
 
 def verdict(outcomes: Iterable[str]) -> str:
@@ -140,13 +161,15 @@ class PairVerdict:
 
 
 def pair_verdict(kernel: str, unclaimed: bool, group: Sequence[Mapping[str, Any]],
-                 input_checks_required: bool) -> PairVerdict:
+                 input_checks_required: bool, hardening_required: bool = False) -> PairVerdict:
     """The verdict of one (kernel, layout) from its case records ``group``: ``verdict`` of the cases the run reached,
     ``raises as required`` for an unclaimed layout that raised, and ``incomplete: N of M cases ran`` (``failed;
     incomplete: ...`` when those that ran failed) where the run stopped before some of them; the same per tier.
-    The write's verdict; the out-of-range-slot case (input hardening) decides it only when
-    ``input_checks_required``."""
-    judged = [c for c in group if input_checks_required or c.get("kind") != BAD_INPUT_KIND]
+    The write's verdict; the out-of-range-slot case decides it only when ``input_checks_required``, the empty call
+    only when ``hardening_required``."""
+    excluded = {kind for kind, required in ((BAD_INPUT_KIND, input_checks_required),
+                                            (EMPTY_CALL_KIND, hardening_required)) if not required}
+    judged = [c for c in group if c.get("kind") not in excluded]
     # cases the run never reached (it stopped, or was interrupted) judge nothing: their pair is incomplete;
     # those its own crashes skipped (quarantine, "not run: kernel/layout crashed ...") are its failure
     run_cases = [c for c in judged if not str(c.get("reason", "")).startswith("not run: ")

@@ -106,6 +106,7 @@ def pytest_arguments(args: argparse.Namespace) -> list[str]:
         "--rtp-crash-limit",
         str(args.crash_limit),
         *(["--rtp-require-input-checks"] if args.require_input_checks else []),
+        *(["--rtp-require-hardening"] if args.require_hardening else []),
         "--timeout",
         str(args.case_timeout),
         "--timeout-method",
@@ -237,6 +238,7 @@ def _platform_argv(args: argparse.Namespace, out: Path, name: str) -> list[str]:
         "--tier",
         args.tier,
         *(["--require-input-checks"] if args.require_input_checks else []),
+        *(["--require-hardening"] if args.require_hardening else []),
     ]
     supported = every_variant(resolve_platform(name))
     for option, values in (
@@ -397,6 +399,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="certify only kernels that refuse an out-of-range slot (input checks 'validated' or 'flagged'); "
         "by default input checks are reported, not required (engines own slot validity)",
+    )
+    parser.add_argument(
+        "--require-hardening",
+        action="store_true",
+        help="certify only kernels whose empty call (no tokens) is clean: it returns, writes nothing and leaves no "
+        "device error; by default the hardening column is reported, not required (engines do not make that call)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")
     add_json_flag(parser, "the summary as JSON")

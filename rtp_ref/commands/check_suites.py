@@ -1,5 +1,6 @@
 """``rtp-ref check-args`` and ``rtp-ref check-plugins``: the shipped behaviour suites run against an engine's own
-parser or loader (rtp_ref.suites), their failures printed as the findings they pin."""
+parser or loader (rtp_ref.suites), their failures printed as the findings they pin and what the engine lacks as
+absent features, apart."""
 
 from __future__ import annotations
 
@@ -49,8 +50,10 @@ def register(sub: Any) -> None:
             help=f"run the {name} behaviour suite against an implementation of the {what}; failures as findings",
             description=f"Run rtp-ref's {name} behaviour suite (rtp_ref/suites/{name}) in a pytest process of its "
             f"own against --impl (the reference without it) and print each failing test under the bug or review "
-            f"finding it pins, then 'N passed, M failed'. Exits 0 when every test passes, 1 when any fails (or "
-            f"none ran), 2 on bad input. Nothing is written into the current directory. Example: rtp-ref "
+            f"finding it pins, each test the implementation cannot run under the feature it lacks (ABSENT: the "
+            f"kit's absent_features, or a keyword or flag the implementation refuses), then 'N passed, M failed, "
+            f"K absent'. Exits 0 when no test fails and some pass, 1 when any fails (or none passed), 2 on bad "
+            f"input. Nothing is written into the current directory. Example: rtp-ref "
             f"check-{name} --impl rtp_ref.suites.{name}.legacy_{'' if name == 'args' else 'plugins_'}adapter"
             f":legacy_{name}_kit",
         )

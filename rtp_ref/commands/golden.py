@@ -94,11 +94,11 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "golden",
         help="write a layout's golden vector (inputs and expected cache) as a safetensors file",
-        description="Write the inputs of one concat_and_cache_mla call (kv_c, k_pe, slot_mapping with "
-        "some -1 "
-        "slots, scale), the cache before it and the expected cache after it, plus metadata, to a safetensors "
-        "file a C++ or Rust test can check a kernel with (keys: docs/layouts.md). The same arguments "
-        "give the same bytes. Example: "
+        description="Write the inputs of one call of a write op (--family mla: concat_and_cache_mla's kv_c, k_pe, "
+        "slot_mapping with some -1 slots, scale; mha: reshape_and_cache_flash's; indexer: "
+        "indexer_k_quant_and_cache's), the caches before it and the expected caches after it, plus metadata, to a "
+        "safetensors file a C++ or Rust test can check a kernel with (keys: docs/layouts.md); `rtp-ref golden-check "
+        "FILE` reads it back. The same arguments give the same bytes. Example: "
         "rtp-ref golden --layout fp8_ds_mla --platform cuda-sm90 --out ds_mla.safetensors",
     )
     parser.add_argument("--family", choices=FAMILIES, default="mla",

@@ -43,7 +43,8 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  tolerances:      numerics within {p.numerics_max_ulp:g} ulp; required grade {p.required_grade}")
     for d in p.deviations:
         layouts = ", ".join(d.layouts)
-        print(f"  deviation:       {d.kernel} on {layouts} fails {d.check}: {d.reason} [{d.source}]")
+        before = f" (torch before {d.torch_before[0]}.{d.torch_before[1]})" if d.torch_before else ""
+        print(f"  deviation:       {d.kernel} on {layouts} fails {d.check}{before}: {d.reason} [{d.source}]")
     uncited = p.uncited_claims()
     # a bundled table cites every claim; a user's table may not, and says so here (rtp_ref.platform, [sources])
     print(f"  sources:         {len(p.citations) - len(uncited)} of {len(p.citations)} claims cite one"

@@ -8,9 +8,25 @@ from typing import Any
 
 from rtp_ref.commands._output import add_json_flag, print_json
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.golden_file import GoldenFile
 from rtp_ref.kv.golden_read import read_golden
+from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.reader_view import reader_changes
+from rtp_ref.ops import MLA_OP, OPS
 from rtp_ref.platform import resolve_platform
+
+
+def no_reader_convention(golden: GoldenFile) -> str:
+    """Why read-check does not read ``golden``, a file of another op than the MLA write: one line naming the file,
+    what read-check reads and why (a platform table's ``[reader]`` speaks of the attention readers of an MLA cache
+    only), and what reads the file's cache instead (its family's read op, or none)."""
+    spec = OPS[golden.op]
+    readers = [s.name for s in OPS.values() if s.reads and s.family == spec.family]
+    read_by = (f"its read op, {' and '.join(readers)}, copies the stored bytes as they are" if readers else
+               "it has no read op: attention kernels read it in place through the block table")
+    return (f"{golden.where}: a call of {golden.op}, whose cache no platform table's [reader] describes ({read_by}; "
+            f"[reader] states how the attention readers of an MLA cache take it); valid: read-check reads golden "
+            f"files of {MLA_OP} (`rtp-ref golden --family mla`); `rtp-ref golden-check` checks this one")
 
 
 def _read_check(args: argparse.Namespace) -> int:
@@ -21,6 +37,8 @@ def _read_check(args: argparse.Namespace) -> int:
                           "[reader] section (every bundled table has one)")
     golden = read_golden(args.file)
     layout, meta = golden.layout, golden.metadata
+    if not isinstance(layout, MlaLayout):
+        raise RtpRefError(no_reader_convention(golden))
     if reader.reads and layout.name not in reader.reads:
         # the table says which layouts its reader reads: another layout's view would be a reader that does not exist
         raise RtpRefError(f"{golden.path}: layout {layout.name} is read by no reader of {platform.name} ({reader.name} "
@@ -56,11 +74,12 @@ def register(sub: Any) -> None:
         "read-check",
         help="what a platform's attention reader sees in a golden file's cache: tile scales and fp8 values it "
              "takes differently from what was stored",
-        description="Read the written entries of an MLA golden file (rtp-ref golden) as the platform table's "
-        "[reader] takes them (FlashMLA SM90: fp32 tile scales as bf16; SM100: as e8m0 rounded toward zero; AITER: "
-        "as stored, in the platform's fp8 format) and report, per kind of value, how many change on read and by "
+        description="Read the written entries of an MLA golden file (rtp-ref golden --family mla) as the platform "
+        "table's [reader] takes them (FlashMLA SM90: fp32 tile scales as bf16; SM100: as e8m0 rounded toward zero; "
+        "AITER: as stored, in the platform's fp8 format) and report, per kind of value, how many change on read and by "
         "how much. Exits 0 when the reader sees every value as stored, 1 when some change, 2 on a bad file or "
-        "argument. Example: rtp-ref read-check ds_mla.safetensors --platform cuda-sm100",
+        "argument (a golden file of the MHA or indexer write among them: no table states a reader of those caches). "
+        "Example: rtp-ref read-check ds_mla.safetensors --platform cuda-sm100",
     )
     parser.add_argument("file", metavar="FILE", help="the golden .safetensors file (an MLA layout)")
     parser.add_argument("--platform", required=True, help="platform name or .toml path whose [reader] reads it")

@@ -60,7 +60,8 @@ class Fp8Format:
 
     @property
     def nan_code(self) -> int:
-        """The NaN this codec writes (a canonical quiet NaN, positive where the format has a sign)."""
+        """The NaN this codec writes (a canonical quiet NaN, positive where the format has a sign). A kernel may
+        write any of the format's NaN codes (``is_nan_code``) instead: rtp_ref.fp8.elements.NanPolicy."""
         if self.nan_encoding is NanEncoding.FN:
             return 0x7F
         if self.nan_encoding is NanEncoding.FNUZ:

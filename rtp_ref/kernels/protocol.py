@@ -21,11 +21,19 @@ platform contract (fp8 format, scale rule, divisor...). Kernels without ``bind``
 they are, against the platform under test. rtp-ref's built-in kernels all bind, which is how a
 ROCm table is exercised on a CUDA GPU or the CPU ("emulated").
 
-Optionally ``input_requirements: Collection[str]``, names from ``INPUT_REQUIREMENTS``: what the
-kernel needs of its value inputs (``kv_c`` and ``k_pe`` here; contiguity, 16-byte alignment for vector loads).
-Given inputs that break a declared requirement, the kernel may raise a clear error: the suite reports that case
-as refused as declared, never as a pass of the write. A kernel that declares nothing must handle
-every stride the suite builds; a fault or wrong bytes is a failure either way.
+Optionally a declared input domain, the arguments the kernel takes, as data (any op, readers included):
+
+* ``input_domain: Mapping[str, Collection[str | int]]``: per argument dimension of its op (``OpCases.domain``,
+  rtp_ref.cases.domain: ``block_table``, ``slot_mapping``, ``dst``, ``input``, ``scales``, ``head_size``,
+  ``quant_block``, ``block_size``, ...), the values it takes, e.g. ``{"block_table": ("int32",), "dst": ("bf16",)}``;
+  a dimension it leaves out takes every value;
+* ``input_requirements: Collection[str]``, names from ``INPUT_REQUIREMENTS``: what it needs of its value inputs'
+  memory (``kv_c`` and ``k_pe`` here; contiguity, 16-byte alignment for vector loads).
+
+Given a case outside its declared domain, the kernel may raise a clear error before writing: the suite reports that
+case as refused as declared, never as a pass of the write or a failure, and the report lists the domain beside the
+verdict. A kernel that declares nothing must take every case; a fault, wrong bytes or a refusal of a case inside
+the domain is a failure either way, and so is a domain that leaves out a value engines pass (``Dimension.required``).
 
 Optionally ``graph_safe: bool``: whether a call can be captured in a CUDA graph and replayed with new inputs in
 the same tensors. ``True`` makes the graph tier (``--tier graph``) a requirement; ``False`` keeps the kernel out
@@ -42,12 +50,13 @@ limit must still raise before writing, and is reported as refused with that reas
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
+from rtp_ref.cases.domain import Domain, Value, narrowed, outside, problems
 from rtp_ref.errors import RtpRefError
 from rtp_ref.errors import UnsupportedLayoutError as UnsupportedLayoutError  # re-exported: the kernels' import path
 from rtp_ref.ops import MLA_OP, OPS
@@ -102,6 +111,29 @@ def broken_requirements(requirements: Collection[str], *inputs: torch.Tensor) ->
     return broken
 
 
+def declared_domain(kernel: object) -> Domain:
+    """The kernel's ``input_domain`` (empty when it declares none: every value)."""
+    declared = getattr(kernel, "input_domain", None)
+    return declared if isinstance(declared, Mapping) else {}
+
+
+def domain_text(kernel: object, op: str) -> str | None:
+    """What the kernel's declared domain leaves out of its op's, for the report (``block_table int32, dst bf16,
+    contiguous inputs``), or None when it takes every case's values."""
+    requirements = getattr(kernel, "input_requirements", ())
+    parts = [*narrowed(declared_domain(kernel), OPS[op].cases.domain), *(f"{r} inputs" for r in sorted(requirements))]
+    return ", ".join(parts) or None
+
+
+def declared_refusal(kernel: object, arguments: Mapping[str, Value], value_inputs: tuple[torch.Tensor, ...],
+                     layout: object) -> str | None:
+    """Why a case is one the kernel declared it does not take (its arguments outside ``input_domain``, value inputs
+    that break ``input_requirements``, a ``supports`` limit), or None when the kernel must take it."""
+    reasons = [*outside(declared_domain(kernel), arguments),
+               *broken_requirements(getattr(kernel, "input_requirements", ()), *value_inputs)]
+    return ", ".join(reasons) or declared_limit(kernel, layout)
+
+
 def declared_limit(kernel: object, layout: object) -> str | None:
     """The kernel's own reason it does not write ``layout`` (its op's layout at the call's shapes: an
     ``MlaLayout``, ``MhaPagedLayout`` or ``IndexerLayout``), from its optional ``supports(layout) -> str | None``;
@@ -120,10 +152,10 @@ def declared_limit(kernel: object, layout: object) -> str | None:
 def check_kernel(obj: Any, origin: str) -> Any:
     """Validate that ``obj`` satisfies the protocol of its op (``op``, default ``concat_and_cache_mla``:
     rtp_ref.ops); ``origin`` (e.g. the entry point) names it in errors. Returns ``obj``."""
-    problems = []
+    found: list[str] = []
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not name:
-        problems.append("'name' must be a non-empty string")
+        found.append("'name' must be a non-empty string")
     op = getattr(obj, "op", MLA_OP)
     if op not in OPS:
         raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: 'op' is {op!r}; "
@@ -131,24 +163,26 @@ def check_kernel(obj: Any, origin: str) -> Any:
     spec = OPS[op]
     claims = getattr(obj, spec.claims, None)
     if isinstance(claims, str) or not isinstance(claims, Collection) or not claims:
-        problems.append(f"'{spec.claims}' must be a non-empty collection of {op} variants")
+        found.append(f"'{spec.claims}' must be a non-empty collection of {op} variants")
     else:
         unknown = sorted(set(claims) - set(spec.variants))
         if unknown:
-            problems.append(f"'{spec.claims}' has unknown {unknown}; valid: {', '.join(spec.variants)}")
+            found.append(f"'{spec.claims}' has unknown {unknown}; valid: {', '.join(spec.variants)}")
     devices = getattr(obj, "devices", None)
     if isinstance(devices, str) or not isinstance(devices, Collection) or not devices:
-        problems.append("'devices' must be a non-empty collection of torch device types, e.g. ('cuda',)")
+        found.append("'devices' must be a non-empty collection of torch device types, e.g. ('cuda',)")
     requirements = getattr(obj, "input_requirements", ())
     if isinstance(requirements, str) or not isinstance(requirements, Collection):
-        problems.append("'input_requirements' must be a collection of requirement names")
+        found.append("'input_requirements' must be a collection of requirement names")
     elif set(requirements) - set(INPUT_REQUIREMENTS):
-        problems.append(f"'input_requirements' has unknown {sorted(set(requirements) - set(INPUT_REQUIREMENTS))}; "
-                        f"valid: {', '.join(INPUT_REQUIREMENTS)}")
+        found.append(f"'input_requirements' has unknown {sorted(set(requirements) - set(INPUT_REQUIREMENTS))}; "
+                     f"valid: {', '.join(INPUT_REQUIREMENTS)}")
+    if hasattr(obj, "input_domain"):
+        found += problems(obj.input_domain, spec.cases.domain)
     if not callable(obj):
-        problems.append(f"it must be callable as {spec.signature}")
-    if problems:
-        raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: {'; '.join(problems)}")
+        found.append(f"it must be callable as {spec.signature}")
+    if found:
+        raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: {'; '.join(found)}")
     return obj
 
 

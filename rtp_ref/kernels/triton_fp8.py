@@ -92,6 +92,8 @@ def fp8_hardware(x: tl.tensor, HW: tl.constexpr, MAX_VALUE: tl.constexpr, NAN_CO
         code = x.to(tl.float8e5).to(tl.uint8, bitcast=True)
     else:
         code = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    # NaN as the format's canonical code: any NaN of the format passes (rtp_ref.fp8.elements.NanPolicy), but fnuz's
+    # one NaN, 0x80, was cleared to zero above
     return tl.where(x != x, NAN_CODE, code).to(tl.uint8)
 
 

@@ -24,7 +24,9 @@ import torch
 
 from rtp_ref import __version__
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.kv.cache import reference_write
+from rtp_ref.kv.flags import LayoutFlags
 from rtp_ref.kv.layouts import MlaLayout, layout_for_platform
 
 if TYPE_CHECKING:
@@ -48,6 +50,18 @@ _SAFETENSORS_DTYPES = {
     torch.bfloat16: "BF16",
     torch.float16: "F16",
 }
+
+
+@dataclass(frozen=True)
+class GoldenContract:
+    """The platform half of the call a golden file holds, as the file states it: the cache's fp8 format (the
+    platform's own unless flag ``cache_fp8_format`` names another), the conversion mode and the resolved layout
+    flags: what ``rtp_ref.contract.WriteContract.for_platform`` gives a kernel of the op on that platform. A
+    format source (rtp_ref.fp8.formats.FormatSource) the layouts are built from."""
+
+    element_format: Fp8Format
+    conversion_mode: ConversionMode
+    flags: LayoutFlags
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ As for the MLA write (rtp_ref.kv.golden, whose file writer and checks these shar
 the same bytes, every ``SKIP_EVERY``-th token is on slot -1, the caches start as random bytes, and
 docs/layouts.md lists the keys. An HND cache is stored as its ``[num_blocks, heads, block_size, head_size]``
 storage (``cache_order`` in the metadata): the kernel's view is that tensor permuted to ``(0, 2, 1, 3)``.
+A file states the contract it was written under (``GoldenContract``: ``flags``, ``conversion_mode``, the cache's
+``fp8_format``; an MHA file also the platform's own, ``platform_fp8_format``, which is what ``fp8`` stores), so
+that ``rtp-ref golden-check`` (rtp_ref.kv.golden_read) binds a kernel to it without the platform table.
 """
 
 from __future__ import annotations
@@ -16,9 +19,19 @@ import torch
 
 from rtp_ref import __version__
 from rtp_ref.errors import RtpRefError
-from rtp_ref.kv.golden import GOLDEN_FORMAT, GOLDEN_MAX_BYTES, SEED_RANGE, SKIP_EVERY, GoldenCase, input_dtype_of
-from rtp_ref.kv.indexer import indexer_layout, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.flags import resolve_flags
+from rtp_ref.kv.golden import (
+    GOLDEN_FORMAT,
+    GOLDEN_MAX_BYTES,
+    SEED_RANGE,
+    SKIP_EVERY,
+    GoldenCase,
+    GoldenContract,
+    input_dtype_of,
+)
+from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import CACHE_ORDERS, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 from rtp_ref.kv.platform_table import PlatformTable
 
 
@@ -55,12 +68,20 @@ class GoldenShape:
         slots[SKIP_EVERY - 1:: SKIP_EVERY] = -1
         return slots
 
-    def metadata(self, platform: PlatformTable, op: str, layout: str) -> dict[str, str]:
-        """The metadata every family's golden file has."""
+    def metadata(self, platform: PlatformTable, contract: GoldenContract, op: str, layout: str) -> dict[str, str]:
+        """The metadata every family's golden file has (``flags``: the contract's resolved layout flags)."""
         return {"golden_format": GOLDEN_FORMAT, "rtp_ref_version": __version__, "op": op, "layout": layout,
                 "platform": platform.name, "platform_sha256": platform.sha256, "input_dtype": self.input_dtype,
                 "block_size": str(self.block_size), "num_blocks": str(self.num_blocks),
-                "num_tokens": str(self.tokens), "seed": str(self.seed)}
+                "num_tokens": str(self.tokens), "seed": str(self.seed),
+                "flags": json.dumps(contract.flags.as_dict()), "conversion_mode": contract.conversion_mode.value}
+
+
+def platform_contract(platform: PlatformTable) -> GoldenContract:
+    """The contract a kernel bound to ``platform``'s table follows (its default layout flags): the cache's fp8
+    format is the platform's own unless flag ``cache_fp8_format`` names another."""
+    flags = resolve_flags(platform)
+    return GoldenContract(flags.cache_format(platform.element_format), platform.conversion_mode, flags)
 
 
 def _values(generator: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -76,7 +97,8 @@ def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: 
     shape = shape or GoldenShape()
     if order not in CACHE_ORDERS:
         raise RtpRefError(f"--cache-order {order!r}; valid: {', '.join(CACHE_ORDERS)}")
-    layout = mha_layout(platform, kv_cache_dtype, num_kv_heads, head_size)
+    contract = platform_contract(platform)
+    layout = mha_layout(contract, kv_cache_dtype, num_kv_heads, head_size)
     dtype = shape.check(2 * layout.k_bytes_per_token())
     g = torch.Generator().manual_seed(shape.seed)
     key = _values(g, (shape.tokens, num_kv_heads, head_size), dtype)
@@ -101,11 +123,12 @@ def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: 
              for n in ("key_cache", "value_cache")]
     reference_reshape_and_cache_flash(layout, key, value, views[0], views[1], slots, tensors["k_scale"],
                                       tensors["v_scale"])
-    meta = shape.metadata(platform, "reshape_and_cache_flash", kv_cache_dtype)
+    meta = shape.metadata(platform, contract, MHA_OP, kv_cache_dtype)
     meta.update({"num_kv_heads": str(num_kv_heads), "head_size": str(head_size), "cache_order": order,
                  "fp8_format": layout.element_format.name if layout.element_format else "none",
-                 "conversion_mode": layout.conversion_mode.value, "scales": "per_head" if per_head_scales
-                 else "per_tensor", "k_bytes_per_token": str(layout.k_bytes_per_token())})
+                 "platform_fp8_format": platform.element_format.name,
+                 "scales": "per_head" if per_head_scales else "per_tensor",
+                 "k_bytes_per_token": str(layout.k_bytes_per_token())})
     return GoldenCase(tensors, meta)
 
 
@@ -114,7 +137,8 @@ def make_indexer_golden(platform: PlatformTable, scale_fmt: str, head_dim: int, 
     """The golden vector of one ``indexer_k_quant_and_cache`` call on ``platform`` (keys: docs/layouts.md).
     Token 0 is all zero (the amax floor)."""
     shape = shape or GoldenShape()
-    layout = indexer_layout(platform, head_dim, quant_block_size)
+    contract = platform_contract(platform)
+    layout = indexer_layout_for(contract, contract.flags, head_dim, quant_block_size)
     dtype = shape.check(layout.bytes_per_token)
     g = torch.Generator().manual_seed(shape.seed)
     k = _values(g, (shape.tokens, head_dim), dtype)
@@ -124,8 +148,8 @@ def make_indexer_golden(platform: PlatformTable, scale_fmt: str, head_dim: int, 
                            generator=g)
     expected = before.clone()
     reference_indexer_k_quant_and_cache(layout, k, expected, slots, scale_fmt)
-    meta = shape.metadata(platform, "indexer_k_quant_and_cache", scale_fmt)
+    meta = shape.metadata(platform, contract, INDEXER_OP, scale_fmt)
     meta.update({"head_dim": str(head_dim), "quant_block_size": str(quant_block_size),
-                 "fp8_format": layout.element_format.name, "conversion_mode": layout.conversion_mode.value,
-                 "scale_divisor": json.dumps(layout.scale_divisor), "bytes_per_token": str(layout.bytes_per_token)})
+                 "fp8_format": layout.element_format.name, "scale_divisor": json.dumps(layout.scale_divisor),
+                 "bytes_per_token": str(layout.bytes_per_token)})
     return GoldenCase({"k": k, "slot_mapping": slots, "kv_cache_before": before, "kv_cache_expected": expected}, meta)

@@ -3,7 +3,7 @@ dense dequantised rows; its variants the MLA layouts."""
 
 from __future__ import annotations
 
-from rtp_ref.cases.gather_cases import gather_specs
+from rtp_ref.cases.gather_cases import GATHER_DOMAIN, gather_specs
 from rtp_ref.cases.op_cases import OpCases, random_sample
 from rtp_ref.cases.read_case import ReadCase
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
@@ -14,5 +14,5 @@ from rtp_ref.ops.record import OpSpec
 OP = OpSpec(MLA_GATHER_OP, "mla", "kv_cache_dtypes", MLA_LAYOUT_NAMES,
             "kernel(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale, seq_starts)",
             "-gather", gather_and_maybe_dequant_cache,
-            OpCases(MLA_GATHER_OP, gather_specs, ReadCase, random_sample(gather_specs)),
+            OpCases(MLA_GATHER_OP, gather_specs, ReadCase, random_sample(gather_specs), domain=GATHER_DOMAIN),
             reads=True, rank=3)

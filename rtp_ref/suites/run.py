@@ -13,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rtp_ref.args import resolve_object
 from rtp_ref.errors import RtpRefError
 from rtp_ref.suites.args.kit import KIT_ENV as ARGS_KIT_ENV
+from rtp_ref.suites.features import FEATURES_BY_NAME, absent_feature_of
 from rtp_ref.suites.plugins.kit import KIT_ENV as PLUGINS_KIT_ENV
 
 SUITE_DIR = Path(__file__).resolve().parent
@@ -40,13 +42,19 @@ SUITES = {
 }
 
 
+#: the outcome of a test that needs a feature the implementation lacks (rtp_ref/suites/features.py)
+ABSENT = "absent"
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """One test's outcome: ``passed``, ``failure``, ``error`` or ``skipped``, and pytest's message."""
+    """One test's outcome: ``passed``, ``failure``, ``error``, ``skipped`` or ``absent`` (then ``feature`` is the
+    feature the implementation lacks), and pytest's message."""
 
     test: str
     outcome: str
     message: str
+    feature: str = ""
 
 
 def check_impl(option: str, spec: str) -> None:
@@ -62,7 +70,8 @@ def check_impl(option: str, spec: str) -> None:
 
 
 def junit_outcomes(path: Path) -> list[Outcome]:
-    """Each test's outcome (``module::name[params]``) from a JUnit XML report."""
+    """Each test's outcome (``module::name[params]``) from a JUnit XML report; a skip whose reason names a listed
+    feature as absent (``absent: FEATURE: why``) is ``absent``, any other skip stays ``skipped``."""
     outcomes = []
     for case in ElementTree.parse(path).getroot().iter("testcase"):
         test = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
@@ -71,13 +80,34 @@ def junit_outcomes(path: Path) -> list[Outcome]:
             element = case.find(tag)
             if element is not None:
                 outcome, message = tag, element.get("message") or ""
-        outcomes.append(Outcome(test, outcome, message))
+        feature = absent_feature_of(message) if outcome == "skipped" else None
+        if feature in FEATURES_BY_NAME:
+            outcomes.append(Outcome(test, ABSENT, message, feature or ""))
+        else:
+            outcomes.append(Outcome(test, outcome, message))
     return outcomes
 
 
-def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900) -> list[Outcome]:
+def _node_ids(suite: Suite, tests: Sequence[str]) -> list[str]:
+    """pytest's node ids for ``tests`` of ``suite`` (every module when none); ValueError for a test whose module
+    is not the suite's."""
+    if not tests:
+        return [str(SUITE_DIR / m) for m in suite.modules]
+    paths = {Path(m).stem: SUITE_DIR / m for m in suite.modules}
+    ids = []
+    for test in tests:
+        module, _, name = test.partition("::")
+        if module not in paths or not name:
+            raise ValueError(f"{test!r} is not a test of the {suite.name} suite ({', '.join(paths)})")
+        ids.append(f"{paths[module]}::{name}")
+    return ids
+
+
+def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900,
+              tests: Sequence[str] = ()) -> list[Outcome]:
     """Run ``suite`` against ``impl`` (None: the reference) in a child pytest; its JUnit XML goes to ``junit``.
-    RtpRefError when the child wrote no report (it could not start, or the kit broke collection)."""
+    ``tests`` (``module::name`` or ``module::name[params]``) runs only those, else every test. RtpRefError when
+    the child wrote no report (it could not start, or the kit broke collection)."""
     with tempfile.TemporaryDirectory(prefix="rtp-ref-suite-") as work:
         # the child takes its kit from --impl only, and none of an outer pytest's (an xdist worker's) variables
         env = {k: v for k, v in os.environ.items()
@@ -87,7 +117,7 @@ def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900)
             env[suite.impl_env] = impl
         (Path(work) / "pytest.ini").write_text("[pytest]\n")
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(Path(work) / "pytest.ini"),
-                   "--rootdir", str(SUITE_DIR), f"--junitxml={junit}", *(str(SUITE_DIR / m) for m in suite.modules)]
+                   "--rootdir", str(SUITE_DIR), f"--junitxml={junit}", *_node_ids(suite, tests)]
         try:
             run = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
                                  check=False)

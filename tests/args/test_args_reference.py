@@ -361,6 +361,15 @@ def test_explicit_none_from_the_environment_is_bound(monkeypatch: pytest.MonkeyP
     assert root.model.max_seq_len is None
 
 
+def test_explicit_none_from_the_command_line_is_bound() -> None:
+    """The reference's choice (the suites accept rtp-llm's, which skips every None: its alias design)."""
+    root = RootConfig()
+    parser = _parser(config_root=root)
+    parser.add_argument("--max_seq_len", type=optional_int, default=4096, bind_to="model.max_seq_len")
+    parser.parse_args(["--max_seq_len", "none"])
+    assert root.model.max_seq_len is None
+
+
 @pytest.mark.parametrize("spec", ["model..x", "model.max-len", ("model", "x"), 5, []])
 def test_malformed_bind_spec_is_rejected_at_registration(spec: object) -> None:
     with pytest.raises(BindingError, match="--tp_size"):

@@ -11,6 +11,7 @@ import pytest
 from rtp_ref.suites.args.generator import OptionRecipe, ParserRecipe, build_parser, generated_tokens, run_generator
 from rtp_ref.suites.args.kit import CommandGenerator, Generator, ReferenceArgsKit
 from rtp_ref.suites.args.reference_command import ReferenceCommandArgsKit
+from rtp_ref.suites.args.rtp_llm_main_adapter import RtpLlmMainArgsKit
 from tests.processes import child_env
 
 RECIPE = ParserRecipe("RTPT", (
@@ -72,16 +73,35 @@ def test_a_generator_command_needs_a_command() -> None:
         CommandGenerator(())
 
 
-def _engine_generator(**environ: str) -> subprocess.CompletedProcess[str]:
+def _engine_generator(*flags: str, **environ: str) -> subprocess.CompletedProcess[str]:
     """The emulated engine's generator run as production runs it: its own parser, the process environment."""
-    return subprocess.run([sys.executable, "-m", "rtp_ref.suites.args.legacy_rtp_llm"], env=child_env(**environ),
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run([sys.executable, "-m", "rtp_ref.suites.args.rtp_llm_generator", *flags],
+                          env=child_env(**environ), capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_emulated_engine_generator_turns_a_malformed_value_into_the_default_silently() -> None:
-    """§6, faithful to rtp-llm (PR #1266): ``TP_SIZE=abc`` gives ``--tp_size 1``, nothing on stderr, exit 0; a
-    string is never written; a good value is."""
-    bad = _engine_generator(TP_SIZE="abc", MODEL_TYPE="qwen")
+    """§6, faithful to rtp-llm: ``TP_SIZE=abc`` gives ``--tp_size 1``, nothing on stderr, exit 0; a string is
+    never written; a good value is."""
+    bad = _engine_generator("--quiet", TP_SIZE="abc", MODEL_TYPE="qwen")
     assert (bad.returncode, bad.stdout.split(), bad.stderr) == (0, ["--tp_size", "1"], "")
-    good = _engine_generator(TP_SIZE="4")
+    good = _engine_generator("--quiet", TP_SIZE="4")
     assert (good.returncode, good.stdout.split()) == (0, ["--tp_size", "4"])
+
+
+def test_the_emulated_engine_generator_needs_its_own_flags_to_print_a_command_line_of_set_variables() -> None:
+    """Why the adapters pass ``--only-env-vars --quiet``: without them every unset option's default is written
+    (by design, not a bug), and a header and a numbered list come before the command line."""
+    bare = _engine_generator()
+    assert bare.returncode == 0 and bare.stdout.splitlines()[0] == "reading arguments from the environment..."
+    assert bare.stdout.splitlines()[-1].split() == ["--tp_size", "1"]
+    flagged = _engine_generator("--only-env-vars", "--quiet")
+    assert (flagged.returncode, flagged.stdout.split()) == (0, [])
+
+
+def test_an_adapter_puts_the_test_parser_into_a_generator_that_builds_its_own_inline() -> None:
+    """The main branch's adapter, run as the command: the engine generator builds its parser inline and calls
+    ``init_all_group_args``, which the adapter replaced by the recipe's options under the recipe's prefix."""
+    kit = RtpLlmMainArgsKit()
+    environ = {"RTPT_RATIO": "0.5", "RTPT_IDS": "4", "RTPT_MODEL_TYPE": "dropped: a string"}
+    assert generated_tokens(kit, RECIPE, environ) == ["--ratio", "0.5", "--ids", "4"]
+    assert generated_tokens(kit, RECIPE, {}) == []

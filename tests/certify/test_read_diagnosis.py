@@ -1,13 +1,14 @@
 """The MLA reader's contract search (rtp_ref.cases.read_diagnosis), run by the engine on real readers: one that
-takes its tile scales as bf16 (FlashMLA SM90's reading) and one that stores NaN as the hardware's 0x7FFF are named;
-one that takes another tile's scale matches no known reading. The readers are written from their description."""
+takes its tile scales as bf16 (FlashMLA SM90's reading) is named, with the NaN it stores when that is the hardware's
+0x7FFF (a NaN the NaN policy accepts, so a reader doing only that passes); one that takes another tile's scale matches
+no known reading. The readers are written from their description."""
 
 from __future__ import annotations
 
 import torch
 
 from rtp_ref.cases.gather_cases import gather_specs
-from rtp_ref.certify.engine import Subject, run_case
+from rtp_ref.certify.engine import CaseResult, Subject, run_case
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
 from rtp_ref.kv.layouts import MlaLayout
@@ -48,9 +49,24 @@ class HardwareNan(GatherMutant):
         bits[torch.isnan(dst)] = 0x7FFF
 
 
-def _diagnosis(kernel: object, variant: str, kind: str) -> str:
+class Bf16TileScalesHardwareNan(Bf16TileScales):
+    """Bf16 tile scales, and every NaN written as 0x7FFF."""
+
+    name = "gather-bf16-tile-scales-hardware-nan"
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        super().read(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+        dst.view(torch.int16)[torch.isnan(dst)] = 0x7FFF
+
+
+def _run(kernel: object, variant: str, kind: str) -> CaseResult:
     key = next(s for s in gather_specs(variant) if s.kind == kind and s.out == "bf16" and s.tokens > 1)
-    result = run_case(Subject("r", kernel, MLA_GATHER_OP, "cpu", "native"), key, CONTRACT, PLATFORM, None)
+    return run_case(Subject("r", kernel, MLA_GATHER_OP, "cpu", "native"), key, CONTRACT, PLATFORM, None)
+
+
+def _diagnosis(kernel: object, variant: str, kind: str) -> str:
+    result = _run(kernel, variant, kind)
     assert result.judgement.failed
     return str(result.record.get("diagnosis"))
 
@@ -61,9 +77,10 @@ def test_a_reader_of_bf16_tile_scales_is_named() -> None:
         "scales as stored (fp32), rounded to nearest even, NaN as 0x7fc0")
 
 
-def test_a_reader_writing_the_hardware_nan_is_named() -> None:
-    text = _diagnosis(HardwareNan().bind(CONTRACT), "fp8", "edge")
-    assert text.startswith("the reader follows tile scales as stored (fp32), rounded to nearest even, NaN as 0x7fff"), \
+def test_a_reader_writing_the_hardware_nan_passes_and_its_nan_is_named_when_it_fails() -> None:
+    assert _run(HardwareNan().bind(CONTRACT), "fp8", "edge").judgement.outcome == "passed"
+    text = _diagnosis(Bf16TileScalesHardwareNan().bind(CONTRACT), "fp8_ds_mla", "edge")
+    assert text.startswith("the reader follows tile scales read as bf16, rounded to nearest even, NaN as 0x7fff"), \
         text
 
 

@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from rtp_ref.certify.collector import json_safe, write_report
-from rtp_ref.certify.report import SCHEMA_VERSION, load_report, merge_reports, render_markdown, render_scoreboard
+from rtp_ref.certify.report import (
+    SCHEMA_VERSION,
+    build_report,
+    load_report,
+    merge_reports,
+    render_markdown,
+    render_scoreboard,
+)
 from rtp_ref.certify.tiers import declined_reason
 from rtp_ref.certify.verdict import certification_failed, verdict
 from rtp_ref.errors import RtpRefError
@@ -53,7 +60,7 @@ def test_summary_keeps_grades_and_failed_checks_apart() -> None:
     assert rows[("k", "auto (unclaimed)")]["verdict"] == "raises as required"
     assert certification_failed(report) == "1 kernel/layout pair(s) failed: k/fp8"
     md = render_markdown(report)
-    assert "| k | fp8 | failed | layout | - | native |" in md and "numerics.saturation" in md
+    assert "| k | fp8 | failed | layout | - | - | native |" in md and "numerics.saturation" in md
 
 
 @pytest.mark.parametrize(
@@ -114,12 +121,15 @@ def test_merge_builds_one_scoreboard(tmp_path: Path) -> None:
 
 
 def test_the_suite_generates_exactly_the_case_kinds_deviations_may_name() -> None:
-    """A deviation's ``cases`` list is checked against CASE_KINDS; the suite must generate each of them."""
+    """A deviation's ``cases`` list is checked against CASE_KINDS; the suite must generate each of them, and besides
+    them only the empty call, which is hardening: never graded, so no deviation can name it."""
     from rtp_ref.cases.case_matrix import case_specs
+    from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
     from rtp_ref.platform import CASE_KINDS, MLA_LAYOUT_NAMES
 
+    assert EMPTY_CALL_KIND not in CASE_KINDS
     for layout in MLA_LAYOUT_NAMES:
-        assert {spec.kind for spec, _ in case_specs(layout)} == set(CASE_KINDS), layout
+        assert {spec.kind for spec, _ in case_specs(layout)} == {*CASE_KINDS, EMPTY_CALL_KIND}, layout
 
 
 def test_a_pair_whose_cases_did_not_all_run_is_incomplete_never_certified() -> None:
@@ -217,7 +227,7 @@ def test_a_published_report_says_when_where_what_and_how(tmp_path: Path) -> None
     assert re.search(r"- run 20\d\d-\d\d-\d\dT[\d:]+\+00:00 to .* s\) on host .+: `rtp-ref certify --platform "
                      r"rocm-gfx942 --kernel reference --layout auto --report \S+ --json`", md), md
     assert "- native: the table is this machine's own platform" in md
-    assert "| (suite) | (all) | certified | - | - | emulated |" in md
+    assert "| (suite) | (all) | certified | - | - | - | emulated |" in md
 
 
 @pytest.mark.parametrize(("build", "line"), [
@@ -305,3 +315,45 @@ def test_the_graph_tier_is_a_graph_safe_column() -> None:
         failed_checks=["graph.capture"])])
     (row,) = [r for r in failing["summary"]["by_kernel_layout"] if r["kernel"] == "c"]
     assert (row["verdict"], row["graph_safe"], row["failed_at"]) == ("failed", "no (graph.capture)", None)
+
+
+def _hardening_cases(empty_outcome: str, **empty: Any) -> list[dict[str, Any]]:
+    return [
+        case_row("r", "fp8", "passed", case="random-t37"),
+        case_row("r", "fp8", "passed", grade=None, kind="random", case="random-i64",
+                 refused="block_table int64, declared int32"),
+        case_row("r", "fp8", "passed", grade=None, kind="domain", case="declared-domain",
+                 domain="block_table int32, dst bf16"),
+        case_row("r", "fp8", empty_outcome, grade=None, kind="empty", case="empty-t0", **empty),
+    ]
+
+
+def test_hardening_and_the_declared_domain_stand_beside_the_verdict() -> None:
+    report = minimal_report(_hardening_cases("passed", hardening="device error",
+                                             hardening_detail="the empty call left a device error: CUDA error"))
+    (row,) = [r for r in report["summary"]["by_kernel_layout"] if r["kernel"] == "r"]
+    assert (row["verdict"], row["min_grade"], row["hardening"], row["domain"]) == \
+        ("certified", "bit_exact", "device error", "block_table int32, dst bf16")
+    md = render_markdown(report)
+    assert ("| r | fp8 | certified for block_table int32, dst bf16 only (refuses random (block_table int64, declared "
+            "int32), as declared) | bit_exact | - | device error | native |") in md
+    assert "- r/fp8 empty-t0: device error: the empty call left a device error: CUDA error" in md
+    board = render_scoreboard(merge_reports([report], ["a"]))
+    assert "| r | fp8 | certified (bit_exact) for block_table int32, dst bf16 only |" in board
+
+
+def test_the_empty_call_decides_the_verdict_only_where_hardening_is_required() -> None:
+    # a worker that died on the empty call: the hardening column says crashed, the write stays certified
+    cases = _hardening_cases("failed", failed_checks=["support.worker_died"])
+    report = minimal_report(cases)
+    (row,) = [r for r in report["summary"]["by_kernel_layout"] if r["kernel"] == "r"]
+    assert (row["verdict"], row["hardening"]) == ("certified", "crashed")
+    required = build_report(**{**_report_args(report), "platform": {**report["platform"], "require_hardening": True}})
+    (row,) = [r for r in required["summary"]["by_kernel_layout"] if r["kernel"] == "r"]
+    assert (row["verdict"], row["failed_checks"]) == ("failed", ["support.worker_died"])
+
+
+def _report_args(report: dict[str, Any]) -> dict[str, Any]:
+    return {"platform": report["platform"], "environment": report["environment"], "flags": report["layout_flags"],
+            "selection": report["selection"], "cases": report["cases"], "unmatched_deviations": [],
+            "complete": True, "exit_status": 0}

@@ -73,7 +73,7 @@ class _Config:
     def __init__(self, **options: Any) -> None:
         self.rtp_ref_layout_flags: dict[str, str] = {}
         self.options = {"rtp_platform": "cpu", "rtp_kernel": [], "rtp_layout": [], "rtp_require_input_checks": False,
-                        **options}
+                        "rtp_require_hardening": False, **options}
 
     def getoption(self, name: str) -> Any:
         return self.options[name]

@@ -78,6 +78,10 @@ BAD_INPUTS = [
         "platform file '{tmp}/none.toml' cannot be read: No such file or directory"),
     Bad("platforms-unknown-name", ("platforms", "show", "sm90"),
         "unknown platform 'sm90'; known platforms: cpu, cuda-sm100, cuda-sm90, rocm-gfx942, rocm-gfx950"),
+    # kernels
+    Bad("kernels-unknown-op", ("kernels", "--op", "concat_and_cache"),
+        "--op 'concat_and_cache': not an op rtp-ref certifies; valid: concat_and_cache_mla, reshape_and_cache_flash, "
+        "indexer_k_quant_and_cache, gather_and_maybe_dequant_cache, cp_gather_indexer_k_quant_cache"),
     # fp8
     Bad("fp8-unknown-format", ("fp8", "encode", "--format", "e4m3", "1"), "argument --format: invalid choice: 'e4m3'"),
     Bad("fp8-not-a-number", ("fp8", "encode", "--format", "e4m3fn", "abc"), "'abc' is not a number"),

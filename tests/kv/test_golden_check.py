@@ -19,8 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from rtp_ref.cli import main
-from rtp_ref.kv.golden import make_golden
+from rtp_ref.kv.golden import GoldenContract, make_golden
 from rtp_ref.kv.golden_read import METADATA_KEYS, TENSOR_KEYS, read_golden
+from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import load_platform
 from tests.processes import child_env
 from tests.zygote import CliRun, shared_zygote
@@ -166,8 +167,10 @@ def test_bad_metadata_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.Capt
 def test_read_golden_gives_the_layout_of_the_files_own_contract(tmp_path: Path) -> None:
     path = golden(tmp_path / "g.safetensors", "fp8_ds_mla", "rocm-gfx942")
     read = read_golden(path)
-    assert read.layout.element_format.name == "e4m3fnuz"
-    assert read.layout.flags.fp8_max_divisor == 224.0 and read.layout.flags.ds_mla_scale_rule.value == "amax_div"
+    layout = read.layout
+    assert isinstance(layout, MlaLayout) and layout.element_format.name == "e4m3fnuz"
+    assert layout.flags.fp8_max_divisor == 224.0 and layout.flags.ds_mla_scale_rule.value == "amax_div"
+    assert read.contract == GoldenContract(layout.element_format, layout.conversion_mode, layout.flags)
 
 
 def _first_mismatch_of_inline_model1_scales(path: Path) -> str:

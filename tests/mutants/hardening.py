@@ -1,10 +1,13 @@
-"""Kernels that are correct writers but behave as production kernels do at the edges of their inputs.
+"""Kernels that are correct writers (and readers) but behave as production kernels do at the edges of their inputs.
 
 Loaded through ``RTP_REF_KERNELS=tests.mutants.hardening:kernels``; tests/mutants/test_input_hardening.py
-certifies them. Each is the reference writer (``Mutant``) with one behaviour changed.
+certifies them. Each is the reference writer (``Mutant``, ``MhaMutant``) or reader (``GatherMutant``) with one
+behaviour changed: what it refuses, whether it declares so, what its empty call leaves.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 
@@ -12,6 +15,7 @@ from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import scatter_entries
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout, reference_reshape_and_cache_flash
+from tests.mutants.gather_mutants import GatherMutant
 from tests.mutants.kernels import Mutant
 from tests.mutants.mha_indexer_mutants import MhaMutant
 
@@ -117,7 +121,63 @@ class MhaNoSlotCheck(MhaMutant):
                                           v_scale)
 
 
-def kernels() -> list[Mutant | MhaMutant]:
+class RefusesInt64AndWideDst(GatherMutant):
+    """A correct MLA reader that refuses, before reading, index tensors other than int32 and a ``dst`` other than
+    bf16, as vLLM's readers do ('block_table must be int32'; its fp8_ds_mla gather takes a bf16 dst only), and
+    declares nothing."""
+
+    name = "hardening-reader-int32-bf16-undeclared"
+    kv_cache_dtypes = ("auto", "fp8")
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        for arg, t in (("block_table", block_table), ("cu_seq_lens", cu_seq_lens), ("seq_starts", seq_starts)):
+            if t is not None and t.dtype != torch.int32:
+                raise ValueError(f"{arg} must be int32")
+        if dst.dtype != torch.bfloat16:
+            raise ValueError(f"dst must be bf16, got {dst.dtype}")
+        super().read(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
+class DeclaresInt32Bf16(RefusesInt64AndWideDst):
+    """The same reader, declaring what it refuses as its input domain."""
+
+    name = "hardening-reader-int32-bf16"
+    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"block_table": ("int32",), "dst": ("bf16",)}
+
+
+class DeclaresFp32DstOnly(GatherMutant):
+    """A correct MLA reader that declares, and takes, an fp32 ``dst`` only: a domain without the bf16 dst engines
+    gather DeepSeek's cache into."""
+
+    name = "hardening-reader-fp32-only"
+    kv_cache_dtypes = ("fp8",)
+    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"dst": ("fp32",)}
+
+    def read(self, layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+             cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None) -> None:
+        if dst.dtype != torch.float32:
+            raise ValueError(f"dst must be fp32, got {dst.dtype}")
+        super().read(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+
+
+class MhaSameScaleShapes(MhaMutant):
+    """A correct MHA write that refuses k and v scales of different shapes (as vLLM's does) and declares so."""
+
+    name = "hardening-mha-same-scale-shapes"
+    kv_cache_dtypes = ("fp8",)
+    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"scales": ("tensor", "head")}
+
+    def write(self, layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+              value_cache: torch.Tensor, slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+        if k_scale.shape != v_scale.shape:
+            raise ValueError(f"k_scale and v_scale must have the same shape, got {list(k_scale.shape)} and "
+                             f"{list(v_scale.shape)}")
+        super().write(layout, key, value, key_cache, value_cache, slots, k_scale, v_scale)
+
+
+def kernels() -> list[Mutant | MhaMutant | GatherMutant]:
     """The entry point for ``RTP_REF_KERNELS``."""
     return [NoSlotCheck(), DeclaresContiguous(), AssumesContiguous(), LaunchErrorOnEmpty(), DeclaresRankLimit(),
-            MhaNoSlotCheck()]
+            MhaNoSlotCheck(), RefusesInt64AndWideDst(), DeclaresInt32Bf16(), DeclaresFp32DstOnly(),
+            MhaSameScaleShapes()]

@@ -1,5 +1,5 @@
-"""Input hardening is reported apart from the write; strided inputs and declared requirements are honoured;
-a device error lands on the case that caused it (all in real certify runs)."""
+"""Hardening (the out-of-range slot, the empty call) is reported apart from the write; strided inputs, declared
+requirements and declared input domains are honoured (all in real certify runs)."""
 
 from __future__ import annotations
 
@@ -61,11 +61,29 @@ def test_input_hardening_and_strided_inputs(tmp_path: Path) -> None:
     failed = {c["kind"] for c in _cases(report, "hardening-assumes-contiguous") if c["outcome"] == "failed"}
     assert failed == {"noncontig", "fused", "elem_aligned"}
     assert rows[("hardening-assumes-contiguous", "auto")]["verdict"] == "failed"
-    # the launch error is named on the 0-token cases, and on no other case
-    named = {c["case"] for c in _cases(report, "hardening-launch-error-on-empty")
-             if "support.device_error" in c.get("failed_checks", [])}
-    assert named == {"random-t0-b16-bf16", "random-t0-b16-fp16"}
+    # a correct writer whose empty call leaves a launch error pending (vLLM's and rtp-llm's empty grid) is certified:
+    # the error is named in the hardening column, from the 0-token cases, and on no case of the write
+    row = rows[("hardening-launch-error-on-empty", "auto")]
+    assert (row["verdict"], row["min_grade"], row["hardening"]) == ("certified", "bit_exact", "device error")
+    empty = {c["case"]: c for c in _cases(report, "hardening-launch-error-on-empty") if c.get("kind") == "empty"}
+    assert sorted(empty) == ["empty-t0-b16-bf16", "empty-t0-b16-fp16"]
+    assert all(c["outcome"] == "passed" and "CUDA error: invalid argument" in c["hardening_detail"]
+               for c in empty.values()), empty
+    assert not any(c.get("failed_checks") for c in _cases(report, "hardening-launch-error-on-empty"))
+    assert rows[("hardening-no-slot-check", "auto")]["hardening"] == "clean"
     assert report["_exit_code"] == 1
+
+
+def test_required_hardening_fails_a_launch_error_on_empty(tmp_path: Path) -> None:
+    report = certify("cpu", ["hardening-launch-error-on-empty", "hardening-no-slot-check"], tmp_path,
+                     extra=["--layout", "auto", "--require-hardening"], kernels_env="tests.mutants.hardening:kernels")
+    rows = _rows(report)
+    row = rows[("hardening-launch-error-on-empty", "auto")]
+    assert (row["verdict"], row["hardening"], row["failed_checks"]) == ("failed", "device error", ["input.empty_call"])
+    # a clean empty call meets the requirement; the bad slot stays reported, not required
+    row = rows[("hardening-no-slot-check", "auto")]
+    assert (row["verdict"], row["hardening"], row["input_checks"]) == ("certified", "clean", "unchecked")
+    assert report["platform"]["require_hardening"] is True and report["_exit_code"] == 1
 
 
 def test_required_input_checks_fail_an_unchecked_kernel(tmp_path: Path) -> None:
@@ -73,4 +91,41 @@ def test_required_input_checks_fail_an_unchecked_kernel(tmp_path: Path) -> None:
                      kernels_env="tests.mutants.hardening:kernels")
     row = _rows(report)[("hardening-no-slot-check", "auto")]
     assert row["verdict"] == "failed" and row["failed_checks"] == ["input.rejects_bad_slot"]
+    assert report["_exit_code"] == 1
+
+
+#: the readers and the MHA write of tests/mutants/hardening.py that refuse what production kernels refuse
+DOMAIN_KERNELS = ["hardening-reader-int32-bf16", "hardening-reader-int32-bf16-undeclared",
+                  "hardening-reader-fp32-only", "hardening-mha-same-scale-shapes"]
+
+
+def test_declared_domains(tmp_path: Path) -> None:
+    report = certify("cpu", DOMAIN_KERNELS, tmp_path, extra=["--layout", "auto", "--layout", "fp8", "-n", "2"],
+                     kernels_env="tests.mutants.hardening:kernels")
+    rows = _rows(report)
+    # vLLM's reader refusals, declared: certified, the domain listed beside the verdict, the refused cases named
+    for layout in ("auto", "fp8"):
+        row = rows[("hardening-reader-int32-bf16", layout)]
+        assert (row["verdict"], row["min_grade"], row["domain"]) == ("certified", "bit_exact",
+                                                                      "block_table int32, dst bf16")
+        assert "random (block_table int64, declared int32)" in row["refused"]
+        assert "random (dst fp32, declared bf16)" in row["refused"]
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| hardening-reader-int32-bf16 | fp8 | certified for block_table int32, dst bf16 only (refuses " in markdown
+    # the same reader without the declaration fails exactly the cases the declared one refused
+    refused = {c["case"] for c in _cases(report, "hardening-reader-int32-bf16") if c.get("refused")}
+    failed = {c["case"] for c in _cases(report, "hardening-reader-int32-bf16-undeclared") if c["outcome"] == "failed"}
+    assert refused == failed and len(refused) >= 6, (refused, failed)
+    row = rows[("hardening-reader-int32-bf16-undeclared", "fp8")]
+    assert (row["verdict"], row["failed_checks"], row["domain"]) == ("failed", ["support.kernel_raised"], None)
+    # a declared domain without what engines pass (a bf16 dst) fails, saying so, although every refusal is declared
+    row = rows[("hardening-reader-fp32-only", "fp8")]
+    assert (row["verdict"], row["failed_checks"]) == ("failed", ["support.declared_domain"])
+    (domain,) = [c for c in _cases(report, "hardening-reader-fp32-only") if c.get("kind") == "domain"]
+    assert "leaves out what engines pass: dst bf16 (vLLM gathers DeepSeek's MLA cache into bf16" in \
+        domain["checks"]["support.declared_domain"]
+    # a write op's domain: vLLM's MHA write refuses k and v scales of different shapes
+    row = rows[("hardening-mha-same-scale-shapes", "fp8")]
+    assert (row["verdict"], row["domain"]) == ("certified", "scales head/tensor")
+    assert row["refused"] == ["random (scales mixed, declared head/tensor)"]
     assert report["_exit_code"] == 1

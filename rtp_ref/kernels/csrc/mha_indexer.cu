@@ -15,8 +15,9 @@
 // __fdiv_rn(fmaxf(amax, floor), divisor), a power of two for ue8m0 (values are then multiplied by its exact
 // reciprocal: the same correctly rounded quotient without a division); the group's first lane stores the four
 // scale bytes, as one word where the address allows.
-// fp8 codes come from the hardware's saturating conversion (e4m3 or e5m2, p.hardware) or the software encoder of
-// fp8_convert.cuh. A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py):
+// fp8 codes come from the hardware's saturating conversion (e4m3 or e5m2, p.hardware), whose NaN is kept as the
+// instruction writes it (e5m2: 0x7F on an H200, platforms/cuda-sm90.toml [hardware] fp8_nan; any NaN encoding of the
+// format is the contract's, rtp_ref.fp8.elements.NanPolicy), or the software encoder of fp8_convert.cuh. A slot past the cache is written nowhere and sets the flag word (rtp_ref/kernels/input_flags.py):
 // checking slots on the host would sync the stream. All offsets are int64. The host side is plain C, through ctypes.
 
 #include <cuda_fp16.h>
@@ -126,14 +127,13 @@ __device__ __forceinline__ float value_at(const Values<V>& v, int i) {
   return __uint_as_float(i % 2 ? w & 0xFFFF0000u : w << 16);
 }
 
-// The fp8 code of x by conversion C (not kCopy); NaN as the format's code
+// The fp8 code of x by conversion C (not kCopy); a NaN as the conversion writes it
 template <int C>
 __device__ __forceinline__ uint32_t code_of(float x, const Fmt& f) {
   if constexpr (C == kSoftware) {
     return fp8_software(x, f);
   } else {
-    const uint32_t code = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, C == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2);
-    return x != x ? static_cast<uint32_t>(f.nan_code) : code;
+    return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, C == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2);
   }
 }
 
@@ -143,11 +143,7 @@ __device__ __forceinline__ uint32_t codes_of(float a, float b, const Fmt& f) {
   if constexpr (C == kSoftware) {
     return fp8_software(a, f) | (static_cast<uint32_t>(fp8_software(b, f)) << 8);
   } else {
-    uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
-                                             C == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2);
-    const uint32_t nan = static_cast<uint32_t>(f.nan_code);
-    pair = a != a ? (pair & 0xFF00u) | nan : pair;
-    return b != b ? (pair & 0x00FFu) | (nan << 8) : pair;
+    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, C == kHardwareE4m3 ? __NV_E4M3 : __NV_E5M2);
   }
 }
 

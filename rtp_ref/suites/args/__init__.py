@@ -1,1 +1,2 @@
-"""The args behaviour suite: its kit, helpers, fixtures and test modules, and the emulation of rtp-llm's parser."""
+"""The args behaviour suite: its kit, helpers, fixtures and test modules, and the emulations of rtp-llm's parser and
+generator (main, and PR #1266) with their adapters."""

@@ -7,8 +7,9 @@ prints the command line and exits. A kit names its generator as one of the two (
 
 The tests give a generator the parser they need as data, a ``ParserRecipe``, because a command builds its parser
 in its own process: the recipe travels in ``$RTP_REF_SUITE_PARSER`` as JSON, and the command (an adapter's few
-lines around the engine's own entry point) builds it there with ``parser_from_environment`` and lets the
-engine's code do the rest.
+lines around the engine's own entry point) builds it there and lets the engine's code do the rest: with
+``parser_from_environment`` where the engine's generator asks a function for its parser, with
+``add_recipe_options`` where it builds the parser inline and then calls a function to register the options.
 """
 
 from __future__ import annotations
@@ -84,16 +85,29 @@ class ParserRecipe:
 def build_parser(kit: ArgsKit, recipe: ParserRecipe) -> Any:
     """A parser of ``kit``'s implementation with the recipe's options, registered in one group."""
     parser = kit.new_parser(env_prefix=recipe.env_prefix)
+    add_recipe_options(parser, recipe, kit.str2bool)
+    return parser
+
+
+def add_recipe_options(parser: Any, recipe: ParserRecipe, str2bool: Callable[..., Any]) -> None:
+    """Register the recipe's options, in one group, on a parser someone else built: a generator command that
+    builds the server's parser inline calls the engine's group-registering function on it, and an adapter puts
+    this in that function's place (the parser's variable prefix is set the engine's way, before)."""
     group = parser.add_argument_group(recipe.group)
     for option in recipe.options:
-        group.add_argument(option.flag, **option.keywords(kit.str2bool))
-    return parser
+        group.add_argument(option.flag, **option.keywords(str2bool))
+
+
+def recipe_from_environment(environ: Mapping[str, str] = os.environ) -> ParserRecipe:
+    """In a generator command's own process: the recipe the test described, from ``$RTP_REF_SUITE_PARSER``.
+    KeyError when the command was not started by the suite."""
+    return ParserRecipe.from_json(environ[RECIPE_ENV])
 
 
 def parser_from_environment(kit: ArgsKit, environ: Mapping[str, str] = os.environ) -> Any:
     """In a generator command's own process: the parser the test described, built by ``kit`` from the recipe
     in ``$RTP_REF_SUITE_PARSER``. KeyError when the command was not started by the suite."""
-    return build_parser(kit, ParserRecipe.from_json(environ[RECIPE_ENV]))
+    return build_parser(kit, recipe_from_environment(environ))
 
 
 @dataclass(frozen=True)

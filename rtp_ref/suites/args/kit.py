@@ -2,8 +2,9 @@
 
 The behaviour tests (test_args_behaviour.py, test_args_properties.py) touch an implementation only
 through a kit. By default it is the reference (``rtp_ref.args``); ``RTP_REF_ARGS_IMPL=module:callable``
-names a callable returning another kit, e.g. ``rtp_ref.suites.args.legacy_adapter:legacy_args_kit`` (the
-emulation of rtp-llm that must fail every bug test, adapted as an engine's code would be) or an adapter around
+names a callable returning another kit, e.g. ``rtp_ref.suites.args.rtp_llm_main_adapter:rtp_llm_main_args_kit``
+(the emulation of rtp-llm's main branch, adapted as an engine's code would be; it fails every bug test it can run
+and its missing ``enable_env`` makes those tests absent) or an adapter around
 rtp-llm's real parser. docs/args-and-plugins.md describes the protocol and how to write an adapter.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, Protocol, TextIO, cast
 
 from rtp_ref.args import EnvArgumentParser, env_to_cli, str2bool, write_command_line
 from rtp_ref.args.objects import call_named
+from rtp_ref.suites.features import declared_absent
 
 KIT_ENV = "RTP_REF_ARGS_IMPL"
 
@@ -73,6 +75,9 @@ class ArgsKit(Protocol):
     def reset(self) -> None:
         """Forget state kept between parsers, as the implementation's own tests do before each test."""
 
+    # Optional: ``absent_features``, the features of rtp_ref/suites/features.py (suite "args") the implementation
+    # lacks; their tests end absent. A keyword the implementation refuses (``enable_env``) is detected without it.
+
 
 class ReferenceArgsKit:
     """The kit of ``rtp_ref.args``."""
@@ -96,8 +101,11 @@ class ReferenceArgsKit:
 
 
 def load_args_kit() -> ArgsKit:
-    """The kit named by ``$RTP_REF_ARGS_IMPL`` (a ``module:callable`` returning one), else the reference."""
+    """The kit named by ``$RTP_REF_ARGS_IMPL`` (a ``module:callable`` returning one), else the reference.
+    RtpRefError when its ``absent_features`` names something that is not a feature of the args suite."""
     spec = os.environ.get(KIT_ENV)
     if not spec:
         return ReferenceArgsKit()
-    return cast(ArgsKit, call_named(spec))
+    kit = cast(ArgsKit, call_named(spec))
+    declared_absent(kit, "args")
+    return kit

@@ -1,322 +1,61 @@
-"""An emulation of rtp-llm's ``EnvArgumentParser`` and env -> CLI generator, bugs included.
+"""An emulation of rtp-llm's ``EnvArgumentParser`` with PR #1266 applied, bugs included.
 
-Written for this test suite from the measured behaviour in the behaviour spec
-(``docs/sources.md#rtp-llm-server-arguments``: rtp-llm HEAD ``4b8d39cd5``
-``rtp_llm/server/server_args/server_args.py`` plus PR #1266, and
-``generate_args_from_env_clean.py``); it is not rtp-llm's code. Line numbers in the comments are
-rtp-llm's own, at those commits. Its one job: run the behaviour tests against it and check that exactly the tests
-covering listed bugs fail (tests/args/test_legacy_emulation.py). Keep it faithful; do not fix it.
-
-It is shaped like the engine's code, not like the suite's kit: the parser keeps its mappings at class level, the
-generator is a command that builds its own parser and reads ``os.environ``, and the boolean type is compared by
-identity. rtp_ref/suites/args/legacy_adapter.py adapts it to the kit as an engine team would adapt theirs.
+Written for this test suite from the behaviour spec (``docs/sources.md#rtp-llm-server-arguments``: PR #1266 at
+``6a6024414`` over rtp-llm HEAD ``4b8d39cd5``); it is not rtp-llm's code. Line numbers in the comments are the
+PR's. The PR adds ``enable_env=True`` to the group's and the parser's ``add_argument`` (PR 137/169, 221/229):
+that is all this module adds to the emulation of main (rtp_llm_main.py), whose parsing, bindings and
+``str2bool`` the PR leaves as they are, and whose generator (rtp_llm_generator.py) it does not touch. Its one
+job: run the behaviour tests against it and check that exactly the tests covering listed bugs fail
+(tests/args/test_legacy_emulation.py). Keep it faithful; do not fix it.
+rtp_ref/suites/args/legacy_adapter.py adapts it to the kit.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import sys
-from collections.abc import Mapping
-from typing import Any, ClassVar, TextIO
+from typing import Any, ClassVar
+
+from rtp_ref.suites.args.rtp_llm_main import EnvArgumentGroup, EnvArgumentParser, EnvMutuallyExclusiveGroup
 
 
-def str2bool(value: Any) -> Any:
-    """``util.py`` 6-15: None passes through; yes/true/t/1/on and no/false/f/0/off; else ArgumentTypeError."""
-    if value is None or isinstance(value, bool):
-        return value
-    if value.lower() in ("yes", "true", "t", "1", "on"):
-        return True
-    if value.lower() in ("no", "false", "f", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError("Boolean value expected.")  # the bad value is not named
+class LegacyEnvArgumentGroup(EnvArgumentGroup):
+    """PR 137/169: registers ``bind_to``, then the env mapping unless ``enable_env=False``; an explicit
+    ``env_name`` with ``enable_env=False`` is dropped without a word."""
 
-
-class ConfigBinding:
-    """72-125: a tuple (object, attr), a dotted path from the root, or a list; resolution is cached."""
-
-    def __init__(self, spec: Any) -> None:
-        specs = spec if isinstance(spec, list) else [spec]
-        for item in specs:
-            if not isinstance(item, tuple | str):
-                raise ValueError(f"Invalid bind_to specification: {spec!r}")  # 116
-        self._specs = specs
-        self._resolved: list[tuple[Any, str]] | None = None
-
-    def apply(self, root: Any, value: Any) -> None:
-        if self._resolved is None:  # 92-93
-            self._resolved = [self._resolve(root, item) for item in self._specs]
-        for owner, attr in self._resolved:
-            setattr(owner, attr, value)
-
-    @staticmethod
-    def _resolve(root: Any, item: Any) -> tuple[Any, str]:
-        if isinstance(item, tuple):
-            return item[0], item[1]
-        *path, attr = item.split(".")
-        owner = root
-        for part in path:
-            owner = getattr(owner, part)
-        return owner, attr
-
-
-class LegacyEnvArgumentGroup(argparse._ArgumentGroup):
-    """133-168: registers ``bind_to``, then the env mapping unless ``enable_env=False`` (PR 137/169)."""
-
-    def __init__(self, parser: LegacyEnvArgumentParser, *args: Any, **kwargs: Any) -> None:
-        super().__init__(parser, *args, **kwargs)
-        self._env_parser = parser
-
-    def add_argument(
-        self,
-        *args: Any,
-        env_name: str | None = None,
-        bind_to: Any = None,
-        enable_env: bool = True,
-        **kwargs: Any,
-    ) -> argparse.Action:
-        action = super().add_argument(*args, **kwargs)
+    def add_argument(self, *args: Any, env_name: str | None = None, bind_to: Any = None, enable_env: bool = True,
+                     **kwargs: Any) -> argparse.Action:
+        action = argparse._ArgumentGroup.add_argument(self, *args, **kwargs)
         if bind_to is not None:
-            # the spec is kept as given: a bad one fails only when the bindings are applied, and is logged
             self._env_parser._bindings.append((action.dest, bind_to))
         if enable_env:
             self._env_parser._register_env_mapping(action, env_name)
         return action
 
 
-class LegacyEnvMutuallyExclusiveGroup(argparse._MutuallyExclusiveGroup):
-    """Members register env mappings like group arguments do.
+class LegacyEnvMutuallyExclusiveGroup(EnvMutuallyExclusiveGroup):
+    """Members take ``enable_env`` like group arguments do."""
 
-    The spec gives no code for this, but measured (✔) that the CLI-mode env fill bypasses mutually
-    exclusive groups, which needs the members to have mappings; this is the simplest way they do.
-    """
-
-    def __init__(
-        self, container: argparse._ActionsContainer, parser: LegacyEnvArgumentParser, **kwargs: Any
-    ) -> None:
-        super().__init__(container, **kwargs)
-        self._env_parser = parser
-
-    def add_argument(
-        self, *args: Any, env_name: str | None = None, enable_env: bool = True, **kwargs: Any
-    ) -> argparse.Action:
-        action = super().add_argument(*args, **kwargs)
+    def add_argument(self, *args: Any, env_name: str | None = None, enable_env: bool = True,
+                     **kwargs: Any) -> argparse.Action:
+        action = argparse._MutuallyExclusiveGroup.add_argument(self, *args, **kwargs)
         if enable_env:
             self._env_parser._register_env_mapping(action, env_name)
         return action
 
 
-class LegacyEnvArgumentParser(argparse.ArgumentParser):
-    """The parser: class-level mappings (175), two parse modes (260), token scanning (300-337)."""
+class LegacyEnvArgumentParser(EnvArgumentParser):
+    """The PR's parser: its groups take ``enable_env``, and so does its own ``add_argument``, to no effect."""
 
-    _env_mappings: ClassVar[dict[str, str]] = {}
+    group_class: ClassVar[type[EnvArgumentGroup]] = LegacyEnvArgumentGroup
+    exclusive_group_class: ClassVar[type[EnvMutuallyExclusiveGroup]] = LegacyEnvMutuallyExclusiveGroup
 
-    def __init__(self, *args: Any, env_prefix: str = "", **kwargs: Any) -> None:
-        # 178/183: set before argparse's __init__, so -h/--help goes through add_argument (HELP).
-        self.env_prefix = env_prefix.upper()
-        self._bindings: list[tuple[str, Any]] = []
-        self._config_root: Any = None
-        self._cli_provided_args: set[str] = set()
-        super().__init__(*args, **kwargs)
-
-    def set_config_root(self, root: Any) -> None:
-        self._config_root = root
-
-    def add_argument_group(self, *args: Any, **kwargs: Any) -> LegacyEnvArgumentGroup:
-        group = LegacyEnvArgumentGroup(self, *args, **kwargs)
-        self._action_groups.append(group)
-        return group
-
-    def add_mutually_exclusive_group(self, **kwargs: Any) -> LegacyEnvMutuallyExclusiveGroup:
-        group = LegacyEnvMutuallyExclusiveGroup(self, self, **kwargs)
-        self._mutually_exclusive_groups.append(group)
-        return group
-
-    def add_argument(
-        self, *args: Any, enable_env: bool = True, env_name: str | None = None, **kwargs: Any
-    ) -> argparse.Action:
-        # 214-229: delegated to the group, which registers with its own defaults (enable_env=True,
-        # no env_name); then registered again here. enable_env=False cannot undo the group's entry.
+    def add_argument(self, *args: Any, enable_env: bool = True, env_name: str | None = None,
+                     **kwargs: Any) -> argparse.Action:
+        # PR 214-229: delegated to the group, which registers with its own defaults (enable_env=True, no
+        # env_name); then registered again here. enable_env=False cannot undo the group's entry.
         positional = bool(args) and len(args) == 1 and args[0][:1] not in self.prefix_chars
         group = self._positionals if positional else self._optionals
         action = group.add_argument(*args, **kwargs)
         if enable_env:
             self._register_env_mapping(action, env_name)
         return action
-
-    def _register_env_mapping(self, action: argparse.Action, env_name: str | None) -> None:
-        """225-249: explicit name, else first ``--`` flag, else dest; prefix always; last one wins."""
-        if env_name:
-            name = env_name.upper().replace("-", "_")
-        else:
-            long = next((o for o in action.option_strings if o.startswith("--")), None)
-            name = long[2:].upper().replace("-", "_") if long else action.dest.upper()
-        if self.env_prefix:
-            name = f"{self.env_prefix}_{name}"
-        LegacyEnvArgumentParser._env_mappings[action.dest] = name
-
-    def get_env_mappings(self) -> dict[str, str]:
-        return dict(LegacyEnvArgumentParser._env_mappings)
-
-    def _find_action(self, dest: str) -> argparse.Action | None:
-        return next((a for a in self._actions if a.dest == dest), None)
-
-    def _scan_provided(self, argv: list[str]) -> set[str]:
-        """300-337: exact ``--`` tokens only; skip one value when nargs is None, '?' or 1."""
-        provided: set[str] = set()
-        i = 0
-        while i < len(argv):
-            token = argv[i]
-            if token.startswith("--"):
-                for action in self._actions:
-                    if token in action.option_strings:
-                        provided.add(action.dest)
-                        if action.nargs in (None, "?", 1):
-                            i += 1
-                        break
-            i += 1
-        return provided
-
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        has_cmd_args = args is not None or len(sys.argv) > 1  # 260
-        if not has_cmd_args:
-            # Env mode, 262-290: [first "--" option, raw value] per set variable, parsed by argparse.
-            env_args: list[str] = []
-            for dest, env_name in self._env_mappings.items():
-                action = self._find_action(dest)
-                if env_name not in os.environ or action is None:
-                    continue
-                long = next((o for o in action.option_strings if o.startswith("--")), None)
-                if long is not None:
-                    env_args += [long, os.environ[env_name]]
-            result = super().parse_args(env_args, namespace)
-        else:
-            # CLI mode, 300-370.
-            self._cli_provided_args = self._scan_provided(sys.argv[1:] if args is None else list(args))
-            result = super().parse_args(args, namespace)
-            for dest, env_name in self._env_mappings.items():
-                action = self._find_action(dest)
-                if dest in self._cli_provided_args or env_name not in os.environ or action is None:
-                    continue
-                raw = os.environ[env_name]
-                value: Any = raw
-                convert: Any = action.type  # argparse's stubs allow a str here; a parser's types are callables
-                if convert is not None:
-                    try:
-                        value = convert(raw)
-                    except argparse.ArgumentTypeError as exc:
-                        self.error(f"{env_name} ({dest}): {exc}")
-                    except (ValueError, TypeError):
-                        continue
-                setattr(result, dest, value)
-        if self._config_root is not None:  # 373-374
-            self._apply_config_bindings(result)
-        return result
-
-    def _apply_config_bindings(self, namespace: Any) -> None:
-        """391-414: env/default-sourced dests, then CLI-provided ones; None skipped; errors logged."""
-        cli = self._cli_provided_args
-        ordered = [b for b in self._bindings if b[0] not in cli] + [b for b in self._bindings if b[0] in cli]
-        for dest, spec in ordered:
-            value = getattr(namespace, dest, None)
-            if value is None:
-                continue
-            try:
-                ConfigBinding(spec).apply(self._config_root, value)
-            except Exception as exc:
-                logging.warning("failed to apply config binding for %s: %s", dest, exc)
-
-
-# -- generate_args_from_env_clean.py (spec section 2) ----------------------------------------------
-
-_MISSING = object()
-
-
-def _convert_none_default(raw: str, type_: Any) -> Any:
-    """136-165: arguments with a None default convert as bool/int/float/str2bool/str."""
-    if type_ is bool:
-        return raw.lower() in ("1", "true", "yes", "on")
-    if type_ in (int, float):
-        return type_(raw)
-    if type_ is str2bool:
-        return str2bool(raw)
-    return raw
-
-
-def read_env_value(environ: Mapping[str, str], env_name: str, default: Any, type_: Any) -> Any:
-    """52-75: converts bool/int/float only; everything else, str2bool included, stays a string. A value that
-    does not convert gives the default, silently (run against PR #1266: ``TP_SIZE=abc`` gives ``--tp_size 1``,
-    ``IDS="3 4"`` of an int ``nargs`` option its default)."""
-    if env_name not in environ:
-        return default  # without --only-env-vars, defaults are emitted too
-    raw = environ[env_name]
-    if type_ in (bool, int, float):
-        try:
-            return _convert_none_default(raw, type_)
-        except ValueError:
-            return default
-    return raw
-
-
-def format_argument_pair(flag: str, value: Any) -> list[str] | None:
-    """97-98: every string value is dropped; booleans print as 1/0."""
-    if isinstance(value, str):
-        return None
-    if isinstance(value, bool):
-        return [flag, "1" if value else "0"]
-    return [flag, str(value)]
-
-
-def generate_args_from_env(parser: LegacyEnvArgumentParser, environ: Mapping[str, str]) -> list[str]:
-    """107-182: one pair per mapped action, from its ``--`` flag; no bindings (no root config)."""
-    mappings = parser.get_env_mappings()
-    args: list[str] = []
-    for action in parser._actions:
-        long = next((o for o in action.option_strings if o.startswith("--")), None)
-        if action.dest not in mappings or long is None or long == "--help":
-            continue
-        if action.default == argparse.SUPPRESS:  # 130
-            continue
-        env_name = mappings[action.dest]
-        if action.default is None:
-            if env_name not in environ:
-                continue
-            value = _convert_none_default(environ[env_name], action.type)
-        else:
-            value = read_env_value(environ, env_name, action.default, action.type)
-        pair = format_argument_pair(long, value)
-        if pair:
-            args += pair
-    return args
-
-
-def setup_server_parser() -> LegacyEnvArgumentParser:
-    """What the generator parses the environment with: rtp-llm's builds the server's full parser here. The
-    emulated server has two options; an adapter points this hook at the parser under test."""
-    parser = LegacyEnvArgumentParser(prog="generate_args_from_env_clean")
-    parser.add_argument_group("model").add_argument("--model_type", default="")
-    parser.add_argument_group("parallelism").add_argument("--tp_size", type=int, default=1)
-    return parser
-
-
-def generator_main(
-    parser: LegacyEnvArgumentParser, environ: Mapping[str, str], stdout: TextIO, stderr: TextIO
-) -> int:
-    """185-249: errors are printed and the exit code is still 0."""
-    try:
-        args = generate_args_from_env(parser, environ)
-    except Exception as exc:
-        print(f"Error: {exc}", file=stderr)
-        return 0
-    print(" ".join(args), file=stdout)
-    return 0
-
-
-def main() -> int:
-    """The generator command: it builds its own parser, reads ``os.environ`` and prints to the real streams."""
-    return generator_main(setup_server_parser(), os.environ, sys.stdout, sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

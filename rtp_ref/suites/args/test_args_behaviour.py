@@ -2,10 +2,11 @@
 
 Everything here goes through the kit (``args_kit``, rtp_ref/suites/args/kit.py), so the module can be run
 against another implementation (``RTP_REF_ARGS_IMPL``). Tests named after a bug of
-docs/sources.md#rtp-llm-server-arguments or a review finding fail on the emulation of rtp-llm
-(rtp_ref/suites/args/legacy_rtp_llm.py, through rtp_ref/suites/args/legacy_adapter.py);
-tests/args/test_legacy_emulation.py checks that, and lists the mapping.
-The other tests state the contract both share.
+docs/sources.md#rtp-llm-server-arguments or a review finding fail on the emulations of rtp-llm
+(rtp_ref/suites/args/rtp_llm_main.py and, with PR #1266, legacy_rtp_llm.py, through their adapters);
+tests/args/test_legacy_emulation.py checks that, and rtp_ref/suites/findings.py lists the mapping.
+The other tests state the contract both share. A test that needs ``enable_env`` (PR #1266) ends absent on an
+implementation without it (rtp_ref/suites/absence.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rtp_ref.suites.absence import refused_keyword
 from rtp_ref.suites.args.generator import (
     OptionRecipe,
     ParserRecipe,
@@ -22,7 +24,7 @@ from rtp_ref.suites.args.generator import (
     generated_tokens,
     run_generator,
 )
-from rtp_ref.suites.args.helpers import PREFIX, Parse, RootConfig, env_var, optional_int
+from rtp_ref.suites.args.helpers import PREFIX, Parse, RootConfig, env_var
 from rtp_ref.suites.args.kit import ArgsKit
 
 # -- the contract both implementations keep -------------------------------------------------------
@@ -122,15 +124,31 @@ def test_alias_with_none_default_leaves_the_canonical_binding(args_kit: ArgsKit,
     assert root.model.max_seq_len == 2048
 
 
-def test_cli_only_argument_takes_equals_form_and_abbreviation(args_kit: ArgsKit, parse: Parse) -> None:
+#: options the command-line-only tests register beside ``--external_model_packages``
+MODEL_TYPE: tuple[str, dict[str, Any]] = ("--model_type", {"default": ""})
+TP_SIZE: tuple[str, dict[str, Any]] = ("--tp_size", {"type": int, "default": 1})
+MAX_SEQ_LEN: tuple[str, dict[str, Any]] = ("--max_seq_len", {"type": int, "default": 4096})
+
+
+def _cli_only_parser(args_kit: ArgsKit, *others: tuple[str, dict[str, Any]]) -> Any:
+    """A parser with ``others`` (flag, keywords) then ``--external_model_packages``, command line only, in one
+    group: the test ends absent when the implementation has no ``enable_env``."""
     parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    group = parser.add_argument_group("model")
+    for flag, keywords in others:
+        group.add_argument(flag, **keywords)
+    with refused_keyword(args_kit, "enable_env", "enable_env"):
+        group.add_argument("--external_model_packages", enable_env=False)
+    return parser
+
+
+def test_cli_only_argument_takes_equals_form_and_abbreviation(args_kit: ArgsKit, parse: Parse) -> None:
+    parser = _cli_only_parser(args_kit)
     assert parse(parser, ["--external_model=a.b"]).external_model_packages == "a.b"
 
 
 def test_last_repeated_cli_only_flag_wins(args_kit: ArgsKit, parse: Parse) -> None:
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    parser = _cli_only_parser(args_kit)
     args = ["--external_model_packages", "a", "--external_model_packages=b"]
     assert parse(parser, args).external_model_packages == "b"
 
@@ -140,11 +158,7 @@ def test_cli_only_argument_ignores_env_while_others_read_it(
     args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
     """Review P2 (env immunity): the mechanism (no mapping) and the result, with a positive control."""
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    group = parser.add_argument_group("model")
-    group.add_argument("--model_type", default="")
-    group.add_argument("--tp_size", type=int, default=1)
-    group.add_argument("--external_model_packages", enable_env=False)
+    parser = _cli_only_parser(args_kit, MODEL_TYPE, TP_SIZE)
     monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
     monkeypatch.setenv(env_var("tp_size"), "4")
     namespace = parse(parser, args)
@@ -354,8 +368,7 @@ def test_parsers_do_not_share_env_mappings(
 ) -> None:
     """Bug 10 / review P2: a class-level mapping of another parser defeated enable_env=False."""
     args_kit.new_parser(env_prefix=PREFIX).add_argument_group("a").add_argument("--external_model_packages")
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument_group("b").add_argument("--external_model_packages", enable_env=False)
+    parser = _cli_only_parser(args_kit)
     monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
     assert "external_model_packages" not in parser.get_env_mappings()
     assert parse(parser).external_model_packages is None
@@ -386,15 +399,17 @@ def test_parse_known_args_reads_env(args_kit: ArgsKit, monkeypatch: pytest.Monke
     assert (namespace.tp_size, extras) == (4, ["--unknown"])
 
 
-def test_explicit_none_value_is_bound(args_kit: ArgsKit, parse: Parse) -> None:
-    """Bug 11: a binding value of None was never applied, also when the user gave it."""
-    root = RootConfig()
-    parser = args_kit.new_parser(env_prefix=PREFIX, config_root=root)
-    parser.add_argument_group("model").add_argument(
-        "--max_seq_len", type=optional_int, default=4096, bind_to="model.max_seq_len"
-    )
-    parse(parser, ["--max_seq_len", "none"])
-    assert root.model.max_seq_len is None
+def test_parsers_keep_their_own_variable_names(
+    args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 10: the class-level mappings let a later parser rename an earlier parser's variable."""
+    first = args_kit.new_parser(env_prefix=PREFIX)
+    first.add_argument_group("model").add_argument("--model_type", env_name="first_model", default="")
+    second = args_kit.new_parser(env_prefix=PREFIX)
+    second.add_argument_group("model").add_argument("--model_type", env_name="second_model", default="")
+    monkeypatch.setenv(env_var("first_model"), "qwen")
+    assert first.get_env_mappings()["model_type"] == env_var("first_model")
+    assert parse(first).model_type == "qwen"
 
 
 def test_parser_level_enable_env_false_is_command_line_only(
@@ -402,7 +417,8 @@ def test_parser_level_enable_env_false_is_command_line_only(
 ) -> None:
     """Bug 12 / review P2: parser-level enable_env=False was not passed to the group and had no effect."""
     parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument("--external_model_packages", enable_env=False)
+    with refused_keyword(args_kit, "enable_env", "enable_env"):
+        parser.add_argument("--external_model_packages", enable_env=False)
     monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
     assert "external_model_packages" not in parser.get_env_mappings()
     assert parse(parser).external_model_packages is None
@@ -413,7 +429,7 @@ def test_enable_env_false_with_env_name_is_an_error(args_kit: ArgsKit, where: st
     """Bug 12: enable_env=False silently dropped an explicit env_name."""
     parser = args_kit.new_parser(env_prefix=PREFIX)
     container = parser if where == "parser" else parser.add_argument_group("model")
-    with pytest.raises(ValueError, match="enable_env"):
+    with refused_keyword(args_kit, "enable_env", "enable_env"), pytest.raises(ValueError, match="enable_env"):
         container.add_argument("--external_model_packages", enable_env=False, env_name="PLUGINS")
 
 
@@ -424,8 +440,7 @@ def test_cli_only_variable_that_is_set_is_logged(
     args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Review P2: a set EXTERNAL_MODEL_PACKAGES was dropped without a word."""
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    parser = _cli_only_parser(args_kit)
     monkeypatch.setenv(env_var("external_model_packages"), "evil.plugin")
     with caplog.at_level(logging.WARNING):
         parse(parser)
@@ -439,11 +454,7 @@ def test_cli_only_flag_does_not_make_bad_env_values_silent(
     args_kit: ArgsKit, parse: Parse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Review P2: passing only the CLI-only flag switched every env value to the silent CLI mode."""
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    group = parser.add_argument_group("model")
-    group.add_argument("--model_type", default="")
-    group.add_argument("--max_seq_len", type=int, default=4096)
-    group.add_argument("--external_model_packages", enable_env=False)
+    parser = _cli_only_parser(args_kit, MODEL_TYPE, MAX_SEQ_LEN)
     monkeypatch.setenv(env_var("model_type"), "qwen")
     monkeypatch.setenv(env_var("max_seq_len"), "abc")
     code, message = parse.exit(parser, ["--external_model_packages", "atom.plugin"])
@@ -453,8 +464,7 @@ def test_cli_only_flag_does_not_make_bad_env_values_silent(
 
 def test_cli_only_dest_cannot_get_a_variable_later(args_kit: ArgsKit) -> None:
     """Review P2: CLI-only was the absence of a mapping, which a later registration could fill."""
-    parser = args_kit.new_parser(env_prefix=PREFIX)
-    parser.add_argument_group("model").add_argument("--external_model_packages", enable_env=False)
+    parser = _cli_only_parser(args_kit)
     with pytest.raises(ValueError, match="external_model_packages"):
         parser.add_argument_group("compat").add_argument("--plugins", dest="external_model_packages")
     assert "external_model_packages" not in parser.get_env_mappings()
@@ -484,7 +494,9 @@ def test_generator_writes_set_booleans(args_kit: ArgsKit) -> None:
 
 
 def test_generator_leaves_unset_variables_out(args_kit: ArgsKit) -> None:
-    """Section 2: unset arguments emitted their defaults (``--warm_up 0``, ``--tp_size 1``)."""
+    """Section 2 (coverage): only what a variable sets is written. rtp-llm's generator writes every unset
+    argument's default (``--warm_up 0``, ``--tp_size 1``) unless given its own ``--only-env-vars``, as production
+    runs it and as an adapter passes it: that is its design, not a bug."""
     assert generated_tokens(args_kit, GENERATOR_PARSER, {}) == []
 
 

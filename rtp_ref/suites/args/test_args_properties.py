@@ -1,12 +1,15 @@
 """Properties over random parsers, command lines and environments (hypothesis), through the kit.
 
-* precedence: every value is the command line's if given (in any form argparse accepts: separate
-  token, ``=``, abbreviation), else the variable's if set, else the default, through both entry
-  points;
-* round trip: parsing the env -> CLI generator's output without the variables gives the namespace
-  that parsing with them gives.
+Each test checks one property, so a failure is labelled by the property that broke (rtp_ref/suites/findings.py
+maps each to its bug), whatever example the random draw found:
 
-Both fail on the emulation of rtp-llm (bugs 1, 2, 5, 6, 7 and section 2).
+* precedence, ``test_command_line_beats_env_beats_default[...]``: every value is the command line's if given,
+  else the variable's if set, else the default, through both entry points; one property per way of giving a
+  value (a separate token, the ``=`` form, an abbreviated flag, a list variable, a ``store_true`` variable, a
+  variable whose value starts with ``-``), each over the values that are plain in every other way;
+* round trip, ``test_generated_command_line_round_trips[...]``: parsing the env -> CLI generator's output, with
+  the variables unset, gives each option the value its variable held (the default when unset); one property per
+  kind of value (numbers, strings, booleans, lists).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from rtp_ref.suites.args.kit import ArgsKit
 
 # The autouse environment fixture runs once per test, not per example: each example sets and
 # restores its own variables and resets the kit itself. One bug per report, and no "explain" phase
-# (it traces every line and takes seconds): the emulation of rtp-llm runs these to fail them.
+# (it traces every line and takes seconds): the emulations of rtp-llm run these to fail them.
 _SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     report_multiple_bugs=False,
@@ -40,9 +43,14 @@ TRUE_WORDS = ("1", "true", "yes", "on", "T")
 FALSE_WORDS = ("0", "false", "no", "off", "F")
 
 
+def _reads_as_option(text: str) -> bool:
+    """argparse would take ``text`` for an option: a dash word that is not a plain negative number."""
+    return len(text) > 1 and text.startswith("-") and not re.fullmatch(r"-\d+|-\d*\.\d+", text)
+
+
 @dataclass(frozen=True)
 class Kind:
-    """One kind of argument: how to register it, its values, and how to write a value."""
+    """One kind of argument: how to register it, its values, and how a value is written in a variable."""
 
     name: str
     values: st.SearchStrategy[Any]
@@ -70,19 +78,30 @@ def _store_true(flag: str, default: Any) -> OptionRecipe:
 
 #: surrogates cannot be encoded (and an environment cannot hold them)
 _SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
-_TEXT = st.text(
+_ANY_TEXT = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=_SURROGATES, exclude_characters="\x00"), max_size=10
 ).filter(lambda s: s != "--")  # argparse reads a lone "--" value as the end of options, on any path
+_PLAIN_TEXT = _ANY_TEXT.filter(lambda s: not _reads_as_option(s))
+_DASH_TEXT = _ANY_TEXT.map(lambda s: f"-{s}").filter(_reads_as_option)
+_PLAIN_FLOAT = st.floats(allow_nan=False, allow_infinity=False, width=32).filter(
+    lambda v: not _reads_as_option(str(v)))
+#: floats, the exponent-form negatives argparse reads as options (``-1e-05``) drawn from a few (cheap to shrink:
+#: a generator command runs once per example)
+_ANY_FLOAT = _PLAIN_FLOAT | st.sampled_from([-1e-05, -2.5e-07, -1e-30, -1e16])
+_CHOICES = ("red", "green", "blue")
 
-KINDS = (
-    Kind("int", st.integers(-(10**6), 10**6), _scalar("int")),
-    Kind("float", st.floats(allow_nan=False, allow_infinity=False, width=32), _scalar("float")),
-    Kind("str", _TEXT, _scalar()),
-    Kind("bool", st.booleans(), _scalar("str2bool")),
-    Kind("choice", st.sampled_from(["red", "green", "blue"]), _scalar(choices=("red", "green", "blue"))),
-    Kind("ints", st.lists(st.integers(-99, 99), min_size=1, max_size=3), _scalar("int", nargs="+")),
-    Kind("flag", st.booleans(), _store_true, flag_only=True),
-)
+INT = Kind("int", st.integers(-(10**6), 10**6), _scalar("int"))
+FLOAT = Kind("float", _PLAIN_FLOAT, _scalar("float"))
+TEXT = Kind("str", _PLAIN_TEXT, _scalar())
+BOOL = Kind("bool", st.booleans(), _scalar("str2bool"))
+CHOICE = Kind("choice", st.sampled_from(_CHOICES), _scalar(choices=_CHOICES))
+INTS = Kind("ints", st.lists(st.integers(-99, 99), min_size=1, max_size=3), _scalar("int", nargs="+"))
+FLAG = Kind("flag", st.booleans(), _store_true, flag_only=True)
+DASH_TEXT = Kind("dash-str", _DASH_TEXT, _scalar())
+ANY_FLOAT = Kind("any-float", _ANY_FLOAT, _scalar("float"))
+ANY_TEXT = Kind("any-str", _ANY_TEXT, _scalar())
+#: kinds whose values are plain in every way the precedence properties vary
+PLAIN = (INT, FLOAT, TEXT, BOOL, CHOICE)
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,7 @@ class Spec:
 
 
 @st.composite
-def specs(draw: Callable[[st.SearchStrategy[Any]], Any]) -> list[Spec]:
+def specs(draw: Callable[[st.SearchStrategy[Any]], Any], kinds: Sequence[Kind]) -> list[Spec]:
     names = draw(
         st.lists(
             st.text(string.ascii_lowercase, min_size=1, max_size=3).map(lambda s: f"a{s}_x"),
@@ -108,7 +127,7 @@ def specs(draw: Callable[[st.SearchStrategy[Any]], Any]) -> list[Spec]:
     )
     out = []
     for name in names:
-        kind = draw(st.sampled_from(KINDS))
+        kind = draw(st.sampled_from(kinds))
         default = False if kind.flag_only else draw(st.none() | kind.values)
         out.append(Spec(name, kind, default))
     return out
@@ -126,25 +145,19 @@ def _abbreviation(flag: str, flags: Sequence[str]) -> str | None:
     return None
 
 
-def _reads_as_option(text: str) -> bool:
-    """argparse would take ``text`` for an option: a dash word that is not a plain negative number."""
-    return len(text) > 1 and text.startswith("-") and not re.fullmatch(r"-\d+|-\d*\.\d+", text)
-
-
 def _cli_tokens(spec: Spec, value: Any, form: str, flags: Sequence[str]) -> list[str]:
-    """``value`` for ``spec`` written in ``form`` (separate / equals / abbreviated)."""
+    """``value`` for ``spec`` written in ``form`` (separate / equals / abbreviated, a separate token)."""
     flag = (_abbreviation(spec.flag, flags) or spec.flag) if form == "abbreviated" else spec.flag
     if spec.kind.flag_only:
         return [flag] if value else []
     if isinstance(value, list):
         return [flag, *map(str, value)]
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    if form == "equals" or _reads_as_option(text):
-        return [f"{flag}={text}"]
-    return [flag, text]
+    return [f"{flag}={text}"] if form == "equals" else [flag, text]
 
 
-def _parse(parser: Any, argv: list[str], environ: dict[str, str], via_sys_argv: bool) -> argparse.Namespace:
+def _parse(prop: str, parser: Any, argv: list[str], environ: dict[str, str], via_sys_argv: bool
+           ) -> argparse.Namespace:
     with pytest.MonkeyPatch.context() as patch:
         for name, text in environ.items():
             patch.setenv(name, text)
@@ -156,15 +169,38 @@ def _parse(parser: Any, argv: list[str], environ: dict[str, str], via_sys_argv: 
                 parsed = parser.parse_args(argv)
             return parsed
         except SystemExit as exc:
-            pytest.fail(f"parser exited with {exc.code} for argv={argv} environ={environ}")
+            pytest.fail(f"property {prop!r} broke: the parser exited with {exc.code} for argv={argv} "
+                        f"environ={environ}")
 
 
+@dataclass(frozen=True)
+class Precedence:
+    """One precedence property: the kinds of its options and how its command-line values are written (None: no
+    value on the command line, the environment alone against the defaults)."""
+
+    kinds: tuple[Kind, ...]
+    form: str | None
+
+
+PRECEDENCE = {
+    "separate-token": Precedence(PLAIN, "separate"),
+    "equals-form": Precedence(PLAIN, "equals"),
+    "abbreviated": Precedence(PLAIN, "abbreviated"),
+    "list-values": Precedence((INTS,), "separate"),
+    "store-true": Precedence((FLAG,), "separate"),
+    # bug 7 is the environment's alone: a command-line value would only make the failing case rarer to draw
+    "dash-values": Precedence((DASH_TEXT,), None),
+}
+
+
+@pytest.mark.parametrize("prop", PRECEDENCE)
 @_SETTINGS
 @given(data=st.data())
-def test_command_line_beats_env_beats_default(args_kit: ArgsKit, data: st.DataObject) -> None:
-    """Bugs 1, 2, 5, 6, 7 over random parsers, argv forms and both entry points."""
+def test_command_line_beats_env_beats_default(args_kit: ArgsKit, prop: str, data: st.DataObject) -> None:
+    """Bugs 1, 2, 5, 6 and 7, one per property, over random parsers and both entry points."""
     args_kit.reset()
-    chosen = data.draw(specs())
+    rule = PRECEDENCE[prop]
+    chosen = data.draw(specs(rule.kinds))
     parser = build_parser(args_kit, _recipe(chosen))
     flags = ["-h", "--help", *(s.flag for s in chosen)]
     argv: list[str] = []
@@ -176,32 +212,49 @@ def test_command_line_beats_env_beats_default(args_kit: ArgsKit, data: st.DataOb
             value = data.draw(spec.kind.values, label=f"{spec.name} env value")
             environ[env_var(spec.name)] = spec.kind.env_text(value, data.draw)
             expected[spec.name] = value if not spec.kind.flag_only or value else spec.default
-        if data.draw(st.booleans(), label=f"{spec.name} on the command line"):
+        if rule.form is not None and data.draw(st.booleans(), label=f"{spec.name} on the command line"):
             value = data.draw(spec.kind.values, label=f"{spec.name} value")
-            form = data.draw(st.sampled_from(["separate", "equals", "abbreviated"]), label="form")
-            tokens = _cli_tokens(spec, value, form, flags)
+            tokens = _cli_tokens(spec, value, rule.form, flags)
             if tokens:
                 argv += tokens
                 expected[spec.name] = value
-    namespace = _parse(parser, argv, environ, data.draw(st.booleans(), label="via sys.argv"))
-    assert {s.name: getattr(namespace, s.name) for s in chosen} == expected
+    namespace = _parse(prop, parser, argv, environ, data.draw(st.booleans(), label="via sys.argv"))
+    got = {s.name: getattr(namespace, s.name) for s in chosen}
+    assert got == expected, f"property {prop!r} broke: argv={argv} environ={environ}"
 
 
-@_SETTINGS
+#: each example runs the implementation's generator, for a command generator a process of its own: no shrinking,
+#: which would run it hundreds of times more on an implementation that fails; the failing example is reported as
+#: drawn, under its property's label
+_ROUND_TRIP_SETTINGS = settings(_SETTINGS, phases=[p for p in Phase if p not in (Phase.shrink, Phase.explain)])
+
+ROUND_TRIP = {
+    "numbers": (INT, ANY_FLOAT),
+    "strings": (ANY_TEXT, CHOICE),
+    "booleans": (BOOL, FLAG),
+    "lists": (INTS,),
+}
+
+
+@pytest.mark.parametrize("prop", ROUND_TRIP)
+@_ROUND_TRIP_SETTINGS
 @given(data=st.data())
-def test_generated_command_line_round_trips(args_kit: ArgsKit, data: st.DataObject) -> None:
-    """Section 2: the generator's output parses to what the environment parses to."""
+def test_generated_command_line_round_trips(args_kit: ArgsKit, prop: str, data: st.DataObject) -> None:
+    """Section 2 and §6, one property per kind of value: the generator's output, parsed with the variables
+    unset, gives every option its variable's value, and the default where none is set."""
     args_kit.reset()
-    chosen = data.draw(specs())
+    chosen = data.draw(specs(ROUND_TRIP[prop]))
     recipe = _recipe(chosen)
     parser = build_parser(args_kit, recipe)
     environ = {}
+    expected: dict[str, Any] = {}
     for spec in chosen:
+        expected[spec.name] = spec.default
         if data.draw(st.booleans(), label=f"{spec.name} in env"):
             value = data.draw(spec.kind.values, label=f"{spec.name} value")
             environ[env_var(spec.name)] = spec.kind.env_text(value, data.draw)
-    via_sys_argv = data.draw(st.booleans(), label="via sys.argv")
-    from_env = _parse(parser, [], environ, via_sys_argv)
+            expected[spec.name] = value
     tokens = generated_tokens(args_kit, recipe, environ)
-    from_cli = _parse(parser, tokens, {}, via_sys_argv)
-    assert vars(from_cli) == vars(from_env), tokens
+    namespace = _parse(prop, parser, tokens, {}, data.draw(st.booleans(), label="via sys.argv"))
+    got = {s.name: getattr(namespace, s.name) for s in chosen}
+    assert got == expected, f"property {prop!r} broke: environ={environ} gave {tokens}"

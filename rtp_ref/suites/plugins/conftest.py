@@ -1,5 +1,5 @@
 """The plugins suite's fixtures (rtp_ref.suites.plugins.fixtures)."""
 
-from rtp_ref.suites.plugins.fixtures import checkpoint, packages, plugins_kit
+from rtp_ref.suites.plugins.fixtures import checkpoint, packages, plugins_kit, registry
 
-__all__ = ["checkpoint", "packages", "plugins_kit"]
+__all__ = ["checkpoint", "packages", "plugins_kit", "registry"]

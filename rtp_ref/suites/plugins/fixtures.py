@@ -1,5 +1,5 @@
 """Fixtures of the plugins tests (the shipped suite's and rtp-ref's own reference tests): the implementation
-under test and real packages on disk."""
+under test, a registry, and real packages on disk."""
 
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ def packages(
         package_dir = PackageDir(root, registry)
         yield package_dir
     package_dir.forget_imports()
+
+
+@pytest.fixture
+def registry(plugins_kit: PluginsKit) -> Iterator[object]:
+    """A new, empty registry of the implementation, asked for inside ``isolated_default_registry``: a kit over one
+    process-wide registry may hand that one out emptied, and it is as before afterwards."""
+    with plugins_kit.isolated_default_registry():
+        yield plugins_kit.new_registry()
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 By default the reference (``rtp_ref.plugins``); ``RTP_REF_PLUGINS_IMPL=module:callable`` names a
 callable returning another kit, e.g. ``rtp_ref.suites.plugins.legacy_plugins_adapter:legacy_plugins_kit``.
-docs/args-and-plugins.md describes the protocol.
+docs/args-and-plugins.md describes the protocol. A kit lists the features its implementation lacks in
+``absent_features`` (rtp_ref/suites/features.py, suite "plugins") and may leave out the members only those need.
 """
 
 from __future__ import annotations
@@ -27,12 +28,20 @@ from rtp_ref.plugins import (
     parse_external_model_packages,
     resolve_model,
 )
+from rtp_ref.suites.features import declared_absent
 
 KIT_ENV = "RTP_REF_PLUGINS_IMPL"
 
 
 class PluginsKit(Protocol):
-    """What the plugins behaviour tests need from an implementation."""
+    """What the plugins behaviour tests need from an implementation.
+
+    Members of a feature the kit lists in ``absent_features`` may be left out: ``parse_package_list`` and
+    ``package_list_parser`` (``package_list``); ``load_packages``, ``plugin_source`` and ``model_config_class``
+    (``package_loading``); ``register``'s ``override`` keyword (``override_registration``). The suite asks for
+    ``new_registry`` only inside ``isolated_default_registry``, so a kit over one global registry may return it
+    emptied.
+    """
 
     name: str
 
@@ -48,7 +57,7 @@ class PluginsKit(Protocol):
         """Import the packages (with ``importer`` when given)."""
 
     def new_registry(self) -> Any:
-        """An empty model registry."""
+        """An empty model registry (called only inside ``isolated_default_registry``)."""
 
     @contextmanager
     def isolated_default_registry(self) -> Iterator[Any]:
@@ -86,6 +95,10 @@ class PluginsKit(Protocol):
 
     def resolve_model(self, args: Any) -> tuple[str, type]:
         """What a worker does at start-up: the model type and class for ``args``."""
+
+    def model_config_class(self, args: Any) -> type:
+        """The class the engine's model-config entry point (rtp-llm: ``create_model_config``) gives for
+        ``args.model_type``, called on its own, as a process that skipped start-up's other steps calls it."""
 
 
 class ReferencePluginsKit:
@@ -160,10 +173,17 @@ class ReferencePluginsKit:
         resolved = resolve_model(args)
         return resolved.model_type, resolved.model_cls
 
+    def model_config_class(self, args: ModelArgs) -> type:
+        """The reference has one entry point, ``resolve_model``."""
+        return resolve_model(args).model_cls
+
 
 def load_plugins_kit() -> PluginsKit:
-    """The kit named by ``$RTP_REF_PLUGINS_IMPL`` (``module:callable`` returning one), else the reference."""
+    """The kit named by ``$RTP_REF_PLUGINS_IMPL`` (``module:callable`` returning one), else the reference.
+    RtpRefError when its ``absent_features`` names something that is not a feature of the plugins suite."""
     spec = os.environ.get(KIT_ENV)
     if not spec:
         return ReferencePluginsKit()
-    return cast(PluginsKit, call_named(spec))
+    kit = cast(PluginsKit, call_named(spec))
+    declared_absent(kit, "plugins")
+    return kit

@@ -1,126 +1,62 @@
-"""The plugins kit over the emulation of rtp-llm: the worked example of an adapter to a module-global registry.
+"""The plugins kit over the emulation of rtp-llm with PR #1266 applied (legacy_rtp_llm_plugins.py).
 
-rtp_ref/suites/plugins/legacy_rtp_llm_plugins.py is written like the engine: plugins register into a registry held
-in a module global, by calling the engine's ``register_model`` at import. The steps of the recipe in
-docs/args-and-plugins.md ("Writing an adapter") that this module shows:
+The PR adds the flag, the loader and the ``ModelArgs`` slot and leaves the registry as it is, so this kit is the
+main branch's (rtp_llm_main_plugins_adapter.py, where the registry steps of the adapter recipe are shown) with the
+PR's entry points and the members of the features the PR brings. It also shows two more parts of the recipe
+(docs/args-and-plugins.md, "Writing an adapter"):
 
-1. ``isolated_default_registry`` yields the engine's own global registry and restores its tables in place
-   afterwards (the registry object is never replaced: the engine's functions and every imported plugin hold it);
-2. ``plugin_source`` writes a plugin the way a vendor would, importing the engine's public registration
-   function, so loading it runs the engine's real import path;
-3. the engine's functions are called with their own signatures: the loader has no importer parameter, and the
-   kit passes the suite's importer on anyway, so the test fails as the engine would (a finding, not an adapter
-   bug: an adapter never papers over a missing feature);
-4. a plugin that replaces a built-in model does what ROCm's ATOM does (writes the registry's dictionaries).
+* step 7, the engine's functions are called with their own signatures: the loader has no importer parameter, and the kit
+  passes the suite's importer on anyway, so the engine's ``TypeError`` marks the feature absent (an adapter never
+  papers over a missing feature, nor needs to declare one the engine refuses by itself);
+* step 5, ``plugin_source`` writes a plugin the way a vendor would, importing the engine's public registration function,
+  so loading it runs the engine's real import path.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from rtp_ref.suites.args.legacy_rtp_llm import LegacyEnvArgumentParser
 from rtp_ref.suites.plugins import legacy_rtp_llm_plugins as engine
+from rtp_ref.suites.plugins import rtp_llm_main_plugins as registry_module
+from rtp_ref.suites.plugins.rtp_llm_main_plugins_adapter import RtpLlmMainPluginsKit
 
 
-class LegacyPluginsKit:
-    """The plugins behaviour tests' kit (rtp_ref/suites/plugins/kit.py) over the emulation of rtp-llm."""
+class LegacyPluginsKit(RtpLlmMainPluginsKit):
+    """The plugins behaviour tests' kit (rtp_ref/suites/plugins/kit.py) over the emulation of rtp-llm with PR #1266."""
 
-    name = "legacy rtp-llm emulation"
+    name = "legacy rtp-llm emulation (PR #1266)"
+    #: the PR gives no way to replace a model type (ROCm/ATOM writes the registry's tables instead)
+    absent_features: frozenset[str] = frozenset({"override_registration"})
+    tree: ClassVar[ModuleType] = engine
 
     def parse_package_list(self, text: str) -> list[str]:
         return engine.parse_external_model_packages(text)
 
     def package_list_parser(self) -> LegacyEnvArgumentParser:
         parser = LegacyEnvArgumentParser(prog="prog")
-        parser.add_argument_group("model").add_argument(
-            "--external_model_packages", type=engine.parse_external_model_packages, default=None, enable_env=False
-        )
+        engine.init_model_group_args(parser)
         return parser
 
-    def load_packages(
-        self, names: Sequence[str], importer: Callable[[str], ModuleType] | None = None
-    ) -> None:
+    def load_packages(self, names: Sequence[str], importer: Callable[[str], ModuleType] | None = None) -> None:
         if importer is None:
             engine.load_external_model_packages(names)
-        else:  # step 3: fails as rtp-llm's loader does (TypeError: no such parameter), the finding shown
+        else:  # the engine has no importer parameter: its TypeError says so
             engine.load_external_model_packages(names, importer=importer)  # type: ignore[call-arg]
 
-    def new_registry(self) -> engine.LegacyModelRegistry:
-        return engine.LegacyModelRegistry()
-
-    @contextmanager
-    def isolated_default_registry(self) -> Iterator[engine.LegacyModelRegistry]:
-        """Step 1: the global registry itself, its tables restored in place afterwards."""
-        registry = engine._DEFAULT_REGISTRY
-        tables: tuple[dict[str, Any], ...] = (
-            registry._model_factory, registry._hf_architecture_2_ft, registry._hf_repo_2_ft)
-        saved = [dict(table) for table in tables]
-        try:
-            yield registry
-        finally:
-            for table, before in zip(tables, saved, strict=True):
-                table.clear()
-                table.update(before)
-
-    def register(
-        self,
-        registry: engine.LegacyModelRegistry,
-        name: str,
-        cls: type,
-        *,
-        architectures: Sequence[str] = (),
-        repos: Sequence[str] = (),
-        override: bool = False,
-    ) -> None:
-        if override:
-            # step 4, ROCm/ATOM base_model_wrapper.py 11-40: write into the dicts, bypassing the checks.
-            registry._model_factory[name] = cls
-            for arch in architectures:
-                registry._hf_architecture_2_ft[arch] = name
-            for repo in repos:
-                registry._hf_repo_2_ft[repo] = name
-            return
-        registry.register_model(name, cls, architectures, repos)
-
-    def model_class(self, registry: engine.LegacyModelRegistry, name: str) -> type:
-        return registry.get_model_cls(name)
-
-    def model_type_for_architecture(self, registry: engine.LegacyModelRegistry, architecture: str) -> str | None:
-        return registry._hf_architecture_2_ft.get(architecture)
-
-    def infer_model_type(self, checkpoint: Path, registry: engine.LegacyModelRegistry) -> str:
-        args = engine.LegacyModelArgs()
-        args.ckpt_path = os.fspath(checkpoint)
-        engine.setup_default_args(args, registry)
-        return args.model_type
-
     def plugin_source(self, model_type: str, class_name: str, architectures: Sequence[str]) -> str:
-        """Step 2: a plugin registering through the engine's public function, as a vendor's would."""
+        """A plugin registering through the engine's public function, as a vendor's would."""
         return (
-            f"from {engine.__name__} import register_model\n\n\n"
+            f"from {registry_module.__name__} import register_model\n\n\n"
             f"class {class_name}:\n    pass\n\n\n"
             f"register_model({model_type!r}, {class_name}, {list(architectures)!r})\n"
         )
 
-    def new_model_args(self, **fields: Any) -> engine.LegacyModelArgs:
-        args = engine.LegacyModelArgs()
-        for name, value in fields.items():
-            setattr(args, name, value)
-        return args
-
-    def derive_propose_args(
-        self, args: engine.LegacyModelArgs, *, ckpt_path: str, model_type: str
-    ) -> engine.LegacyModelArgs:
-        return engine.create_propose_model_args(args, ckpt_path, model_type)
-
-    def resolve_model(self, args: engine.LegacyModelArgs) -> tuple[str, type]:
-        engine.setup_default_args(args, engine._DEFAULT_REGISTRY)
-        return args.model_type, engine.create_model_config(args, engine._DEFAULT_REGISTRY)
+    def model_config_class(self, args: Any) -> type:
+        """The second entry point that loads the packages, on its own: ``create_model_config``."""
+        return engine.create_model_config(args)
 
 
 def legacy_plugins_kit() -> LegacyPluginsKit:

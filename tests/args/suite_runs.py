@@ -1,0 +1,22 @@
+"""Run chosen tests of a shipped suite against a kit of the test tree (tests.args.broken_kits,
+tests.plugins.broken_kits), in the suite's own pytest process, as ``rtp-ref check-*`` runs it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from rtp_ref.suites.run import SUITES, Outcome, run_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def outcomes_of(suite: str, impl: str, tests: Sequence[str], tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> dict[str, Outcome]:
+    """Each of ``tests`` (``module::name[params]``) run against ``impl``, by test id."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    found = run_suite(SUITES[suite], impl, tmp_path / "junit.xml", tests=tests)
+    return {o.test: o for o in found}
