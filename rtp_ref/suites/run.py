@@ -113,6 +113,9 @@ def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900,
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("PYTEST_") and k not in (ARGS_KIT_ENV, PLUGINS_KIT_ENV)}
         env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path(work) / "hypothesis")
+        # the child imports the rtp_ref whose suite files it collects (a checkout's or an installed one's, whichever
+        # this process runs), never the other: pytest refuses a conftest imported from one and collected from another
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUITE_DIR.parents[1]), env.get("PYTHONPATH")]))
         if impl:
             env[suite.impl_env] = impl
         (Path(work) / "pytest.ini").write_text("[pytest]\n")
