@@ -10,8 +10,8 @@ compiled kernel needs; rtp_ref.kernels.format_traits gives a format's integers t
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -19,7 +19,7 @@ from rtp_ref.errors import UnsupportedLayoutError
 from rtp_ref.fp8.elements import ANY_NAN, NanPolicy
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.kv.cache import KV_CACHE_DTYPE_ALIASES
-from rtp_ref.kv.flags import LayoutFlags, resolve_flags
+from rtp_ref.kv.flags import LayoutFlags, resolve_flags, with_values
 from rtp_ref.kv.layouts import MlaLayout, build_layout
 
 if TYPE_CHECKING:
@@ -50,6 +50,11 @@ class WriteContract:
         flags = resolve_flags(platform, overrides)
         return cls(flags.cache_format(platform.element_format), platform.conversion_mode, flags, platform.name,
                    NanPolicy.pinning(platform.nan_pins))
+
+    def under(self, flags: Mapping[str, Any]) -> WriteContract:
+        """This contract with the typed layout ``flags`` of a writer convention in place of its own (a platform
+        table's ``[[conventions]]``: flags that change only stored scales, so the element format stays)."""
+        return replace(self, flags=with_values(self.flags, flags))
 
     def layout(self, kv_cache_dtype: str, kv_lora_rank: int, rope_dim: int) -> MlaLayout:
         """The reference layout for a kernel call (``fp8_e4m3`` is vLLM's spelling of ``fp8``).

@@ -5,13 +5,18 @@ fails loudly with the file, the key and what is valid, instead of silently takin
 Adding a platform is one new file; ``load_platform`` also takes a path to an out-of-tree file.
 
 Every claim a table makes about other projects' code or about hardware (each ``[fp8]``, ``[hardware]``,
-``[layout_flags]`` and ``[layout_bytes]`` key, each supported layout, the ``[reader]`` and each ``[[deviations]]``)
-can cite its source: ``[sources]`` maps a claim's key (``claim_keys``) to citations, and ``[reader]``,
-``[[deviations]]`` and a claim stated as a table hold theirs in their own ``source`` text. A malformed citation,
-or a ``[sources]`` key naming no claim of the table, is refused in every table. A bundled table must cite every
-claim (the test suite checks ``Platform.uncited_claims``); a table of the user's may leave claims uncited, and
-``rtp-ref platforms show`` lists them. ``[detect]`` and ``[tolerances]`` are not claims: they identify a device and
-state rtp-ref's own policy.
+``[layout_flags]`` and ``[layout_bytes]`` key, each supported layout, the ``[reader]``, each ``[[deviations]]`` and
+each ``[[conventions]]``) can cite its source: ``[sources]`` maps a claim's key (``claim_keys``) to citations, and
+``[reader]``, ``[[deviations]]``, ``[[conventions]]`` and a claim stated as a table hold theirs in their own
+``source`` text. A malformed citation, or a ``[sources]`` key naming no claim of the table, is refused in every table.
+A bundled table must cite every claim (the test suite checks ``Platform.uncited_claims``); a table of the user's may
+leave claims uncited, and ``rtp-ref platforms show`` lists them. ``[detect]`` and ``[tolerances]`` are not claims:
+they identify a device and state rtp-ref's own policy.
+
+``[[conventions]]`` lists the other writer conventions a table accepts for one write op: where the cache stores the
+scale its reader decodes with, writers may compute or apply it differently (AMD AITER's indexer divisor and
+reciprocal multiply beside vLLM's on ROCm). Each names the op, the layout flags it sets (only flags whose
+``FlagSpec.stored_scale`` says so) and its source; the table's own flags are its first convention.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.elements import ELEMENT_TRAITS, nan_pin_problem
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
 from rtp_ref.grades import GRADES
-from rtp_ref.kv.flags import check_flag_table
+from rtp_ref.kv.flags import FLAG_SPECS, check_flag_table, check_flag_values
 from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
+from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP, MLA_OP
 from rtp_ref.kv.reader_convention import TILE_SCALE_READS, ReaderConvention
 
 if TYPE_CHECKING:
@@ -79,6 +85,23 @@ class Deviation:
 
 
 @dataclass(frozen=True)
+class Convention:
+    """A writer convention a table accepts for ``op`` beside its own flags: ``flags`` (typed layout flags) in place
+    of the table's, as ``source`` shows a public writer doing."""
+
+    name: str
+    op: str
+    flags: Mapping[str, Any]
+    source: str
+
+    def text(self) -> str:
+        """``NAME (flag=value, ...)``, as a diagnosis names it."""
+        shown = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={getattr(v, 'value', v)}"
+                          for k, v in self.flags.items())
+        return f"{self.name} ({shown})"
+
+
+@dataclass(frozen=True)
 class Platform:
     """One validated platform table. ``source`` is the file it came from, ``sha256`` its bytes' hash."""
 
@@ -122,6 +145,12 @@ class Platform:
         return [claim for claim, cited in self.citations.items() if not cited]
     #: whether certification needs a clean empty call (``[tolerances] require_hardening``)
     require_hardening: bool = False
+    #: the other writer conventions the table accepts (``[[conventions]]``, in table order)
+    conventions: tuple[Convention, ...] = ()
+
+    def conventions_for(self, op: str) -> tuple[Convention, ...]:
+        """The conventions this table accepts for ``op``, in table order."""
+        return tuple(c for c in self.conventions if c.op == op)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +307,14 @@ _DEVIATION: dict[str, _Key] = {
     "devices": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(("cpu", "cuda"))),
     "torch_before": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
 }
+#: ops a convention may name: the writes (a reader has no writer convention)
+CONVENTION_OPS = (MLA_OP, MHA_OP, INDEXER_OP)
+_CONVENTION: dict[str, _Key] = {
+    "name": _Key("string", lambda v: isinstance(v, str) and v.strip() != ""),
+    "op": _Key("string", lambda v: isinstance(v, str), check=_one_of(CONVENTION_OPS)),
+    "flags": _Key("table of layout flags", lambda v: isinstance(v, dict) and bool(v)),
+    "source": _Key("string", lambda v: isinstance(v, str) and bool(citations_in(v))),
+}
 # layout_flags: names, types and values belong to the KV room (rtp_ref.kv.flags.check_flag_table).
 _OPEN_SECTIONS = ("layout_flags",)
 
@@ -300,7 +337,7 @@ def _validate_table(where: str, table: Mapping[str, Any], keys: Mapping[str, _Ke
 
 
 def _validate(path: str, data: Mapping[str, Any]) -> None:
-    allowed = [*_TOP, *_SECTIONS, "hardware", "reader", *_OPEN_SECTIONS, "deviations", "sources"]
+    allowed = [*_TOP, *_SECTIONS, "hardware", "reader", *_OPEN_SECTIONS, "deviations", "conventions", "sources"]
     for key in data:
         if key not in allowed:
             raise RtpRefError(f"{path}: unknown key {key!r}; valid keys: {', '.join(allowed)}")
@@ -337,11 +374,34 @@ def _validate(path: str, data: Mapping[str, Any]) -> None:
         if not isinstance(dev, dict):
             raise RtpRefError(f"{path} [[deviations]] #{i + 1}: expected a table")
         _validate_table(f"{path} [[deviations]] #{i + 1}", dev, _DEVIATION)
+    _validate_conventions(path, data.get("conventions", []))
     detect = data["detect"]
     if data["backend"] == "cuda" and not detect.get("cuda_capabilities"):
         raise RtpRefError(f"{path} [detect]: backend 'cuda' needs key 'cuda_capabilities' (e.g. [\"9.0\"])")
     if data["backend"] == "rocm" and not detect.get("gcn_archs"):
         raise RtpRefError(f"{path} [detect]: backend 'rocm' needs key 'gcn_archs' (e.g. [\"gfx942\"])")
+
+
+def _validate_conventions(path: str, conventions: Any) -> None:
+    """Each ``[[conventions]]`` entry: its keys, a unique name, flags that change only stored scales (a reader
+    decodes with the stored scale; any other flag changes what the reader sees, so it is no convention)."""
+    if not isinstance(conventions, list):
+        raise RtpRefError(f"{path}: 'conventions' must be an array of tables ([[conventions]])")
+    names: set[tuple[str, str]] = set()
+    for i, entry in enumerate(conventions):
+        where = f"{path} [[conventions]] #{i + 1}"
+        if not isinstance(entry, dict):
+            raise RtpRefError(f"{where}: expected a table")
+        _validate_table(where, entry, _CONVENTION)
+        if (entry["op"], entry["name"]) in names:
+            raise RtpRefError(f"{where}: convention {entry['name']!r} of {entry['op']} is listed twice")
+        names.add((entry["op"], entry["name"]))
+        check_flag_values(f"{where} flags", entry["flags"])
+        seen = [name for name in entry["flags"] if not FLAG_SPECS[name].stored_scale]
+        if seen:
+            valid = ", ".join(n for n, spec in FLAG_SPECS.items() if spec.stored_scale)
+            raise RtpRefError(f"{where} flags: {', '.join(seen)} change(s) what a reader sees, not only a stored "
+                              f"scale; valid flags: {valid}")
 
 
 def claim_keys(data: Mapping[str, Any]) -> list[str]:
@@ -384,6 +444,8 @@ def _citations(path: str, data: Mapping[str, Any]) -> dict[str, tuple[str, ...]]
         cited["reader"] = citations_in(data["reader"]["source"])
     for i, deviation in enumerate(data.get("deviations", [])):
         cited[f"deviations.{i + 1}"] = citations_in(deviation["source"])
+    for i, convention in enumerate(data.get("conventions", [])):
+        cited[f"conventions.{i + 1}"] = citations_in(convention["source"])
     return cited
 
 
@@ -428,6 +490,8 @@ def parse_platform(text: bytes, source: str) -> Platform:
         reader=_reader(data.get("reader")),
         citations=_citations(source, data),
         require_hardening=bool(data["tolerances"].get("require_hardening", False)),
+        conventions=tuple(Convention(c["name"], c["op"], check_flag_values(source, c["flags"]), c["source"])
+                          for c in data.get("conventions", [])),
     )
 
 

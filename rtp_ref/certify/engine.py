@@ -1,7 +1,10 @@
-"""One case of any op, end to end, in plain Python: build it on the device under test, check the inputs as built,
-call the kernel once, settle how the call ended (a device error, a refusal the kernel declared, a raise), grade
-it, diagnose wrong bytes, and judge it (rtp_ref.certify.verdict). The empty call (no tokens) is hardening, not a
-write: it is classified (rtp_ref.cases.input_checks) and never graded. The result is the case's report record and
+"""One case of any op, end to end, in plain Python: build it on the device under test, check the inputs as built, call
+the kernel once, settle how the call ended (a device error, a refusal the kernel declared, a raise), grade it,
+diagnose wrong bytes, and judge it (rtp_ref.certify.verdict). A write that falls short of the required grade under the
+table's contract is graded again, bytes as written (the kernel is not called again), against each writer convention
+the table accepts for the op (``[[conventions]]``: the same inputs, the reference under the convention's flags); the
+first that reaches the grade passes the case and is named in its record. The empty call (no tokens) is hardening, not
+a write: it is classified (rtp_ref.cases.input_checks) and never graded. The result is the case's report record and
 its outcome; pytest only runs this in an isolated worker, with a timeout, and shows the outcome.
 """
 
@@ -13,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rtp_ref.cases.checks import Check, grade_reached
+from rtp_ref.cases.checks import Check, grade_reached, reaches
 from rtp_ref.cases.grading import Grading
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND, HARDENED, classify_empty_call
 from rtp_ref.cases.op_cases import BuiltCase, CaseKey, arguments_of
@@ -23,7 +26,7 @@ from rtp_ref.certify.verdict import FAILED, REFUSED, Judgement, judge, judge_har
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import declared_refusal
 from rtp_ref.ops import op_spec
-from rtp_ref.platform import Platform
+from rtp_ref.platform import Convention, Platform
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,29 @@ def _empty_call(subject: Subject, case: BuiltCase, call: CallResult, before: tor
             judgement)
 
 
+def _convention_grading(subject: Subject, key: CaseKey, contract: WriteContract, platform: Platform,
+                        call: CallResult, before: torch.Tensor,
+                        after: torch.Tensor) -> tuple[Convention, Grading] | None:
+    """The first convention the table accepts for the op against whose reference, on the case's own inputs (same
+    key, same seed), the bytes the kernel wrote reach the required grade, with that grading; None when none does."""
+    for convention in platform.conventions_for(subject.op):
+        case = op_spec(subject.op).cases.build(key, contract.under(convention.flags), subject.device)
+        grading = with_ran_check(case.grade(before, after, platform.numerics_max_ulp), call,
+                                 expect_launch=key.tokens > 0)
+        if reaches(grading.grade, platform.required_grade):
+            return convention, grading
+    return None
+
+
+def _not_a_convention(platform: Platform, op: str) -> str:
+    """What a diagnosis adds where the table accepts other conventions for ``op`` and none explains the bytes."""
+    accepted = platform.conventions_for(op)
+    if not accepted:
+        return ""
+    return (f"; this table also accepts {', '.join(c.text() for c in accepted)}, which the bytes do not follow "
+            f"either")
+
+
 def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: Platform,
              deviation: int | None, hardening_required: bool = False) -> CaseResult:
     """Run one case of ``subject``'s op (module doc). ``deviation``: the index of the platform's known deviation
@@ -119,14 +145,25 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
         return CaseResult({**record, **fields, **outcome}, judgement)
     grading = with_ran_check(case.grade(before, after, platform.numerics_max_ulp), call,
                              expect_launch=key.tokens > 0)
+    convention = None
+    if not reaches(grading.grade, platform.required_grade):
+        found = _convention_grading(subject, key, contract, platform, call, before, after)
+        if found is not None:
+            convention, grading = found
     failed = {c.name: c.detail for c in grading.checks if not c.passed}
-    diagnosis = case.diagnose(after, contract) if failed and grading.reaches("layout") else None
+    # a case a convention passed has nothing to diagnose under the table's own contract
+    diagnosis = case.diagnose(after, contract) if failed and convention is None and grading.reaches("layout") \
+        else None
+    if diagnosis is not None:
+        diagnosis += _not_a_convention(platform, subject.op)
     judgement = judge(grading.grade, grading.checks, subject.name, platform, deviation,
                       f"\n  diagnosis: {diagnosis}" if diagnosis else "")
     record.update(grade=grading.grade, failed_checks=sorted(failed), checks=failed, error_stats=grading.stats,
                   outcome=judgement.outcome)
     if diagnosis is not None:
         record["diagnosis"] = diagnosis
+    if convention is not None:
+        record["convention"] = convention.name
     return CaseResult(record, judgement)
 
 

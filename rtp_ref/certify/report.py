@@ -57,19 +57,20 @@ def input_checks(group: Sequence[Mapping[str, Any]]) -> str | None:
     """The input-checks cell of one (kernel, layout): ``validated``, ``flagged``, ``unchecked`` or ``crashed`` (a
     worker that died on the bad-slot case says crashed), ``not run``, or None for a pair without the case
     (unclaimed)."""
-    return _worst([_input_check(c) for c in group if c.get("kind") == BAD_INPUT_KIND], INPUT_CHECK_VALUES)
+    return _worst([_recorded(c, "input_check") for c in group if c.get("kind") == BAD_INPUT_KIND], INPUT_CHECK_VALUES)
 
 
 def hardening(group: Sequence[Mapping[str, Any]]) -> str | None:
     """The hardening cell of one (kernel, layout), from its empty calls: the worst of ``clean``, ``refused as
     declared``, ``raised``, ``wrote``, ``device error`` and ``crashed`` (a worker that died on it), ``not run``, or
     None for a pair without them (unclaimed)."""
-    return _worst([_hardening(c) for c in group if c.get("kind") == EMPTY_CALL_KIND], HARDENING_VALUES)
+    return _worst([_recorded(c, "hardening") for c in group if c.get("kind") == EMPTY_CALL_KIND], HARDENING_VALUES)
 
 
-def _hardening(case: Mapping[str, Any]) -> str:
-    if case.get("hardening"):
-        return str(case["hardening"])
+def _recorded(case: Mapping[str, Any], field: str) -> str:
+    """A case's ``field`` (its ``hardening`` or ``input_check`` result), ``not run``, or ``crashed`` without one."""
+    if case.get(field):
+        return str(case[field])
     if str(case.get("reason", "")).startswith("not run"):
         return "not run"
     return CRASHED  # no record: the worker died on the case
@@ -94,12 +95,6 @@ def graph_safety(group: Sequence[Mapping[str, Any]]) -> str | None:
     return "not run"
 
 
-def _input_check(case: Mapping[str, Any]) -> str:
-    if case.get("input_check"):
-        return str(case["input_check"])
-    if str(case.get("reason", "")).startswith("not run"):
-        return "not run"
-    return CRASHED  # no record: the worker died on the case
 
 
 def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = False,
@@ -109,7 +104,8 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
     domain (what the kernel's ``input_domain`` leaves out) and the cases refused as declared.
 
     The verdict is about the write; the out-of-range-slot case decides it only when ``input_checks_required``, the
-    empty call only when ``hardening_required``.
+    empty call only when ``hardening_required``. ``conventions``: the writer conventions of the table
+    (``[[conventions]]``) that some of the pair's cases passed under, instead of the table's own flags.
     A pair some of whose cases the run never reached is ``incomplete: N of M cases ran``, and
     ``failed; incomplete: N of M cases ran`` when the cases that ran failed.
     """
@@ -143,6 +139,7 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
             "input_checks": input_checks(group),
             "hardening": hardening(group),
             "domain": next((c["domain"] for c in group if c.get("kind") == DOMAIN_KIND and c.get("domain")), None),
+            "conventions": sorted({c["convention"] for c in group if c.get("convention")}),
             "graph_safe": graph_safety(group),
             "refused": sorted({f"{c['kind']} ({c['refused']})" for c in group if c.get("refused")}),
         })
@@ -236,22 +233,25 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         large = f"{r.get('tiers', {}).get('large', 'not run')} | " if large_ran else ""
         large += f"{r.get('graph_safe') or 'not run'} | " if graph_ran else ""
         lines.append(
-            f"| {r['kernel']} | {r['layout']} | {verdict_with_domain(r['verdict'], r.get('domain'))}{refused} | "
+            f"| {r['kernel']} | {r['layout']} | {verdict_with_domain(r['verdict'], r.get('domain'))}"
+            f"{with_conventions(r.get('conventions'))}{refused} | "
             f"{r['min_grade'] or '-'} | {large}{r.get('input_checks') or '-'} | {r.get('hardening') or '-'} | "
             f"{'/'.join(r['execution'])} | {_fmt_counts(r['counts'])} | {', '.join(r['failed_checks']) or '-'} |"
         )
-    checked = [c for c in report["cases"] if c.get("kind") == BAD_INPUT_KIND and _input_check(c) not in REFUSING]
+    checked = [c for c in report["cases"]
+               if c.get("kind") == BAD_INPUT_KIND and _recorded(c, "input_check") not in REFUSING]
     if checked:
         lines += ["", "## Input checks not validated (an out-of-range slot: slot == capacity)", ""]
         lines += [f"- {c.get('kernel')}/{c.get('layout')}: "
                   + (f"{c['input_check']}: {c.get('input_check_detail', '')}" if c.get("input_check")
-                     else str(c.get("reason", _input_check(c)))) for c in checked]
-    hardened = [c for c in report["cases"] if c.get("kind") == EMPTY_CALL_KIND and _hardening(c) not in HARDENED]
+                     else str(c.get("reason", _recorded(c, "input_check")))) for c in checked]
+    hardened = [c for c in report["cases"]
+                if c.get("kind") == EMPTY_CALL_KIND and _recorded(c, "hardening") not in HARDENED]
     if hardened:
         lines += ["", "## Hardening: empty calls that were not clean (no tokens; engines do not make this call)", ""]
         lines += [f"- {c.get('kernel')}/{c.get('layout')} {c.get('case', '')}: "
                   + (f"{c['hardening']}: {c.get('hardening_detail', '')}" if c.get("hardening")
-                     else str(c.get("reason", _hardening(c)))) for c in hardened]
+                     else str(c.get("reason", _recorded(c, "hardening")))) for c in hardened]
     lines += _diagnosis_lines(report)
     failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
     if failures:
@@ -262,6 +262,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- {d['kernel']} on {', '.join(d['layouts'])} ({d['check']}): {d['reason']}"
                   for d in report["unmatched_deviations"]]
     return "\n".join(lines) + "\n"
+
+
+def with_conventions(conventions: Sequence[str] | None) -> str:
+    """What follows a verdict whose cases passed under a writer convention the table accepts: `` (convention:
+    AITER)``; nothing where every case followed the table's own flags."""
+    return f" (convention: {', '.join(conventions)})" if conventions else ""
 
 
 def verdict_with_domain(verdict_text: str, domain: str | None) -> str:

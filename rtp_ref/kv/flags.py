@@ -2,7 +2,8 @@
 
 Every flag is declared once, on a field of ``LayoutFlags`` (its metadata holds the ``FlagSpec``:
 kind, valid values, meaning). Defaults come from the platform file's ``[layout_flags]`` table, which
-must state every flag; ``--layout-flag KEY=VALUE`` (CLI and pytest) overrides them. An unknown key
+must state every flag that has no default of its own (a flag added later has one, so older tables stay
+valid); ``--layout-flag KEY=VALUE`` (CLI and pytest) overrides them. An unknown key
 or a bad value raises RtpRefError listing what is valid. Nothing here depends on the machine, so any
 layout can be built on any platform, CPU included.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -46,6 +47,15 @@ class LoraAlignment(str, Enum):
     ROUND_UP = "round_up"
 
 
+class IndexerScaleApply(str, Enum):
+    """How the indexer write applies a slice's scale to its values before encoding them."""
+
+    #: ``x / scale`` (vLLM)
+    DIVIDE = "divide"
+    #: ``x * (1 / scale)``, the reciprocal rounded to fp32 first (AMD AITER)
+    RECIPROCAL_MULTIPLY = "reciprocal_multiply"
+
+
 class FlagKind(str, Enum):
     """How a flag's value is written in a platform file and on the command line."""
 
@@ -62,6 +72,9 @@ class FlagSpec:
     doc: str
     choices: tuple[str, ...] = ()
     convert: Callable[[str], Any] = str
+    #: the flag changes only a scale the cache stores, which its reader decodes with as stored: writers may differ
+    #: in it (a platform table's ``[[conventions]]`` may set only such flags)
+    stored_scale: bool = False
 
     def valid_text(self) -> str:
         """The valid values, as an error message lists them."""
@@ -151,15 +164,18 @@ class LayoutFlags:
     )
     ds_mla_scale_floor: float = field(
         metadata=_flag(
-            FlagSpec(FlagKind.NUMBER, "smallest fp8_ds_mla tile scale (FLT_MIN in rtp-llm/vLLM, 1e-4 in FlashMLA)")
+            FlagSpec(FlagKind.NUMBER, "smallest fp8_ds_mla tile scale (FLT_MIN in rtp-llm/vLLM, 1e-4 in FlashMLA)",
+                     stored_scale=True)
         )
     )
     model1_scale_floor: float = field(
-        metadata=_flag(FlagSpec(FlagKind.NUMBER, "smallest fp8_model1_mla tile scale before the power-of-two ceil"))
+        metadata=_flag(FlagSpec(FlagKind.NUMBER, "smallest fp8_model1_mla tile scale before the power-of-two ceil",
+                                stored_scale=True))
     )
     fp8_max_divisor: float = field(
         metadata=_flag(
-            FlagSpec(FlagKind.NUMBER, "the fp8 maximum a tile's amax is divided by (448; 224 in vLLM on gfx942)")
+            FlagSpec(FlagKind.NUMBER, "the fp8 maximum a tile's amax is divided by (448; 224 in vLLM on gfx942)",
+                     stored_scale=True)
         )
     )
     cache_fp8_format: str = field(
@@ -171,6 +187,19 @@ class LayoutFlags:
                 (PLATFORM_FORMAT, *FP8_FORMATS),
             )
         )
+    )
+    indexer_scale_apply: IndexerScaleApply = field(
+        default=IndexerScaleApply.DIVIDE,
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "how the indexer write applies a slice's scale: divide (x / scale, vLLM) or reciprocal_multiply "
+                "(x * (1 / scale) in fp32, AMD AITER); default divide",
+                tuple(a.value for a in IndexerScaleApply),
+                IndexerScaleApply,
+                stored_scale=True,
+            )
+        ),
     )
 
     def cache_format(self, platform_format: Fp8Format) -> Fp8Format:
@@ -200,6 +229,8 @@ class LayoutFlags:
 
 #: Flag name -> its spec, in declaration order.
 FLAG_SPECS: dict[str, FlagSpec] = {f.name: f.metadata["flag"] for f in fields(LayoutFlags)}
+#: The flags a platform table may leave out (each has a default of its own), and that default.
+FLAG_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(LayoutFlags) if f.default is not MISSING}
 
 
 def _unknown(where: str, name: str) -> RtpRefError:
@@ -207,19 +238,32 @@ def _unknown(where: str, name: str) -> RtpRefError:
 
 
 def check_flag_table(where: str, table: Any) -> LayoutFlags:
-    """Validate a platform file's ``[layout_flags]`` table: every flag present, no unknown key.
+    """Validate a platform file's ``[layout_flags]`` table: every flag without a default present, no unknown key.
 
     ``where`` names the file and table in every error (e.g. ``platforms/cpu.toml [layout_flags]``).
     """
     if not isinstance(table, Mapping):
         raise RtpRefError(f"{where}: expected a table of layout flags ({', '.join(FLAG_SPECS)})")
+    missing = [name for name in FLAG_SPECS if name not in table and name not in FLAG_DEFAULTS]
+    values = check_flag_values(where, table)
+    if missing:
+        raise RtpRefError(f"{where}: missing layout flag(s) {', '.join(missing)}; every flag without a default "
+                          f"must be stated")
+    return LayoutFlags(**values)
+
+
+def check_flag_values(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate some flags as a platform file states them (``{name: value}``): each a known flag with a valid value;
+    returns them typed. RtpRefError names ``where``, the flag and what is valid."""
     for name in table:
         if name not in FLAG_SPECS:
             raise _unknown(where, name)
-    missing = [name for name in FLAG_SPECS if name not in table]
-    if missing:
-        raise RtpRefError(f"{where}: missing layout flag(s) {', '.join(missing)}; every flag must be stated")
-    return LayoutFlags(**{name: spec.from_toml(where, name, table[name]) for name, spec in FLAG_SPECS.items()})
+    return {name: FLAG_SPECS[name].from_toml(where, name, value) for name, value in table.items()}
+
+
+def with_values(flags: LayoutFlags, values: Mapping[str, Any]) -> LayoutFlags:
+    """``flags`` with the typed ``values`` (``check_flag_values``'s result) in place of their own."""
+    return replace(flags, **values)
 
 
 def parse_overrides(assignments: Sequence[str]) -> dict[str, str]:

@@ -11,9 +11,11 @@ quant_block_size`` fp32 scales, token ``t``'s ``j``-th at ``block_size * head_di
 (``n = head_dim / quant_block_size``). Each ``quant_block_size`` slice of a row has the scale
 ``max(amax, 1e-4) / divisor`` in fp32 (amax over the slice's non-NaN values, as ``fmaxf`` folds), raised
 to the smallest power of two at or above it when ``scale_fmt`` is ``ue8m0``; the values are
-``encode(x / scale)``. The divisor follows the cache's format: for the platform's own format it is the
-platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA writers there), for a cache kept in
-another format that format's largest value.
+``encode(x / scale)``, or ``encode(x * r)`` with ``r = 1 / scale`` rounded to fp32 under the layout flag
+``indexer_scale_apply = "reciprocal_multiply"`` (AMD AITER's arithmetic: the two differ in the last bit of some
+quotients, so in some codes, unless the scale is a power of two). The divisor follows the cache's format: for the
+platform's own format it is the platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA writers there),
+for a cache kept in another format that format's largest value.
 A negative slot writes nothing.
 """
 
@@ -30,7 +32,7 @@ from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
 from rtp_ref.fp8.rules import Pow2Rule, ScaleRule
 from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
 from rtp_ref.kv.fields import Field, Placement, Source
-from rtp_ref.kv.flags import LayoutFlags, resolve_flags
+from rtp_ref.kv.flags import IndexerScaleApply, LayoutFlags, resolve_flags
 from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
@@ -58,6 +60,8 @@ class IndexerLayout:
     conversion_mode: ConversionMode
     scale_divisor: float
     fields: tuple[Field, ...]
+    #: how the scale is applied to the values (flag ``indexer_scale_apply``)
+    scale_apply: IndexerScaleApply = IndexerScaleApply.DIVIDE
 
     @property
     def scales_per_token(self) -> int:
@@ -108,7 +112,8 @@ def indexer_layout_for(source: FormatSource, flags: LayoutFlags, head_dim: int, 
     fmt = element_format or cache_format
     divisor = flags.fp8_max_divisor if fmt == cache_format else fmt.max_value
     fields = place_fields(INDEXER_FIELDS, {"D": head_dim, "D/Q": head_dim // quant_block_size}, fmt)
-    return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor, fields)
+    return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor, fields,
+                         flags.indexer_scale_apply)
 
 
 def check_indexer_cache(layout: IndexerLayout, kv_cache: object) -> torch.Tensor:
@@ -150,6 +155,16 @@ def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torc
     return scale
 
 
+def scaled(layout: IndexerLayout, x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The fp32 values ``x`` ``[T, head_dim]`` with their slices' ``scales`` ``[T, n]`` applied as the layout's
+    ``scale_apply`` says (the module doc): what is encoded."""
+    per_value = scales.repeat_interleave(layout.quant_block_size, dim=1)
+    if layout.scale_apply is IndexerScaleApply.RECIPROCAL_MULTIPLY:
+        # the reciprocal is one correctly rounded fp32 division, then a rounded fp32 product: two roundings
+        return x.to(torch.float32) * (torch.ones_like(per_value) / per_value)
+    return x.to(torch.float32) / per_value
+
+
 def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
                                         slot_mapping: torch.Tensor, scale_fmt: str) -> None:
     """Write ``k`` into ``kv_cache`` as the module doc states (CPU tensors; in place); bad arguments raise
@@ -162,8 +177,7 @@ def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, 
         return
     x = k[valid]
     scales = slice_scales(layout, x, scale_fmt)
-    per_value = scales.repeat_interleave(layout.quant_block_size, dim=1)
-    codes = encode(x.to(torch.float32) / per_value, layout.element_format, layout.conversion_mode)
+    codes = encode(scaled(layout, x, scales), layout.element_format, layout.conversion_mode)
     blocks = _blocks(kv_cache)
     block, token = slots[valid] // block_size, slots[valid] % block_size
     values, scale = layout.field(Source.KEY), layout.field(Source.SCALE)

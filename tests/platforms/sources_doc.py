@@ -44,6 +44,9 @@ def _value(platform: Platform, claim: str) -> str:
     if claim.startswith("deviations."):
         d = platform.deviations[int(claim.split(".")[1]) - 1]
         return f"{d.kernel} fails {d.check} on {', '.join(d.layouts)}"
+    if claim.startswith("conventions."):
+        c = platform.conventions[int(claim.split(".")[1]) - 1]
+        return f"accepted writer convention of {c.op}: {c.text()}"
     if claim.startswith("layouts."):
         return "supported"
     section, key = claim.split(".", 1)
