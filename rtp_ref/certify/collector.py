@@ -22,6 +22,7 @@ from rtp_ref.certify.faults import read_faults
 from rtp_ref.certify.quarantine import QUARANTINE_FILE, Quarantine
 from rtp_ref.certify.report import OUTCOMES, build_report, render_markdown
 from rtp_ref.certify.session import describe_run, discover_run_kernels
+from rtp_ref.certify.signals import interrupts_held
 from rtp_ref.certify.worker_watch import WorkerWatch
 
 CASE_PROPERTY = "rtp_ref_case"
@@ -132,12 +133,19 @@ class ReportCollector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if os.environ.get("PYTEST_XDIST_WORKER"):
             return
+        # a second Ctrl-C (a terminal's reaches every worker too, and they tell the controller) must not cut the
+        # report short: it is what the interrupted run leaves
+        with interrupts_held():
+            self._write_report(session, exitstatus)
+
+    def _write_report(self, session: pytest.Session, exitstatus: int) -> None:
         index = read_case_index(self.out_dir)
         for path in self.out_dir.glob(CASE_INDEX_GLOB):
             path.unlink(missing_ok=True)
         (self.out_dir / QUARANTINE_FILE).unlink(missing_ok=True)
         faults = read_faults(self.out_dir)
-        stop_reason = self.watch.stop_reason or self.watch.xdist_stop_reason()
+        stop_reason = self.watch.stop_reason or self.watch.xdist_stop_reason() or (
+            "interrupted (Ctrl-C, SIGINT)" if self.interrupted else None)
         for nodeid, case in self.cases.items():
             fault = faults.get(nodeid)
             if fault is not None:

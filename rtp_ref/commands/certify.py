@@ -173,6 +173,19 @@ def validate_selection(args: argparse.Namespace) -> None:
     writable_dir("--report", args.report)
 
 
+def remove_run_files(report_dir: Path) -> None:
+    """Remove what a run keeps in its report directory while it runs (the workers' fault logs and case lists, the
+    quarantine file): the controller removes them when it writes the report, but an interrupted run may end before,
+    or a worker still shutting down may write after."""
+    from rtp_ref.certify.collector import CASE_INDEX_GLOB
+    from rtp_ref.certify.faults import LOG_GLOB
+    from rtp_ref.certify.quarantine import QUARANTINE_FILE
+
+    for pattern in (LOG_GLOB, CASE_INDEX_GLOB, QUARANTINE_FILE):
+        for path in report_dir.glob(pattern):
+            path.unlink(missing_ok=True)
+
+
 def _certify(args: argparse.Namespace) -> int:
     validate_selection(args)
     if args.platform == ALL:
@@ -186,12 +199,15 @@ def _certify(args: argparse.Namespace) -> int:
     env = suite_environment(dict(os.environ), args.workers)
     os.environ.clear()
     os.environ.update(env)
-    if args.json:
-        # stdout holds the JSON document only: pytest's own output goes to stderr
-        with contextlib.redirect_stdout(sys.stderr):
+    try:
+        if args.json:
+            # stdout holds the JSON document only: pytest's own output goes to stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                status = pytest.main(argv)
+        else:
             status = pytest.main(argv)
-    else:
-        status = pytest.main(argv)
+    finally:  # an interrupted run too: the workers' logs and case lists are the run's, not the report's
+        remove_run_files(Path(args.report))
     report_path = Path(args.report) / "report.json"
     if not report_path.exists():
         print(f"rtp-ref: error: no report was written (pytest exit status {int(status)})", file=sys.stderr)

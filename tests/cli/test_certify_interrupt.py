@@ -1,0 +1,43 @@
+"""A terminal's Ctrl-C during ``rtp-ref certify``: the SIGINT reaches the whole process group (the command and its
+xdist workers), and the run leaves no file of its own in the report directory, only reports; a report it wrote says
+why it stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.processes import child_env
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_ctrl_c_leaves_no_run_files_and_a_report_names_the_interrupt(tmp_path: Path) -> None:
+    report = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--kernel",
+                             "reference", "--report", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=child_env(REPO), cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        # the workers are up once their fault logs exist: the files an interrupt must not leave behind
+        while not list(report.glob(".worker-*.log")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert list(report.glob(".worker-*.log")), "no worker started"
+        time.sleep(3)  # the run well under way: its case lists written
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: every process of the group
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode in (1, 130), proc.returncode
+    left = sorted(p.name for p in report.iterdir() if p.name.startswith("."))
+    assert left == [], left
+    if (report / "report.json").exists():
+        written = json.loads((report / "report.json").read_text())
+        assert written["complete"] is False and written["stop_reason"], written["stop_reason"]
