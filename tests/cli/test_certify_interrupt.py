@@ -24,11 +24,13 @@ def test_ctrl_c_leaves_no_run_files_and_a_report_names_the_interrupt(tmp_path: P
                             text=True, env=child_env(REPO), cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        # the workers are up once their fault logs exist: the files an interrupt must not leave behind
-        while not list(report.glob(".worker-*.log")) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert list(report.glob(".worker-*.log")), "no worker started"
-        time.sleep(3)  # the run well under way: its case lists written
+        # the run is under way once a worker has written its case list (after its fault log): both are files an
+        # interrupt must not leave behind. The signal goes at once: the whole run takes a few seconds, and a
+        # signal after its last case would meet a complete run
+        while not list(report.glob(".cases-*.json")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert list(report.glob(".cases-*.json")), "no worker started its cases"
+        assert list(report.glob(".worker-*.log")), "a worker runs without its fault log"
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: every process of the group
         _, stderr = proc.communicate(timeout=120)
     finally:
