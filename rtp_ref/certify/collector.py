@@ -12,7 +12,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +129,15 @@ class ReportCollector:
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, Any, None]:
+        # A wrapper around every other plugin's sessionfinish (xdist's shuts its workers down there): the report is
+        # written after them, and also when one of them raised (a Ctrl-C that came as the run ended, say).
+        outcome = yield
         if os.environ.get("PYTEST_XDIST_WORKER"):
             return
+        if outcome.excinfo is not None and issubclass(outcome.excinfo[0], KeyboardInterrupt):
+            self.interrupted = True
         # a second Ctrl-C (a terminal's reaches every worker too, and they tell the controller) must not cut the
         # report short: it is what the interrupted run leaves
         with interrupts_held():

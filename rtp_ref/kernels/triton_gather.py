@@ -4,9 +4,10 @@
 kernel, on CUDA, ROCm and Triton's interpreter; and ``triton-indexer-gather``
 (``cp_gather_indexer_k_quant_cache``: the indexer cache's bytes, copied row by row).
 
-One program fills one row of ``dst``. It finds its sequence by counting the ``cu_seq_lens`` entries at or before
-its row (every program reads the whole, short, vector: no host-side search, no per-sequence launch), its cache
-slot through the block table, and decodes the entry from the layout's field table (``WritePlan``, as the writers
+One program fills ``ROWS`` rows of ``dst`` (one on a GPU; a block of rows in Triton's interpreter, which pays for
+every operation of every program in Python, so a row per program made the readers most of a CPU certify run). Each
+row finds its sequence by counting the ``cu_seq_lens`` entries at or before it (every program reads the whole,
+short, vector: no host-side search, no per-sequence launch), its cache slot through the block table, and decodes the entry from the layout's field table (``WritePlan``, as the writers
 do). Bytes are read one at a time and assembled into 16- and 32-bit values, so no field needs any alignment.
 
 fp8 codes are decoded with integer arithmetic from the format's traits (the exact value: normal codes become
@@ -127,17 +128,35 @@ def _decode_part(cache: tl.tensor, row: tl.tensor, block_base: tl.tensor, offset
 
 @triton.jit
 def _sequence_of(r: tl.tensor, cu: tl.tensor, batch: tl.tensor, BATCH_PAD: tl.constexpr) -> tl.tensor:
-    """The sequence row ``r`` belongs to: how many ``cu[1..batch]`` are at or before it (``batch``: past them)."""
+    """The sequence each row of ``r`` (a vector of rows) belongs to: how many ``cu[1..batch]`` are at or before it
+    (``batch``: past them)."""
     seqs = tl.arange(0, BATCH_PAD)
     ends = tl.load(cu + 1 + seqs, mask=seqs < batch, other=0).to(tl.int64)
-    return tl.sum(((ends <= r) & (seqs < batch)).to(tl.int32), axis=0)
+    return tl.sum(((ends[None, :] <= r[:, None]) & (seqs[None, :] < batch)).to(tl.int32), axis=1)
+
+
+@triton.jit
+def _rows(n_rows: tl.tensor, cu: tl.tensor, batch: tl.tensor, table: tl.tensor, table_row: tl.tensor,
+          table_col: tl.tensor, block_size: tl.tensor, starts: tl.tensor, ROWS: tl.constexpr,
+          BATCH_PAD: tl.constexpr, HAS_STARTS: tl.constexpr) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
+    """This program's rows of ``dst``, which of them belong to a sequence (rows past ``n_rows`` or at or past
+    ``cu[batch]`` are left alone), and each row's cache block and offset in it (0 where not live)."""
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    b = _sequence_of(r, cu, batch, BATCH_PAD)
+    live = (r < n_rows) & (b < batch)
+    pos = r - tl.load(cu + b, mask=live, other=0).to(tl.int64)
+    if HAS_STARTS:
+        pos += tl.load(starts + b, mask=live, other=0).to(tl.int64)
+    logical = pos // block_size
+    block = tl.load(table + b * table_row + logical * table_col, mask=live, other=0).to(tl.int64)
+    return r, live, block, pos - logical * block_size
 
 
 @triton.jit
 def _mla_gather(
     cache: tl.tensor, dst: tl.tensor, table: tl.tensor, cu: tl.tensor, starts: tl.tensor, scale_ptr: tl.tensor,
     batch: tl.tensor, block_size: tl.tensor, block_bytes: tl.tensor, table_row: tl.tensor, table_col: tl.tensor,
-    dst_row: tl.tensor, dst_col: tl.tensor,
+    dst_row: tl.tensor, dst_col: tl.tensor, n_rows: tl.tensor, ROWS: tl.constexpr,
     R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BATCH_PAD: tl.constexpr,
     HAS_STARTS: tl.constexpr, NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr,
     ROPE_OFF: tl.constexpr, DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr, TILE: tl.constexpr,
@@ -145,43 +164,47 @@ def _mla_gather(
     OUT: tl.constexpr, NAN_OUT: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SUB_STEP: tl.constexpr,
 ) -> None:
-    """Fill row ``program_id(0)`` of ``dst`` (module doc); a row at or past ``cu[batch]`` is left alone."""
-    r = tl.program_id(0).to(tl.int64)
-    b = _sequence_of(r, cu, batch, BATCH_PAD)
-    if b < batch:
-        pos = r - tl.load(cu + b).to(tl.int64)
-        if HAS_STARTS:
-            pos += tl.load(starts + b).to(tl.int64)
-        logical = pos // block_size
-        block = tl.load(table + b * table_row + logical * table_col).to(tl.int64)
-        offset = pos - logical * block_size
-        block_base = block * block_bytes
-        row = block_base + offset * DATA_BYTES
-        tensor_scale = 1.0
-        if NOPE_MODE == 1 or ROPE_MODE == 1:
-            tensor_scale = tl.load(scale_ptr)
-        cols = tl.arange(0, R_PAD)
-        nmask = cols < R
-        nope = _decode_part(cache, row, block_base, offset, cols, nmask, tensor_scale, block_size, NOPE_MODE,
-                            NOPE_OFF, DATA_BYTES, TRAIL_BYTES, TILE, SCALE_UE8M0, SCALE_TRAILING, SCALE_OFF,
-                            IN_BF16, MAN_BITS, EMIN, MAX_CODE, NEG_ZERO, HAS_INF, INF_CODE, SUB_STEP)
-        _store_row(dst, r * dst_row + cols * dst_col, nope, nmask, OUT, NAN_OUT)
-        pcols = tl.arange(0, P_PAD)
-        pmask = pcols < P
-        rope = _decode_part(cache, row, block_base, offset, pcols, pmask, tensor_scale, block_size, ROPE_MODE,
-                            ROPE_OFF, DATA_BYTES, TRAIL_BYTES, TILE, SCALE_UE8M0, SCALE_TRAILING, SCALE_OFF,
-                            IN_BF16, MAN_BITS, EMIN, MAX_CODE, NEG_ZERO, HAS_INF, INF_CODE, SUB_STEP)
-        _store_row(dst, r * dst_row + (R + pcols) * dst_col, rope, pmask, OUT, NAN_OUT)
+    """Fill rows ``ROWS * program_id(0)`` on of ``dst`` (module doc); a row at or past ``cu[batch]`` is left
+    alone."""
+    r, live, block, offset = _rows(n_rows, cu, batch, table, table_row, table_col, block_size, starts, ROWS,
+                                   BATCH_PAD, HAS_STARTS)
+    block_base = (block * block_bytes)[:, None]
+    row = block_base + (offset * DATA_BYTES)[:, None]
+    tensor_scale = 1.0
+    if NOPE_MODE == 1 or ROPE_MODE == 1:
+        tensor_scale = tl.load(scale_ptr)
+    cols = tl.arange(0, R_PAD)[None, :]
+    nmask = (cols < R) & live[:, None]
+    nope = _decode_part(cache, row, block_base, offset[:, None], cols, nmask, tensor_scale, block_size, NOPE_MODE,
+                        NOPE_OFF, DATA_BYTES, TRAIL_BYTES, TILE, SCALE_UE8M0, SCALE_TRAILING, SCALE_OFF,
+                        IN_BF16, MAN_BITS, EMIN, MAX_CODE, NEG_ZERO, HAS_INF, INF_CODE, SUB_STEP)
+    _store_row(dst, r[:, None] * dst_row + cols * dst_col, nope, nmask, OUT, NAN_OUT)
+    pcols = tl.arange(0, P_PAD)[None, :]
+    pmask = (pcols < P) & live[:, None]
+    rope = _decode_part(cache, row, block_base, offset[:, None], pcols, pmask, tensor_scale, block_size, ROPE_MODE,
+                        ROPE_OFF, DATA_BYTES, TRAIL_BYTES, TILE, SCALE_UE8M0, SCALE_TRAILING, SCALE_OFF,
+                        IN_BF16, MAN_BITS, EMIN, MAX_CODE, NEG_ZERO, HAS_INF, INF_CODE, SUB_STEP)
+    _store_row(dst, r[:, None] * dst_row + (R + pcols) * dst_col, rope, pmask, OUT, NAN_OUT)
 
 
 def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def _rows_per_program() -> int:
+    """Rows of ``dst`` per program: one on a GPU (as many programs as rows), a block in Triton's interpreter (its
+    cost is per operation per program, whatever the block's size)."""
+    return 64 if interpreted() else 1
+
+
+def _grid(rows: int) -> tuple[int]:
+    return (triton.cdiv(rows, _rows_per_program()),)
+
+
 def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
                   cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None = None) -> None:
-    """The gather of rtp_ref.kv.gather on checked arguments (``MlaGatherKernel`` checks them), one program per
-    row of ``dst``; nothing is launched for a ``dst`` of no rows."""
+    """The gather of rtp_ref.kv.gather on checked arguments (``MlaGatherKernel`` checks them), one program
+    per ``_rows_per_program()`` rows of ``dst``; nothing is launched for a ``dst`` of no rows."""
     if dst.shape[0] == 0:
         return
     plan = WritePlan.of(layout)
@@ -206,47 +229,45 @@ def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, 
     with quiet, on_device(kv_cache.device.index if kv_cache.is_cuda else None):
         if interpreted():
             warnings.simplefilter("ignore", RuntimeWarning)
-        _mla_gather[(dst.shape[0],)](
+        _mla_gather[_grid(dst.shape[0])](
             cache, out, block_table, cu_seq_lens, starts, scale, block_table.shape[0], kv_cache.shape[1],
             kv_cache.stride(0) * kv_cache.element_size(), block_table.stride(0), block_table.stride(1),
-            out.stride(0), out.stride(1), **constexprs)
+            out.stride(0), out.stride(1), dst.shape[0], ROWS=_rows_per_program(), **constexprs)
 
 
 @triton.jit
 def _indexer_gather(
     cache: tl.tensor, dst_k: tl.tensor, dst_scale: tl.tensor, table: tl.tensor, cu: tl.tensor, batch: tl.tensor,
     block_size: tl.tensor, block_bytes: tl.tensor, table_row: tl.tensor, table_col: tl.tensor, k_row: tl.tensor,
-    scale_row: tl.tensor, D: tl.constexpr, D_PAD: tl.constexpr, S: tl.constexpr, S_PAD: tl.constexpr,
-    BATCH_PAD: tl.constexpr,
+    scale_row: tl.tensor, n_rows: tl.tensor, ROWS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    S: tl.constexpr, S_PAD: tl.constexpr, BATCH_PAD: tl.constexpr,
 ) -> None:
-    """Copy row ``program_id(0)``'s token: its ``D`` value bytes to ``dst_k``, its ``S`` scale bytes (after the
-    block's values) to ``dst_scale``; a row at or past ``cu[batch]`` is left alone."""
-    r = tl.program_id(0).to(tl.int64)
-    b = _sequence_of(r, cu, batch, BATCH_PAD)
-    if b < batch:
-        pos = r - tl.load(cu + b).to(tl.int64)
-        logical = pos // block_size
-        block = tl.load(table + b * table_row + logical * table_col).to(tl.int64)
-        offset = pos - logical * block_size
-        base = block * block_bytes
-        cols = tl.arange(0, D_PAD)
-        values = tl.load(cache + base + offset * D + cols, mask=cols < D)
-        tl.store(dst_k + r * k_row + cols, values, mask=cols < D)
-        scols = tl.arange(0, S_PAD)
-        scales = tl.load(cache + base + block_size * D + offset * S + scols, mask=scols < S)
-        tl.store(dst_scale + r * scale_row + scols, scales, mask=scols < S)
+    """Copy the tokens of rows ``ROWS * program_id(0)`` on: each one's ``D`` value bytes to ``dst_k``, its ``S``
+    scale bytes (after the block's values) to ``dst_scale``; a row at or past ``cu[batch]`` is left alone."""
+    r, live, block, offset = _rows(n_rows, cu, batch, table, table_row, table_col, block_size, cu, ROWS,
+                                   BATCH_PAD, False)
+    base = (block * block_bytes)[:, None]
+    offset = offset[:, None]
+    cols = tl.arange(0, D_PAD)[None, :]
+    vmask = (cols < D) & live[:, None]
+    values = tl.load(cache + base + offset * D + cols, mask=vmask)
+    tl.store(dst_k + r[:, None] * k_row + cols, values, mask=vmask)
+    scols = tl.arange(0, S_PAD)[None, :]
+    smask = (scols < S) & live[:, None]
+    scales = tl.load(cache + base + block_size * D + offset * S + scols, mask=smask)
+    tl.store(dst_scale + r[:, None] * scale_row + scols, scales, mask=smask)
 
 
 def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
                           dst_scale: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
-    """The indexer gather of rtp_ref.kv.indexer_gather on checked arguments, one program per row of ``dst_k``
-    (columns contiguous: ``IndexerGatherKernel`` checks that); nothing is launched for no rows."""
+    """The indexer gather of rtp_ref.kv.indexer_gather on checked arguments, one program per
+    ``_rows_per_program()`` rows of ``dst_k`` (columns contiguous: ``IndexerGatherKernel`` checks that); nothing is launched for no rows."""
     if dst_k.shape[0] == 0:
         return
     d, s = layout.head_dim, 4 * layout.scales_per_token
     with on_device(kv_cache.device.index if kv_cache.is_cuda else None):
-        _indexer_gather[(dst_k.shape[0],)](
+        _indexer_gather[_grid(dst_k.shape[0])](
             kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, block_table.shape[0], kv_cache.shape[1],
             kv_cache.stride(0), block_table.stride(0), block_table.stride(1), dst_k.stride(0), dst_scale.stride(0),
-            D=d, D_PAD=_pow2_at_least(d), S=s, S_PAD=_pow2_at_least(s),
+            dst_k.shape[0], ROWS=_rows_per_program(), D=d, D_PAD=_pow2_at_least(d), S=s, S_PAD=_pow2_at_least(s),
             BATCH_PAD=_pow2_at_least(max(block_table.shape[0], 1)))

@@ -43,3 +43,17 @@ def test_ctrl_c_leaves_no_run_files_and_a_report_names_the_interrupt(tmp_path: P
     if (report / "report.json").exists():
         written = json.loads((report / "report.json").read_text())
         assert written["complete"] is False and written["stop_reason"], written["stop_reason"]
+
+
+def test_a_ctrl_c_as_the_run_ends_still_leaves_a_report_that_says_so(tmp_path: Path) -> None:
+    report = tmp_path / "rep"
+    done = subprocess.run([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--kernel",
+                           "reference", "--layout", "fp8", "--report", str(report), "--",
+                           "-p", "tests.cli.interrupt_at_end"], capture_output=True, text=True, timeout=300,
+                          env=child_env(REPO), cwd=REPO, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (1, 130), (done.returncode, done.stderr[-2000:])
+    written = json.loads((report / "report.json").read_text())
+    assert written["complete"] is False
+    assert written["stop_reason"] == "interrupted (Ctrl-C, SIGINT)"
+    assert sorted(p.name for p in report.iterdir() if p.name.startswith(".")) == []
