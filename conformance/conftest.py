@@ -20,6 +20,7 @@ from rtp_ref.certify.faults import FaultLog
 from rtp_ref.certify.graph_cases import DECLINED, GraphSpec, graph_claim, graph_ops, graph_specs
 from rtp_ref.certify.large_cases import LargeSpec, large_ops, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
+from rtp_ref.certify.stream_cases import StreamSpec, scenario_device, stream_ops, stream_specs
 from rtp_ref.certify.tiers import declined_reason, runs_tier
 from rtp_ref.certify.verdict import XFAILED, Judgement, matching_deviation
 from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, op_spec
@@ -112,6 +113,37 @@ def graph_case_params(config: pytest.Config) -> list[Any]:
             for spec in graph_specs(op, layout)]
 
 
+@dataclass(frozen=True)
+class StreamCaseParam:
+    """One stream-tier case: the bound kernel, the case spec (its op, layout, scenario and regular case key) and
+    the platform's known deviation covering that key (an index, or None)."""
+
+    kut: KernelUnderTest
+    spec: StreamSpec
+    deviation: int | None
+
+
+def _stream_marks(k: KernelUnderTest, spec: StreamSpec) -> list[pytest.MarkDecorator]:
+    if k.skip_reason:
+        return _skip_marks(k)
+    if k.device != "cuda":
+        return [pytest.mark.skip(reason=f"stream tier: streams need a CUDA device; {k.name} runs on {k.device} here")]
+    if scenario_device(spec) is None:
+        return [pytest.mark.skip(reason="stream tier: the other-device case needs two GPUs; torch sees one here")]
+    return []
+
+
+def stream_case_params(config: pytest.Config) -> list[Any]:
+    """With ``--rtp-tier stream`` or ``all``: each scenario of each (kernel, claimed layout) of every write op."""
+    s = suite(config)
+    if not _runs(config, "stream"):
+        return []
+    return [pytest.param(StreamCaseParam(k, spec, matching_deviation(s.platform, k.name, k.device, spec.key)),
+                         marks=_stream_marks(k, spec), id=f"{k.name}-{layout}-{spec.case_id}")
+            for op in stream_ops() for k in s.kernels_of(op) for layout in s.layouts_by_op[op] if layout in k.claims
+            for spec in stream_specs(op, layout)]
+
+
 def _claimed_pairs(config: pytest.Config, slotted: bool) -> list[Any]:
     """(kernel, variant) pairs under test of every op (the determinism case), or of the ops that write through a
     slot mapping (``slotted``: the out-of-range-slot case)."""
@@ -194,6 +226,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("large_case", large_case_params(metafunc.config))
     if "graph_case" in metafunc.fixturenames:
         metafunc.parametrize("graph_case", graph_case_params(metafunc.config))
+    if "stream_case" in metafunc.fixturenames:
+        metafunc.parametrize("stream_case", stream_case_params(metafunc.config))
     if "claimed_pair" in metafunc.fixturenames:
         metafunc.parametrize("claimed_pair", _claimed_pairs(metafunc.config, slotted=False))
     if "slotted_pair" in metafunc.fixturenames:
@@ -226,6 +260,11 @@ def _case_identity(item: pytest.Item) -> dict[str, Any] | None:
     if isinstance(graph, GraphCaseParam):
         return {"kernel": graph.kut.name, "layout": graph.spec.layout, "kind": graph.spec.kind,
                 "case": graph.spec.case_id, "execution": graph.kut.execution, "op": graph.spec.op, "tier": "graph"}
+    stream = params.params.get("stream_case") if params else None
+    if isinstance(stream, StreamCaseParam):
+        return {"kernel": stream.kut.name, "layout": stream.spec.layout, "kind": stream.spec.key.kind,
+                "case": stream.spec.case_id, "execution": stream.kut.execution, "op": stream.spec.op,
+                "tier": "stream"}
     trip = params.params.get("round_trip") if params else None
     if isinstance(trip, RoundTripParam):
         return {"kernel": trip.kut.name, "layout": trip.layout, "kind": "round_trip",

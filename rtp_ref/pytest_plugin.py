@@ -112,7 +112,8 @@ def _option_specs() -> dict[str, dict[str, Any]]:
             "default": TIERS[0],
             "help": "which cases to run: regular (every case of every claimed layout), large (one case per op "
             "and layout whose cache passes 4 GiB: 32-bit offsets; it needs about 6.5 GiB free), graph (each op and "
-            "layout captured in a CUDA graph and replayed with new inputs; CUDA only) or all",
+            "layout captured in a CUDA graph and replayed with new inputs; CUDA only), stream (each write op and "
+            "layout called on a non-default stream after a producer that writes its inputs late; CUDA only) or all",
         },
         "--rtp-report": {
             "dest": "rtp_report",

@@ -11,8 +11,9 @@ import select
 import subprocess
 import sys
 import termios
-import tomllib
 from pathlib import Path
+
+from rtp_ref.platform import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 WRAPPER = REPO / "scripts" / "pip_on_terminal.py"

@@ -17,12 +17,12 @@ def pending_device_error(device: str) -> str | None:
     configuration) only sets the runtime's last error, which the NEXT launch check reports: torch's own
     launch of a one-element fill is that check. Without it the error lands on the next case.
     """
-    if device != "cuda":
+    if device.split(":")[0] != "cuda":  # "cuda", or "cuda:1" (the stream tier's other device)
         return None
     try:
-        torch.cuda.synchronize()
-        torch.empty(1, device="cuda").fill_(1.0)
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
+        torch.empty(1, device=device).fill_(1.0)
+        torch.cuda.synchronize(device)
     except Exception as exc:  # the device's error is the finding
         return describe_error(exc)
     return None

@@ -11,6 +11,7 @@ its outcome; pytest only runs this in an isolated worker, with a timeout, and sh
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,13 +118,15 @@ def _not_a_convention(platform: Platform, op: str) -> str:
 
 
 def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: Platform,
-             deviation: int | None, hardening_required: bool = False) -> CaseResult:
+             deviation: int | None, hardening_required: bool = False,
+             invoke_with: Callable[[BuiltCase, Callable[[], None]], None] | None = None) -> CaseResult:
     """Run one case of ``subject``'s op (module doc). ``deviation``: the index of the platform's known deviation
     that covers the case (rtp_ref.certify.verdict.matching_deviation), or None; ``hardening_required``: the empty
-    call must be clean. A suite error (inputs not built as the case says) raises AssertionError: it is not the
-    kernel's finding."""
+    call must be clean; ``invoke_with(case, call)``: how the call is made (the stream tier's late producer:
+    rtp_ref.certify.stream_cases), by default directly. A suite error (inputs not built as the case says) raises
+    AssertionError: it is not the kernel's finding."""
     case = op_spec(subject.op).cases.build(key, contract, subject.device)
-    case.check_as_built(subject.device)
+    case.check_as_built(torch.device(subject.device).type)  # "cuda:1" (the stream tier) is on "cuda"
     record: dict[str, Any] = {
         "op": subject.op, "kernel": subject.name, "layout": key.layout, "platform": platform.name,
         "case": key.case_id, "kind": key.kind, "seed": key.seed, **case.record_fields(), "device": subject.device,
@@ -131,8 +134,11 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
         "worker": os.environ.get("PYTEST_XDIST_WORKER"), "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     before = case.snapshot()
-    call = call_once(subject.kernel, lambda: case.call(subject.kernel), f"{key.layout} {key.case_id}",
-                     subject.device)
+    def invoke() -> None:
+        case.call(subject.kernel)
+
+    call = call_once(subject.kernel, invoke if invoke_with is None else lambda: invoke_with(case, invoke),
+                     f"{key.layout} {key.case_id}", subject.device)
     after = case.snapshot()
     if key.kind == EMPTY_CALL_KIND:
         fields, judgement = _empty_call(subject, case, call, before, after, hardening_required)

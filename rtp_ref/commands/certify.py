@@ -132,7 +132,7 @@ def validate_selection(args: argparse.Namespace) -> None:
     (Inside pytest the same mistakes would surface as collection errors and a partial report.) A selection that
     leaves no case to run here (rtp_ref.certify.selection) is bad input too: a --layout no selected kernel
     claims, kernels that cannot run against the table here (no device of theirs; no bind(contract) on an
-    emulated table), --tier graph without a CUDA device. With several kernels (or ``--platform all``) it is
+    emulated table), --tier graph or stream without a CUDA device. With several kernels (or ``--platform all``) it is
     refused only when none of them leaves a case; the suite reports the ones skipped.
     """
     if args.jobs is not None and args.platform != ALL:
@@ -335,9 +335,9 @@ def register(sub: Any) -> None:
         help="run the conformance suite and write report.json, report.md and junit.xml",
         description="Certify KV-cache kernels against the reference on a platform. Exits 1 when a claimed "
         "layout fails or nothing ran, 2 on bad input (a selection that leaves nothing to certify here included: a "
-        "--layout no selected kernel claims, kernels that cannot run against the table here, --tier graph without "
-        "a CUDA device). A stdout that cannot be written (a closed pipe, a full disk) does not stop the run: the "
-        "reports are written and the exit status stays the verdict (at least 1 when a full disk or an I/O error "
+        "--layout no selected kernel claims, kernels that cannot run against the table here, --tier graph or stream "
+        "without a CUDA device). A stdout that cannot be written (a closed pipe, a full disk) does not stop the run: "
+        "the reports are written and the exit status stays the verdict (at least 1 when a full disk or an I/O error "
         "lost the output). Extra arguments after -- go to pytest.",
     )
     parser.add_argument(
@@ -367,8 +367,9 @@ def register(sub: Any) -> None:
         default=TIERS[0],
         help="regular: every case of every claimed layout (default); large: one case per op and layout whose "
         "cache passes 4 GiB, a strided layer of a pool (32-bit offsets; about 6.5 GiB free on the device); graph: "
-        "each op and layout captured in a CUDA graph and replayed with new inputs (CUDA devices only); all: every "
-        "tier, each with its own column in the report",
+        "each op and layout captured in a CUDA graph and replayed with new inputs (CUDA devices only); stream: each "
+        "write op and layout called on a non-default stream right after a producer that writes its inputs late "
+        "(CUDA devices only); all: every tier, each with its own column in the report",
     )
     parser.add_argument("--report", default="reports", metavar="DIR", help="report directory (default: reports)")
     parser.add_argument(

@@ -10,7 +10,8 @@ reading that metadata.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -60,8 +61,20 @@ def no_launch(*tensors: torch.Tensor) -> None:
 
 
 def on_device(index: int | None) -> Any:
-    """A context that makes CUDA device ``index`` current, or nothing when it already is (or for None: a CPU
-    call): entering ``torch.cuda.device`` costs microseconds a decode-sized call cannot spare."""
-    if index is None or index == torch.cuda.current_device():
+    """A context that makes CUDA device ``index`` current, or nothing when it already is: entering
+    ``torch.cuda.device`` costs microseconds a decode-sized call cannot spare. For None (a CPU call: a Triton kernel
+    in Triton's interpreter), numpy's RuntimeWarnings are silenced for the call: the interpreter computes in numpy,
+    which warns where a kernel divides by zero or rounds an inf exactly as its contract wants (a compiled kernel says
+    nothing), and those warnings read as problems in a report."""
+    if index is None:
+        return _quiet_numpy()
+    if index == torch.cuda.current_device():
         return contextlib.nullcontext()
     return torch.cuda.device(index)
+
+
+@contextlib.contextmanager
+def _quiet_numpy() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield

@@ -7,8 +7,9 @@ kernel, on CUDA, ROCm and Triton's interpreter; and ``triton-indexer-gather``
 One program fills ``ROWS`` rows of ``dst`` (one on a GPU; a block of rows in Triton's interpreter, which pays for
 every operation of every program in Python, so a row per program made the readers most of a CPU certify run). Each
 row finds its sequence by counting the ``cu_seq_lens`` entries at or before it (every program reads the whole,
-short, vector: no host-side search, no per-sequence launch), its cache slot through the block table, and decodes the entry from the layout's field table (``WritePlan``, as the writers
-do). Bytes are read one at a time and assembled into 16- and 32-bit values, so no field needs any alignment.
+short, vector: no host-side search, no per-sequence launch), its cache slot through the block table, and decodes
+the entry from the layout's field table (``WritePlan``, as the writers do). Bytes are read one at a time and
+assembled into 16- and 32-bit values, so no field needs any alignment.
 
 fp8 codes are decoded with integer arithmetic from the format's traits (the exact value: normal codes become
 float32 bits, subnormal ones an exact product), multiplied by their scale in float32 (one rounding, as the
@@ -17,9 +18,6 @@ nearest-even conversion; a NaN is stored as the dtype's canonical bits (rtp_ref.
 """
 
 from __future__ import annotations
-
-import contextlib
-import warnings
 
 import torch
 import triton
@@ -223,12 +221,7 @@ def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, 
     cache = kv_cache.view(torch.uint8)
     out = dst.view(_BITS_VIEW[dst.dtype])
     starts = seq_starts if seq_starts is not None else cu_seq_lens
-    # Triton's interpreter runs the kernel in numpy, which warns where an inf or a saturated value is rounded to
-    # fp16 exactly as the contract wants (a compiled kernel says nothing)
-    quiet = warnings.catch_warnings() if interpreted() else contextlib.nullcontext()
-    with quiet, on_device(kv_cache.device.index if kv_cache.is_cuda else None):
-        if interpreted():
-            warnings.simplefilter("ignore", RuntimeWarning)
+    with on_device(kv_cache.device.index if kv_cache.is_cuda else None):
         _mla_gather[_grid(dst.shape[0])](
             cache, out, block_table, cu_seq_lens, starts, scale, block_table.shape[0], kv_cache.shape[1],
             kv_cache.stride(0) * kv_cache.element_size(), block_table.stride(0), block_table.stride(1),
@@ -261,7 +254,8 @@ def _indexer_gather(
 def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
                           dst_scale: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
     """The indexer gather of rtp_ref.kv.indexer_gather on checked arguments, one program per
-    ``_rows_per_program()`` rows of ``dst_k`` (columns contiguous: ``IndexerGatherKernel`` checks that); nothing is launched for no rows."""
+    ``_rows_per_program()`` rows of ``dst_k`` (columns contiguous: ``IndexerGatherKernel`` checks that); nothing is
+    launched for no rows."""
     if dst_k.shape[0] == 0:
         return
     d, s = layout.head_dim, 4 * layout.scales_per_token

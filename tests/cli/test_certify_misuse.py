@@ -43,6 +43,10 @@ MISUSES = [
     pytest.param(Misuse("graph-tier-on-every-table-without-a-gpu", ("--platform", "all", "--tier", "graph"), "",
                         ("--tier graph: CUDA graphs need a CUDA device, and torch sees none here; valid: --tier "
                          "regular, large or all",)), marks=NO_GPU, id="graph-tier-on-every-table-without-a-gpu"),
+    Misuse("stream-tier-on-the-cpu-table", ("--platform", "cpu", "--kernel", "reference", "--tier", "stream"), "",
+           ("--tier stream: streams need a CUDA device, and ", "valid: --tier regular, large or all")),
+    Misuse("stream-tier-of-a-reader", ("--platform", "cpu", "--kernel", "reference-gather", "--tier", "stream"), "",
+           ("--tier stream: its cases are of the ops (concat_and_cache_mla, ", "valid: --tier regular or all")),
     Misuse("large-tier-of-a-reader", ("--platform", "cpu", "--kernel", "reference-gather", "--tier", "large"), "",
            ("--tier large: its cases are of the ops (concat_and_cache_mla, ", "valid: --tier regular or all")),
     Misuse("layout-the-kernel-does-not-claim", ("--platform", "cpu", "--kernel", "mutant-wrong-slot", "--layout",
