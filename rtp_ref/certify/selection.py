@@ -7,7 +7,8 @@ a GPU torch sees); a kernel without ``bind(contract)`` follows no table but its 
 table is native (rtp_ref.certify.session.execution_mode); a case exists for each layout a runnable kernel claims
 among the layouts under test of its op (``--layout`` where the table supports it, else every layout the table
 supports); the large and graph tiers have cases of the ops with tier hooks (``OpCases.large`` and ``graph``),
-the graph tier only on a CUDA device and not for a kernel that declares ``graph_safe = False``. A selection that
+the graph tier only on a CUDA device and not for a kernel that declares ``graph_safe = False``, the stream tier
+of the write ops on a CUDA device. A selection that
 leaves no case is the user's mistake: ``rtp-ref certify`` refuses it with one line (``selection_problem``) instead
 of running a suite whose every case is skipped and whose only finding is that nothing ran; ``--platform all``
 leaves out the tables where it leaves none (``idle_reason``).
@@ -28,6 +29,7 @@ import torch
 from rtp_ref.certify.graph_cases import DECLINED, graph_claim, graph_ops
 from rtp_ref.certify.large_cases import large_ops
 from rtp_ref.certify.session import execution_mode
+from rtp_ref.certify.stream_cases import stream_ops
 from rtp_ref.certify.tiers import runs_tier
 from rtp_ref.kernels.protocol import device_to_run
 from rtp_ref.ops import claimed_variants, every_variant, op_name, supported_variants
@@ -51,13 +53,19 @@ def run_device(kernel: Any, platform: Platform) -> str | None:
     return device_to_run(kernel.devices, prefer_gpu=platform.backend != "cpu")
 
 
+#: why a kernel without ``bind(contract)`` cannot be certified against an emulated table (``blocker``)
+NO_BIND = "it has no bind(contract), so it cannot follow an emulated table's contract"
+#: where the vendor guide says what ``bind(contract)`` is (the fix the refusal of such a kernel names)
+BIND_GUIDE = "docs/vendor-guide.md#bind-certifying-against-another-platforms-table"
+
+
 def blocker(kernel: Any, platform: Platform) -> str | None:
     """Why ``kernel`` cannot be certified against ``platform`` on this machine, or None when it can."""
     device = run_device(kernel, platform)
     if device is None:
         return f"it runs on {', '.join(kernel.devices)} only, and torch sees no such device here"
     if getattr(kernel, "bind", None) is None and execution_mode(platform, device) == "emulated":
-        return "it has no bind(contract), so it cannot follow an emulated table's contract"
+        return NO_BIND
     return None
 
 
@@ -74,6 +82,8 @@ def _in_tier(pair: Pair, kernel: Any, tier: str) -> bool:
         return True
     if runs_tier(tier, "large"):
         return pair.op in large_ops()
+    if runs_tier(tier, "stream"):
+        return pair.op in stream_ops() and pair.device == "cuda"
     return pair.op in graph_ops() and pair.device == "cuda" and graph_claim(kernel) != DECLINED
 
 
@@ -184,7 +194,8 @@ class _Selection:
                f"valid: {valid}"
 
     def unrunnable(self) -> str:
-        """No selected kernel can run against any of the tables here."""
+        """No selected kernel can run against any of the tables here; for a kernel refused for lacking
+        ``bind(contract)``, adding it is named as a fix beside the tables it can run against (``BIND_GUIDE``)."""
         named = len(self.selected) > 1  # with one kernel, the option names it already
         reasons = dict.fromkeys(f"{name}: {why}" if named else why for name, kernel in self.selected.items()
                                 for platform in self.platforms if (why := blocker(kernel, platform)))
@@ -194,6 +205,11 @@ class _Selection:
             valid = f"--platform {' or '.join(natives)} (where {self.they} can run here)"
         else:
             valid = f"a kernel that can run here ({_names(self.runnable(self.discovered))})"
+        # the other fix of a kernel that only lacks bind(contract): the vendor's, named with where it is explained
+        unbound = [name for name, kernel in self.selected.items()
+                   if any(blocker(kernel, platform) == NO_BIND for platform in self.platforms)]
+        if unbound:
+            valid += f", or add bind(contract) to {_names(unbound)} ({BIND_GUIDE})"
         return f"{self.kernels}: cannot be certified on {self.where} here ({'; '.join(reasons)}); valid: {valid}"
 
     def nothing_claimed_under_test(self) -> str:
@@ -212,7 +228,8 @@ class _Selection:
         """Kernel and layout pairs are left, but ``--tier`` has no case of them."""
         regular = [pair for platform in self.platforms for pair in pairs(self.selected, platform, self.wanted,
                                                                          "regular")]
-        tier_ops = large_ops() if runs_tier(self.tier, "large") else graph_ops()
+        tier_ops = large_ops() if runs_tier(self.tier, "large") else \
+            stream_ops() if runs_tier(self.tier, "stream") else graph_ops()
         if not any(pair.op in tier_ops for pair in regular):
             return (f"--tier {self.tier}: its cases are of the ops ({_names(tier_ops)}), and no selected "
                     f"kernel that can run here implements one; valid: --tier regular or all")
@@ -220,7 +237,8 @@ class _Selection:
         if not on_gpu:
             why = ("torch sees none here" if not torch.cuda.is_available()
                    else f"on {self.where} the selected kernels run on the CPU")
-            return (f"--tier graph: CUDA graphs need a CUDA device, and {why}; valid: --tier regular, large or all "
-                    f"(all reports the graph tier as not applicable where it cannot run)")
+            needs = "streams" if self.tier == "stream" else "CUDA graphs"
+            return (f"--tier {self.tier}: {needs} need a CUDA device, and {why}; valid: --tier regular, large or "
+                    f"all (all reports the {self.tier} tier as not applicable where it cannot run)")
         return (f"--tier graph: the selected kernels that run on a CUDA device here ({_names(on_gpu)}) declare "
                 f"graph_safe = False; valid: --tier regular, large or all, or a kernel that does not decline the tier")

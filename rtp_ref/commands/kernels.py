@@ -29,22 +29,27 @@ class Found:
 
 
 def find_every_kernel() -> Found:
-    """Every kernel of every op, as certify discovers them (built-ins, then each entry point, then
-    ``$RTP_REF_KERNELS``), except that a source failing to load is listed as a problem instead of ending the
-    search: the others are still shown. Two kernels with one name are a problem too (certify refuses them)."""
+    """Every kernel of every op, as certify discovers them (built-ins, then each entry point, then each
+    ``$RTP_REF_KERNELS`` item), except that a source failing to load is listed as a problem instead of ending the
+    search: the others are still shown. A kernel that fails its protocol check (a missing ``op`` included, with the
+    fix: rtp_ref.kernels.op_hint) fails its source. Two kernels with one name are a problem too (certify refuses
+    them)."""
     # discovery imports torch: here, not when the parser is built (`rtp-ref platforms` needs no tensors)
     from rtp_ref.kernels.discovery import (
         ENTRY_POINT_GROUP,
         builtin_kernels,
         entry_point_kernels,
+        env_items,
         env_kernels,
         unavailable_kernels,
     )
 
     entries: list[KernelEntry] = []
     problems: list[str] = []
-    loaders = [builtin_kernels, *(lambda ep=ep: entry_point_kernels([ep])
-                                  for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)), env_kernels]
+    # one source at a time, each $RTP_REF_KERNELS item too: one that fails hides none of the others
+    loaders = [builtin_kernels,
+               *(lambda ep=ep: entry_point_kernels([ep]) for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)),
+               *(lambda item=item: env_kernels(item) for item in env_items())]
     for load in loaders:
         try:
             entries += load()

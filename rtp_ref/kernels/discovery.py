@@ -4,6 +4,11 @@ An entry point may load a kernel object, or a callable returning one kernel or a
 (so a vendor can build kernels lazily, e.g. after checking its extension imports). A failing entry
 point is an error naming it, never silently skipped: a certification that quietly loses a vendor
 kernel would report a pass for nothing.
+
+A kernel is checked against the protocol of its op (rtp_ref.kernels.protocol.check_kernel). One without ``op`` that
+evidently implements another op than ``concat_and_cache_mla`` (rtp_ref.kernels.op_hint) is refused first, with the
+one line that names the fix (``set op = 'reshape_and_cache_flash'``): taken as an MLA kernel it would fail that
+op's protocol check for claims it never meant to make, or be called with the MLA write's arguments in every case.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 from rtp_ref import __version__
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kernels.op_hint import missing_op_hint
 from rtp_ref.kernels.protocol import KernelEntry, check_kernel
 from rtp_ref.ops import MLA_OP, op_name
 
@@ -25,16 +31,25 @@ ENTRY_POINT_GROUP = "rtp_ref.kernels"
 KERNELS_ENV = "RTP_REF_KERNELS"
 
 
+def _checked(kernel: Any, origin: str) -> Any:
+    """``kernel`` when it satisfies its op's protocol; RtpRefError naming ``origin`` and what is wrong otherwise (a
+    missing ``op`` first, where the kernel evidently implements another op)."""
+    hint = missing_op_hint(kernel)
+    if hint is not None:
+        raise RtpRefError(f"kernel from {origin} does not satisfy the rtp-ref kernel protocol: {hint}")
+    return check_kernel(kernel, origin)
+
+
 def _expand(loaded: Any, origin: str) -> list[Any]:
     if isinstance(getattr(loaded, "name", None), str) and callable(loaded):
-        return [check_kernel(loaded, origin)]
+        return [_checked(loaded, origin)]
     if callable(loaded):
         try:
             produced = loaded()
         except Exception as exc:  # the vendor's factory: whatever it raises is named with its origin
             raise RtpRefError(f"{origin} failed to load: {type(exc).__name__}: {exc}") from exc
         items = produced if isinstance(produced, list | tuple) else [produced]
-        return [check_kernel(k, origin) for k in items]
+        return [_checked(k, origin) for k in items]
     raise RtpRefError(f"{origin} loaded {loaded!r}: expected a kernel object or a callable returning kernels")
 
 
@@ -53,11 +68,16 @@ def entry_point_kernels(entry_points: Iterable[metadata.EntryPoint] | None = Non
     return found
 
 
+def env_items(spec: str | None = None) -> list[str]:
+    """The items of ``$RTP_REF_KERNELS`` (or ``spec``), ``pkg.module:attr`` each, in order, blanks dropped."""
+    text = os.environ.get(KERNELS_ENV, "") if spec is None else spec
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def env_kernels(spec: str | None = None) -> list[KernelEntry]:
     """Kernels named by ``$RTP_REF_KERNELS`` (or ``spec``): ``pkg.module:attr,other:attr``."""
-    text = os.environ.get(KERNELS_ENV, "") if spec is None else spec
     found = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in env_items(spec):
         module, sep, attr = item.partition(":")
         origin = f"{KERNELS_ENV} item {item!r}"
         if not sep or not module or not attr:
