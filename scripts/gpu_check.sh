@@ -40,6 +40,7 @@
 #                                      slowest listed)
 #   scripts/gpu_check.sh verify        certify --platform all (every table, this host's GPU), then compute-sanitizer
 #                                      over every built-in GPU kernel of every op
+#   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
 #   scripts/gpu_check.sh gatecertify   certify --platform auto --tier all (tox -e cuda's second command), timed, then
 #                                      certify --platform cpu on this host
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
@@ -48,7 +49,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gatecertify or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gatecertify or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -117,6 +118,25 @@ for stage in "$@"; do
         -p no:cacheprovider --platform cpu tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py \
         -k "cuda or triton"; } > "$out/sanitizer.log" 2>&1
     echo "compute-sanitizer exit $?"; grep -E "ERROR SUMMARY|passed|failed|^real" "$out/sanitizer.log" | tail -8
+    ;;
+  gateall)
+    # one short lease for everything the GPU must show: README's gate as tox -e cuda runs it (certify --platform
+    # auto --tier all: every tier, the stream tier included, then the unit tests), each timed; then certify
+    # --platform all (every table on this GPU) in what is left of GATE_ALL_BOUND
+    start=$(date +%s)
+    { time timeout -s INT ${GATE_CERTIFY_BOUND:-170} python3 -m rtp_ref.cli certify --platform auto --tier all \
+        --report "$reports/auto"; } > "$out/gate-certify.log" 2>&1
+    echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -30
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} python3 -m pytest -q -p no:cacheprovider -n auto --dist worksteal \
+        --platform cpu -m "not large" --durations=25 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
+    echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real" "$out/gate-tests.log" | tail -40
+    echo "gate total: $(( $(date +%s) - start )) s"
+    left=$(( ${GATE_ALL_BOUND:-480} - ($(date +%s) - start) ))
+    if [ "$left" -gt 30 ]; then
+      { time timeout -s INT "$left" python3 -m rtp_ref.cli certify --platform all --report "$reports/all"; } \
+        > "$out/certify-all.log" 2>&1
+      echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -40
+    fi
     ;;
   gatecertify)
     # tox -e cuda's second command (every tier on this host's own table), timed; then the cpu table on this host
@@ -318,7 +338,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gatecertify or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gatecertify or verify" >&2; exit 2
     ;;
   esac
 done

@@ -1,15 +1,20 @@
-"""Timing a cache write, and the roof it is compared with, measured in the same run.
+"""Timing a cache write, and the roofs it is compared with, measured in the same run.
 
 A KV-cache write is memory-bound, so the honest speed figure is effective bandwidth — the fewest
 bytes the write must move (inputs read once, entries written once, slots read once) over its time —
 as a fraction of a device-to-device copy measured on the same device in the same process.
 GPU times use CUDA events around many repetitions (never host timers around async work); CPU
-times use the host clock. Both report the median.
+times use the host clock (``perf_counter``). Both report the median of the samples, with the fastest and the
+slowest sample beside it (the spread).
 
 Three times per GPU point, as engines see them: the eager call (host work included, calls queued back to
 back), the call replayed inside a CUDA graph (``GRAPH_CALLS`` captured calls per graph, so the time is the
 kernel's and its launch's, not one replay's overhead), and the launch floor: the same graph of an empty kernel
 (``torch.cuda._sleep(0)``, a kernel that returns at once), measured in the same run.
+
+``time_call`` runs a hook before each timed sample and a check after it, both outside the timed span: the bench
+poisons the cache before each sample and compares it with the reference's bytes after (rtp_ref.bench.verify), so
+every sample is checked and a kernel that skips its write cannot be timed as if it wrote.
 """
 
 from __future__ import annotations
@@ -23,13 +28,31 @@ import torch
 
 from rtp_ref.kv.layouts import MlaLayout
 
+#: what times each figure: eager calls on a GPU, graph replays, and anything on the CPU
+EVENTS_TIMER = "cuda events"
+GRAPH_TIMER = "graph replay (cuda events)"
+HOST_TIMER = "perf_counter"
+
 
 @dataclass(frozen=True)
 class Timing:
-    """Median seconds per call; ``reps`` calls were timed in all (after warm-up)."""
+    """Seconds per call over the timed samples: the median, the fastest (``low``) and the slowest (``high``)
+    sample; ``reps`` calls were timed in all (after warm-up). ``problem``: what the check after a sample found
+    (timing stopped at that sample), or None when every sample passed or nothing was checked."""
 
     seconds: float
     reps: int
+    low: float
+    high: float
+    problem: str | None = None
+
+
+def timer_name(device: torch.device, graph: bool = False) -> str:
+    """The timer of a figure on ``device``: ``perf_counter`` on the CPU, CUDA events for eager GPU calls, graph
+    replays timed by CUDA events for ``graph``."""
+    if device.type != "cuda":
+        return HOST_TIMER
+    return GRAPH_TIMER if graph else EVENTS_TIMER
 
 
 def minimum_bytes(layout: MlaLayout, tokens: int, input_dtype: torch.dtype) -> int:
@@ -40,12 +63,16 @@ def minimum_bytes(layout: MlaLayout, tokens: int, input_dtype: torch.dtype) -> i
     return read + tokens * (layout.bytes_per_token - layout.pad_bytes_per_token)
 
 
-def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float = 0.2, max_reps: int = 200) -> Timing:
-    """Median time per call of ``fn()``: warm up twice, then repeat until ``min_seconds`` or ``max_reps``.
+def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float = 0.2, max_reps: int = 200, *,
+              before: Callable[[], object] | None = None,
+              after: Callable[[], str | None] | None = None) -> Timing:
+    """Time per call of ``fn()``: warm up twice, then time samples until ``min_seconds`` or ``max_reps`` samples.
 
     On a GPU each sample times a run of calls queued back to back (about 20 ms of them), so the host's
     per-call work overlaps the device's instead of being counted as device time; a write that is
-    shorter than its host-side cost is then reported as launch-bound, as it is.
+    shorter than its host-side cost is then reported as launch-bound, as it is. On the CPU a sample is one call.
+    ``before()`` runs before each sample and ``after()`` after it, neither timed; the first message ``after``
+    returns ends the timing and is the Timing's ``problem``.
     """
     for _ in range(2):
         fn()
@@ -55,11 +82,17 @@ def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float
         inner = max(1, min(200, int(20e-3 / max(_one(fn, device, 1), 1e-7))))
     samples: list[float] = []
     spent = 0.0
+    problem = None
     while len(samples) < 3 or (spent < min_seconds and len(samples) < max_reps):
+        if before is not None:
+            before()
         seconds = _one(fn, device, inner)
         samples.append(seconds)
         spent += seconds * inner
-    return Timing(statistics.median(samples), len(samples) * inner)
+        problem = after() if after is not None else None
+        if problem is not None:
+            break
+    return Timing(statistics.median(samples), len(samples) * inner, min(samples), max(samples), problem)
 
 
 def _sync(device: torch.device) -> None:
@@ -68,7 +101,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _one(fn: Callable[[], object], device: torch.device, calls: int) -> float:
-    """Seconds per call over ``calls`` calls made back to back."""
+    """Seconds per call over ``calls`` calls made back to back (work queued before them is done first)."""
     if device.type == "cuda":
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
@@ -88,9 +121,12 @@ def _one(fn: Callable[[], object], device: torch.device, calls: int) -> float:
 GRAPH_CALLS = 20
 
 
-def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAPH_CALLS) -> Timing:
-    """Median time per call of ``fn()`` replayed in a CUDA graph of ``calls`` captured calls (after an eager
-    warm-up on the capture stream). Raises whatever the capture raises (a kernel that syncs on the host)."""
+def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAPH_CALLS, *,
+               before: Callable[[], object] | None = None,
+               after: Callable[[], str | None] | None = None) -> Timing:
+    """Time per call of ``fn()`` replayed in a CUDA graph of ``calls`` captured calls (after an eager warm-up on
+    the capture stream); ``before`` and ``after`` as for ``time_call``, around each sample of replays. Raises
+    whatever the capture raises (a kernel that syncs on the host)."""
     stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -100,8 +136,8 @@ def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAP
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(calls):
             fn()
-    timing = time_call(graph.replay, device)
-    return Timing(timing.seconds / calls, timing.reps * calls)
+    t = time_call(graph.replay, device, before=before, after=after)
+    return Timing(t.seconds / calls, t.reps * calls, t.low / calls, t.high / calls, t.problem)
 
 
 def launch_floor(device: torch.device) -> float:
@@ -109,9 +145,15 @@ def launch_floor(device: torch.device) -> float:
     return time_graph(lambda: torch.cuda._sleep(0), device).seconds  # type: ignore[no-untyped-call]
 
 
-def copy_roof(device: torch.device, nbytes: int) -> float:
-    """Device-to-device copy bandwidth in bytes/s (bytes read plus bytes written), measured now."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+def copy_roof(device: torch.device, nbytes: int, graph: bool = False) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read plus bytes written) of a copy of ``nbytes`` into
+    another buffer as large, the same two buffers call after call, measured now: eager calls, or on a GPU with
+    ``graph`` replayed in a CUDA graph (no host time in it)."""
+    src = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    timing = time_call(lambda: dst.copy_(src), device)
-    return 2 * src.numel() * 4 / timing.seconds
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    seconds = (time_graph(copy, device) if graph and device.type == "cuda" else time_call(copy, device)).seconds
+    return 2 * src.numel() * 4 / seconds

@@ -2,8 +2,9 @@
 
 Inputs are random (never zeros, bf16, drawn on the device), slots a random permutation over a cache twice as
 large as the write (so writes scatter as a serving batch's do), scales fixed; the same for the same arguments.
-Every call writes the same slots (a cache write is idempotent for the same inputs), so it can be repeated and
-captured in a graph.
+There are ``INPUT_SETS`` sets of inputs, with different values and the same slots, and the calls take them in
+turn: a kernel that writes what an earlier call wrote (or nothing) leaves another set's bytes, which the check
+after each timed sample sees (rtp_ref.bench.verify). A call can be repeated and captured in a graph.
 
 Bytes counted: the fewest a write must move — inputs read once, int64 slots read once, cache bytes written once
 (pad bytes excluded; block-trailing scales included). Shapes: the MLA write at the layout's default dims; the MHA
@@ -23,25 +24,50 @@ from rtp_ref.contract import WriteContract
 from rtp_ref.kv.indexer import indexer_layout_for
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.kv.mha_paged import mha_layout
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
+from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, op_reference
 
 BLOCK_SIZE = 64
 #: the MHA workload's KV heads and head size, the indexer's head_dim (its quant block: the whole head)
 MHA_HEADS, MHA_HEAD_SIZE, INDEXER_DIM = 8, 128, 128
 INPUT_DTYPE = torch.bfloat16
+#: input sets the calls take in turn (two: consecutive calls never see the same values)
+INPUT_SETS = 2
+
+Tensors = tuple[torch.Tensor, ...]
 
 
 @dataclass
 class Workload:
-    """One bench point's arguments on the device: ``call(kernel)`` makes the op's call; ``nbytes`` is what it
-    must move at least; ``slots`` is the slot mapping it passes (a tool may rewrite it in place)."""
+    """One bench point's arguments on the device: ``call(kernel)`` makes the op's call on the next input set;
+    ``nbytes`` is what one call must move at least; ``slots`` is the slot mapping every call passes (a tool may
+    rewrite it in place); ``caches`` the tensors the op writes, block first.
+
+    ``inputs``: each set's per-token tensors; ``invoke(kernel, inputs)`` makes the op's call on one set;
+    ``reference(inputs, caches, slots)`` writes a set into ``caches`` with the op's reference (CPU tensors);
+    ``last``: the index of the set the latest call took (-1 before the first)."""
 
     op: str
     layout: str
     tokens: int
     nbytes: int
     slots: torch.Tensor
-    call: Callable[[Callable[..., None]], None]
+    caches: Tensors
+    inputs: tuple[Tensors, ...]
+    invoke: Callable[[Callable[..., None], Tensors], None]
+    reference: Callable[[Tensors, Tensors, torch.Tensor], None]
+    last: int = -1
+
+    def call(self, kernel: Callable[..., None]) -> None:
+        """The op's call of ``kernel`` on the next input set, the sets taken in turn."""
+        self.last = (self.last + 1) % len(self.inputs)
+        self.invoke(kernel, self.inputs[self.last])
+
+    @property
+    def footprint(self) -> int:
+        """Bytes the calls go through in turn: ``nbytes`` and the inputs of the other sets (what decides whether
+        they stay in a cache from one call to the next)."""
+        per_set = sum(t.numel() * t.element_size() for t in self.inputs[0])
+        return self.nbytes + (len(self.inputs) - 1) * per_set
 
 
 def _randn(g: torch.Generator, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -58,40 +84,59 @@ def _slots(g: torch.Generator, tokens: int, device: torch.device) -> tuple[torch
 def _mla(layout_name: str, tokens: int, contract: WriteContract, device: torch.device,
          g: torch.Generator) -> Workload:
     layout = contract.layout(layout_name, *default_dims(layout_name))
-    kv_c = _randn(g, (tokens, layout.kv_lora_rank), device)
-    k_pe = _randn(g, (tokens, layout.rope_dim), device)
     slots, num_blocks = _slots(g, tokens, device)
+    inputs = tuple((_randn(g, (tokens, layout.kv_lora_rank), device), _randn(g, (tokens, layout.rope_dim), device))
+                   for _ in range(INPUT_SETS))
     cache = torch.zeros(layout.cache_shape(num_blocks, BLOCK_SIZE), dtype=layout.cache_dtype(INPUT_DTYPE),
                         device=device)
     scale = torch.tensor([0.05], dtype=torch.float32, device=device)
-    return Workload(MLA_OP, layout_name, tokens, minimum_bytes(layout, tokens, INPUT_DTYPE), slots,
-                    lambda k: k(kv_c, k_pe, cache, slots, layout_name, scale))
+
+    def invoke(kernel: Callable[..., None], x: Tensors) -> None:
+        kernel(x[0], x[1], cache, slots, layout_name, scale)
+
+    def reference(x: Tensors, caches: Tensors, at: torch.Tensor) -> None:
+        op_reference(MLA_OP)(layout, x[0], x[1], caches[0], at, scale.cpu())
+
+    return Workload(MLA_OP, layout_name, tokens, minimum_bytes(layout, tokens, INPUT_DTYPE), slots, (cache,),
+                    inputs, invoke, reference)
 
 
 def _mha(variant: str, tokens: int, contract: WriteContract, device: torch.device, g: torch.Generator) -> Workload:
     layout = mha_layout(contract, variant, MHA_HEADS, MHA_HEAD_SIZE)
     shape = (tokens, MHA_HEADS, MHA_HEAD_SIZE)
-    key, value = _randn(g, shape, device), _randn(g, shape, device)
     slots, num_blocks = _slots(g, tokens, device)
+    inputs = tuple((_randn(g, shape, device), _randn(g, shape, device)) for _ in range(INPUT_SETS))
     dtype = layout.cache_dtype(INPUT_DTYPE)
-    caches = [torch.zeros((num_blocks, BLOCK_SIZE, MHA_HEADS, MHA_HEAD_SIZE), dtype=dtype, device=device)
-              for _ in range(2)]
+    caches = tuple(torch.zeros((num_blocks, BLOCK_SIZE, MHA_HEADS, MHA_HEAD_SIZE), dtype=dtype, device=device)
+                   for _ in range(2))
     scale = torch.tensor([0.05], dtype=torch.float32, device=device)
     values = 2 * tokens * MHA_HEADS * MHA_HEAD_SIZE
     nbytes = values * 2 + tokens * 8 + values * caches[0].element_size()
-    return Workload(MHA_OP, variant, tokens, nbytes, slots,
-                    lambda k: k(key, value, caches[0], caches[1], slots, variant, scale, scale))
+
+    def invoke(kernel: Callable[..., None], x: Tensors) -> None:
+        kernel(x[0], x[1], caches[0], caches[1], slots, variant, scale, scale)
+
+    def reference(x: Tensors, into: Tensors, at: torch.Tensor) -> None:
+        op_reference(MHA_OP)(layout, x[0], x[1], into[0], into[1], at, scale.cpu(), scale.cpu())
+
+    return Workload(MHA_OP, variant, tokens, nbytes, slots, caches, inputs, invoke, reference)
 
 
 def _indexer(scale_fmt: str, tokens: int, contract: WriteContract, device: torch.device,
              g: torch.Generator) -> Workload:
     layout = indexer_layout_for(contract, contract.flags, INDEXER_DIM, INDEXER_DIM)
-    k_in = _randn(g, (tokens, INDEXER_DIM), device)
     slots, num_blocks = _slots(g, tokens, device)
+    inputs = tuple((_randn(g, (tokens, INDEXER_DIM), device),) for _ in range(INPUT_SETS))
     cache = torch.zeros((num_blocks, BLOCK_SIZE, layout.bytes_per_token), dtype=torch.uint8, device=device)
     nbytes = tokens * INDEXER_DIM * 2 + tokens * 8 + tokens * layout.bytes_per_token
-    return Workload(INDEXER_OP, scale_fmt, tokens, nbytes, slots,
-                    lambda k: k(k_in, cache, slots, INDEXER_DIM, scale_fmt))
+
+    def invoke(kernel: Callable[..., None], x: Tensors) -> None:
+        kernel(x[0], cache, slots, INDEXER_DIM, scale_fmt)
+
+    def reference(x: Tensors, caches: Tensors, at: torch.Tensor) -> None:
+        op_reference(INDEXER_OP)(layout, x[0], caches[0], at, scale_fmt)
+
+    return Workload(INDEXER_OP, scale_fmt, tokens, nbytes, slots, (cache,), inputs, invoke, reference)
 
 
 _BUILDERS = {MLA_OP: _mla, MHA_OP: _mha, INDEXER_OP: _indexer}

@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +204,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     """A publishable markdown summary of one report."""
     large_ran = any("large" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
     graph_ran = any(r.get("graph_safe") for r in report["summary"]["by_kernel_layout"])
+    stream_ran = any("stream" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
     p = report["platform"]
     env = report["environment"]
     run = report.get("run") or {}
@@ -223,15 +226,18 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         + ("" if report["complete"] else " — **INCOMPLETE RUN**"
            + (f" ({report['stop_reason']})" if report.get("stop_reason") else "")),
         "",
-        # the large-address and graph tiers get their own columns when they ran
+        # the large-address, graph and stream tiers get their own columns when they ran
         "| kernel | layout | verdict | weakest grade | " + ("large tier | " if large_ran else "")
-        + ("graph-safe | " if graph_ran else "") + "input checks | hardening | execution | cases | failed checks |",
-        "|---|---|---|---|" + ("---|" if large_ran else "") + ("---|" if graph_ran else "") + "---|---|---|---|---|",
+        + ("graph-safe | " if graph_ran else "") + ("stream tier | " if stream_ran else "")
+        + "input checks | hardening | execution | cases | failed checks |",
+        "|---|---|---|---|" + ("---|" if large_ran else "") + ("---|" if graph_ran else "")
+        + ("---|" if stream_ran else "") + "---|---|---|---|---|",
     ]
     for r in report["summary"]["by_kernel_layout"]:
         refused = f" (refuses {'; '.join(r['refused'])}, as declared)" if r.get("refused") else ""
         large = f"{r.get('tiers', {}).get('large', 'not run')} | " if large_ran else ""
         large += f"{r.get('graph_safe') or 'not run'} | " if graph_ran else ""
+        large += f"{r.get('tiers', {}).get('stream', 'not run')} | " if stream_ran else ""
         lines.append(
             f"| {r['kernel']} | {r['layout']} | {verdict_with_domain(r['verdict'], r.get('domain'))}"
             f"{with_conventions(r.get('conventions'))}{refused} | "
@@ -430,11 +436,41 @@ def cell_text(verdict_text: str, min_grade: str | None, failed_at_grade: str | N
     return verdict_text
 
 
-def render_scoreboard(board: Mapping[str, Any]) -> str:
-    """The scoreboard as a markdown table: ops, kernels and layouts down (the ops in rtp_ref.ops order),
-    platforms across, the large-address tier and the graph-safe column of each platform in columns of their own, a
-    kernel's declared domain beside its verdict (``certified (bit_exact) for block_table int32 only``); an incomplete
-    scoreboard says so in its last line, with the platforms it lacks."""
+#: the scoreboard's words, each with how to spot it in a verdict cell and what it means (its legend, which lists the
+#: words a scoreboard uses)
+_VERDICT_WORDS: tuple[tuple[str, str, str], ...] = (
+    ("certified", r"^certified(?! with)", "every case of the pair ran and passed; in brackets the weakest grade the "
+     "cases reached"),
+    ("certified with deviations", r"^certified with deviations", "every case passed, or failed as a known deviation "
+     "in the platform table says it does (a strict expected failure, shown as such, never as a pass); `reaches G`: "
+     "the weakest grade reached"),
+    ("failed", r"^failed", "a case failed; `failed at G`: G is the weakest grade a failing case did not reach (none "
+     "named when the failing case reached no grade: it raised, crashed or hung)"),
+    ("incomplete", r"incomplete", "the run did not reach every case of the pair (`N of M cases ran`), or the report is "
+     "of a run that stopped early: what ran is no verdict on the rest"),
+    ("not run", r"^not run", "no case of the pair ran: never a pass"),
+    ("raises as required", r"^raises as required", "a layout the kernel does not claim, called: it raised, as it "
+     "must"),
+    ("for ... only", r" for .+ only$", "the kernel declares an input domain (the values it takes, e.g. an int32 block "
+     "table); the verdict holds for those values only"),
+    ("layout", r"\blayout\b", "the weakest of the three grades: every byte is where the layout puts it, nothing "
+     "else changed, the kernel ran"),
+    ("numerics", r"\bnumerics\b", "the middle grade: `layout`'s checks pass and every value and scale is within the "
+     "platform's bounds"),
+    ("bit_exact", r"\bbit_exact\b", "the strongest grade: every byte equals the reference's"),
+)
+#: the graph-safe column's words
+_GRAPH_WORDS: tuple[tuple[str, str, str], ...] = (
+    ("yes", r"^yes$", "every CUDA-graph scenario wrote exactly what the same calls write eagerly"),
+    ("no (checks)", r"^no", "a scenario failed the named checks (a capture that failed, values fixed at capture)"),
+    ("declined", r"^declined$", "the kernel declares `graph_safe = False`; not tried"),
+    ("not run", r"^not run$", "the graph tier's cases of the pair did not run"),
+)
+
+
+def _scoreboard_cells(board: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, str]]:
+    """(op, kernel, layout) -> column -> cell text: a column per platform (``PLATFORM (execution)``), per tier
+    beyond the regular one that ran (``..., large tier``) and for the graph tier (``..., graph-safe``)."""
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in board["rows"]:
         key = (r.get("op", MLA_OP), r["kernel"], r["layout"])
@@ -450,9 +486,104 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
             cells.setdefault(key, {})[f"{column}, large tier"] = tiers["large"]
         if r.get("graph_safe"):
             cells.setdefault(key, {})[f"{column}, graph-safe"] = r["graph_safe"]
+    return cells
+
+
+def _link(text: str, target: str) -> str:
+    """A markdown link; a target with a space or a bracket goes in angle brackets, as CommonMark requires."""
+    return f"[{text}](<{target}>)" if any(c in target for c in " ()<>") else f"[{text}]({target})"
+
+
+def _report_links(board: Mapping[str, Any], out: Path) -> list[str]:
+    """A line per merged report: its platforms, a link relative to ``out`` to its report.md (beside its
+    report.json; the report.json itself where there is no report.md), and the device it ran on."""
+    lines = []
+    for source in board["sources"]:
+        mine = [r for r in board["rows"] if r["source"] == source]
+        names = sorted({f"{r['platform']} ({r['execution']})" for r in mine}) or [Path(source).name]
+        markdown = Path(source).parent / "report.md"
+        target = markdown if markdown.is_file() else Path(source)
+        relative = Path(os.path.relpath(target.resolve(), out.resolve())).as_posix()
+        devices = sorted({str(r.get("device")) for r in mine})
+        lines.append(f"  - {_link(', '.join(names), relative)}: device {', '.join(devices) or '-'}")
+    return lines
+
+
+def _used(words: Sequence[tuple[str, str, str]], texts: Sequence[str]) -> list[str]:
+    """Legend lines of the ``words`` some of ``texts`` use."""
+    return [f"  - `{word}`: {meaning}" for word, pattern, meaning in words
+            if any(re.search(pattern, t) for t in texts)]
+
+
+def _legend(cells: Mapping[tuple[str, str, str], Mapping[str, str]]) -> list[str]:
+    """The legend of a scoreboard: its columns, then every word its cells use, and only those."""
+    by_column: dict[str, list[str]] = {}
+    for row in cells.values():
+        for column, text in row.items():
+            by_column.setdefault(column, []).append(text)
+    verdicts = [t for c, texts in by_column.items() if not c.endswith(", graph-safe") for t in texts]
+    graph = [t for c, texts in by_column.items() if c.endswith(", graph-safe") for t in texts]
+    tiers = sorted({c.rsplit(", ", 1)[1] for c in by_column if c.endswith(" tier")})
+    lines = ["- legend:", "  - op, kernel, layout: the op the kernel implements, the kernel's name, the layout or "
+             "variant (`(unclaimed)` after it: one the kernel does not claim, which it must refuse by raising)"]
+    if any(key[1] == "(suite)" for key in cells):
+        lines.append("  - `(suite)` / `(all)`: the suite's own cases, of no kernel")
+    lines.append(f"  - `PLATFORM (native)`, `PLATFORM (emulated)`: the verdict on that platform's table; "
+                 f"{EXECUTION_MEANING}")
+    lines += [f"  - `PLATFORM (...), {tier}`: the {tier.removesuffix(' tier')} tier's own verdict"
+              + (" (caches past 4 GiB: 32-bit offsets)" if tier == "large tier" else "") for tier in tiers]
+    if graph:
+        lines.append("  - `PLATFORM (...), graph-safe`: the kernel's calls captured and replayed in a CUDA graph")
+    if any(len(row) < len(by_column) for row in cells.values()):
+        lines.append("  - `-`: no verdict in that column (the kernel was not certified there, or not in that tier)")
+    lines += [*_used(_VERDICT_WORDS, verdicts), *_used(_GRAPH_WORDS, graph)]
+    return lines
+
+
+def _writer_versions() -> str:
+    """The rtp-ref (with its git commit from a checkout), torch and triton of this process."""
+    import torch
+
+    from rtp_ref.certify.environment import rtp_ref_build
+
+    try:
+        import triton
+
+        triton_version = str(triton.__version__)
+    except ImportError:
+        triton_version = "not installed"
+    return f"rtp-ref {_rtp_ref_text({'rtp_ref': rtp_ref_build()}, {})}, torch {torch.__version__}, triton " \
+        f"{triton_version}"
+
+
+def _scoreboard_header(board: Mapping[str, Any], cells: Mapping[tuple[str, str, str], Mapping[str, str]],
+                       out: Path) -> list[str]:
+    """scoreboard.md's header: when it was written (UTC), by which rtp-ref, torch and triton, the command line,
+    a link to each merged report (relative to ``out``, where scoreboard.md is written) with the device it ran on,
+    and the legend."""
+    # imported here: the session module imports pytest and kernel discovery, which merging reports does not need
+    from rtp_ref.certify.session import run_command
+
+    return [
+        f"- written {datetime.now(timezone.utc).isoformat(timespec='seconds')} (UTC) by {_writer_versions()}",
+        f"- command: `{run_command()}`",
+        "- reports (each names the rtp-ref, torch, triton and device that certified it):",
+        *_report_links(board, out),
+        *_legend(cells),
+        "",
+    ]
+
+
+def render_scoreboard(board: Mapping[str, Any], out: Path | None = None) -> str:
+    """The scoreboard as a markdown table: ops, kernels and layouts down (the ops in rtp_ref.ops order),
+    platforms across, the large-address tier and the graph-safe column of each platform in columns of their own, a
+    kernel's declared domain beside its verdict (``certified (bit_exact) for block_table int32 only``); an incomplete
+    scoreboard says so in its last line, with the platforms it lacks. With ``out``, the directory scoreboard.md is
+    written to, a header comes before the table: ``_scoreboard_header``."""
+    cells = _scoreboard_cells(board)
     platforms = sorted({p for by_platform in cells.values() for p in by_platform})
-    lines = ["# rtp-ref scoreboard", "", "| op | kernel | layout | " + " | ".join(platforms) + " |",
-             "|---|---|---|" + "---|" * len(platforms)]
+    lines = ["# rtp-ref scoreboard", "", *(_scoreboard_header(board, cells, out) if out is not None else []),
+             "| op | kernel | layout | " + " | ".join(platforms) + " |", "|---|---|---|" + "---|" * len(platforms)]
     for (op, kernel, layout), by_platform in sorted(cells.items(), key=lambda item: (
             _OP_ORDER.get(item[0][0], len(_OP_ORDER)), item[0][1], item[0][2])):
         shown = "" if kernel == "(suite)" else op
@@ -464,14 +595,15 @@ def render_scoreboard(board: Mapping[str, Any]) -> str:
 
 
 def write_scoreboard(out: Path, board: Mapping[str, Any], option: str) -> None:
-    """Write ``scoreboard.json`` and ``scoreboard.md`` into ``out`` (created if needed).
+    """Write ``scoreboard.json`` and ``scoreboard.md`` into ``out`` (created if needed), scoreboard.md with its
+    header (``render_scoreboard``: when, which versions, the command line, links to the reports, the legend).
 
     Both files are written to temporary names first and renamed only once both are complete, so a
     failed write (disk full, ``out`` is a file) leaves no half-written scoreboard; a directory this
     call created is removed again. Errors raise RtpRefError naming ``option``, the command line option
     that gave ``out``.
     """
-    texts = {"scoreboard.json": json.dumps(board, indent=1) + "\n", "scoreboard.md": render_scoreboard(board)}
+    texts = {"scoreboard.json": json.dumps(board, indent=1) + "\n", "scoreboard.md": render_scoreboard(board, out)}
     created = not out.exists()
     temporary = {name: out / f".{name}.{os.getpid()}.tmp" for name in texts}
     try:

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from rtp_ref.bench.run import run_bench, write_outputs
+from rtp_ref.bench.outputs import write_outputs
+from rtp_ref.bench.run import run_bench
 from rtp_ref.certify.signals import interrupts_held
 from rtp_ref.commands._output import (
     INTERRUPTED,
@@ -138,6 +139,12 @@ def _bench(args: argparse.Namespace) -> int:
         print_json(doc)
     else:
         print("rtp-ref: wrote " + ", ".join(str(p) for p in written))
+    if doc["invalid"]:
+        # written first, so that bench.md shows them beside the valid figures
+        print(f"rtp-ref: bench: {len(doc['invalid'])} figure(s) are not measurements of the write:", file=sys.stderr)
+        for line in doc["invalid"]:
+            print(f"  {line}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -147,7 +154,9 @@ def register(sub: Any) -> None:
                             description="Benchmark the KV-cache write kernels of every op: per size the eager "
                             "call's time, the CUDA-graph replay's time and the launch floor (an empty kernel's "
                             "replay), and effective bandwidth (minimum bytes / median time) against a device copy, "
-                            "all measured in the same run.")
+                            "all measured in the same run. The cache is poisoned before and checked against the "
+                            "reference after every timed sample, and a figure faster than the copies of the same run "
+                            "allow is impossible: an invalid figure fails the command (exit 1), named.")
     parser.add_argument("--platform", default="auto", help="platform table whose contract kernels are bound to")
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME", help="only this kernel (repeatable)")
     parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT",

@@ -1,4 +1,5 @@
-"""``rtp-ref bench`` end to end on the CPU (a real subprocess), and the torch.compile baseline's bytes.
+"""``rtp-ref bench`` end to end on the CPU (a real subprocess), its integrity rules, and the torch.compile baseline's
+bytes.
 
 Expected byte counts are derived here from the layout sizes in docs/layouts.md (R=512, P=64, bf16
 inputs): inputs read once (2 bytes a value), an int64 slot read once, the entry written once.
@@ -7,22 +8,32 @@ inputs): inputs read once (2 bytes a value), an int64 slot read once, the entry 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from rtp_ref import __version__
+from rtp_ref.bench.integrity import ROOF_ALLOWANCE, judge, non_monotonic, speed_limit
+from rtp_ref.bench.measure import copy_roof, time_call
+from rtp_ref.bench.rows import BenchRow
+from rtp_ref.bench.verify import CacheCheck
+from rtp_ref.bench.workloads import workload
 from rtp_ref.cases.cases import CaseSpec, build_case, num_blocks_for
 from rtp_ref.commands.bench import CompiledBaseline
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
+from rtp_ref.ops import MLA_OP
 from rtp_ref.platform import load_platform
 from tests.processes import child_env, interruptible
 from tests.zygote import shared_zygote
 
+REPO = Path(__file__).resolve().parents[2]
 #: entry bytes per token written by each MLA layout at R=512/P=64 (docs/layouts.md)
 ENTRY_BYTES = {"fp8": 512 + 64, "fp8_ds_mla": 512 + 4 * 4 + 2 * 64}
 #: bytes per token each op's bench write must move, from its shapes (MHA: 8 heads of 128, K and V, bf16 in,
@@ -43,6 +54,7 @@ def test_bench_writes_table_json_and_chart_with_counted_bytes(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "bench.json").read_text())
     assert doc["roof_bytes_per_s"] > 0 and doc["launch_floor_s"] is None  # no graphs on the CPU
+    assert doc["invalid"] == []
     rows = {(r["op"], r["layout"], r["tokens"]): r for r in doc["rows"]}
     assert set(rows) == {(op, layout, n) for op, layout in TOKEN_BYTES for n in (64, 256)}
     for (op, layout, tokens), row in rows.items():
@@ -50,9 +62,79 @@ def test_bench_writes_table_json_and_chart_with_counted_bytes(tmp_path: Path) ->
         assert row["seconds"] > 0 and row["note"] == "" and row["graph_seconds"] is None
         assert row["bandwidth"] == pytest.approx(row["bytes"] / row["seconds"])
         assert row["roof_fraction"] == pytest.approx(row["bandwidth"] / doc["roof_bytes_per_s"])
+        # every figure names its timer and cache state, shows its spread, and passed both integrity rules
+        assert (row["timer"], row["l2"], row["invalid"]) == ("perf_counter", "CPU figures", "")
+        assert row["seconds_low"] <= row["seconds"] <= row["seconds_high"]
+        assert row["bandwidth"] <= row["limit_bytes_per_s"]
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (tmp_path / "bench.md").read_text()
     assert table.count("| torch-eager |") == 4 and table.count("| torch-eager-mha |") == 2
+    # the header: when (UTC), which versions, which device, the command line, and the words of the table
+    run = doc["run"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", run["started"]), run
+    assert f"- run {run['started']} to {run['finished']} (UTC)" in table
+    assert f"- rtp-ref {__version__}" in table and f", torch {torch.__version__}, triton " in table
+    assert f"- device: {doc['device_name']}, torch device `cpu`" in table
+    assert f"- command: `rtp-ref {' '.join(argv)}`" in table
+    assert "- timer `perf_counter`: " in table and "- L2 `CPU figures`: " in table and "- INVALID: " in table
+    assert "## Invalid figures" not in table
+
+
+def test_a_kernel_that_skips_or_replays_its_write_fails_the_bench_naming_kernel_size_and_mode(tmp_path: Path) -> None:
+    """Both cheats write torch-eager's bytes on their first call: without the poison before each timed sample, the
+    first would pass (its cache keeps the first write), and without two input sets taken in turn, the second would
+    (it writes bytes, the same ones). torch-eager, timed beside them on the same inputs, stays valid."""
+    argv = ["bench", "--platform", "cpu", "--kernel", "first-call-only", "--kernel", "replays-first-write",
+            "--kernel", "torch-eager", "--layout", "fp8", "--tokens", "64", "--report", str(tmp_path)]
+    env = child_env(REPO, RTP_REF_KERNELS="tests.bench.cheating_kernels:kernels")
+    proc = shared_zygote().run(argv, env, tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    invalid = {r["kernel"]: r["invalid"] for r in doc["rows"]}
+    assert "still hold the poison written before the sample" in invalid["first-call-only"]
+    assert "a stale write" in invalid["replays-first-write"]
+    assert invalid["torch-eager"] == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "rtp-ref: bench: 2 figure(s) are not measurements of the write:"
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "  first-call-only concat_and_cache_mla fp8 at 64 tokens, eager",
+        "  replays-first-write concat_and_cache_mla fp8 at 64 tokens, eager"]
+    table = (tmp_path / "bench.md").read_text()
+    assert table.count("| INVALID |") == 2 and "## Invalid figures" in table
+
+
+def test_a_figure_faster_than_the_copies_of_its_run_is_impossible() -> None:
+    """A real measured figure of torch-eager passes; the same record with its time cut below what the copies
+    measured in the same process allow is rejected, and one just inside the allowance is not."""
+    cpu = torch.device("cpu")
+    contract = WriteContract.for_platform(load_platform("cpu"))
+    w = workload(MLA_OP, "fp8", 64, contract, cpu)
+    check = CacheCheck(w)
+    kernel = TorchEagerKernel(contract)
+    measured = time_call(lambda: w.call(kernel), cpu, min_seconds=0.05, before=check.poison, after=check.mismatch)
+    limit = speed_limit(copy_roof(cpu, 16 << 20), copy_roof(cpu, w.footprint // 2))
+    assert judge(measured, w.nbytes, limit) == ""
+    too_fast = replace(measured, seconds=w.nbytes / limit / 2)
+    assert judge(too_fast, w.nbytes, limit).endswith("the copies measured in this run allow: impossible")
+    assert judge(replace(measured, seconds=w.nbytes / limit * 1.01), w.nbytes, limit) == ""
+    assert "impossible" in judge(replace(measured, seconds=0.0), w.nbytes, limit)  # a timer that saw nothing
+    assert speed_limit(2.0, 3.0) == pytest.approx(3.0 * ROOF_ALLOWANCE)  # the faster copy sets the limit
+
+
+def _row(tokens: int, low: float, high: float, invalid: str = "") -> BenchRow:
+    return BenchRow("k", MLA_OP, "fp8", tokens, 1, (low + high) / 2, None, None, seconds_low=low,
+                    seconds_high=high, invalid=invalid)
+
+
+def test_a_series_slower_with_fewer_tokens_beyond_its_spread_is_warned_about() -> None:
+    """64 tokens slower than 1024 happened on a loaded 2-core machine: noise, which the report must flag."""
+    (warning,) = non_monotonic([_row(64, 2e-3, 3e-3), _row(1024, 1e-3, 1.5e-3)])
+    assert warning.startswith("k concat_and_cache_mla fp8, eager: 64 tokens (fastest sample 2000.0 us) took longer "
+                              "than 1024 tokens (slowest sample 1500.0 us)")
+    # within the spread of both, or rising with the size: no warning; an invalid figure is no evidence either way
+    assert non_monotonic([_row(64, 1e-3, 3e-3), _row(1024, 1.5e-3, 2e-3)]) == []
+    assert non_monotonic([_row(64, 1e-3, 1.2e-3), _row(1024, 2e-3, 3e-3)]) == []
+    assert non_monotonic([_row(64, 2e-3, 3e-3, invalid="stale"), _row(1024, 1e-3, 1.5e-3)]) == []
 
 
 @pytest.mark.parametrize("layout", ["fp8", "fp8_ds_mla"])

@@ -1,0 +1,55 @@
+"""Kernels that do less than the write on the calls the bench times, loaded by ``rtp-ref bench`` through
+``RTP_REF_KERNELS=tests.bench.cheating_kernels:kernels``: each writes what torch-eager writes on its first call,
+then not at all (``first-call-only``) or the first call's bytes again, its inputs unread (``replays-first-write``).
+Timed as they are, both would look many times faster than the write; the bench must reject their figures."""
+
+from __future__ import annotations
+
+import torch
+
+from rtp_ref.contract import WriteContract
+from rtp_ref.kernels.torch_eager import TorchEagerKernel
+
+
+class FirstCallOnly:
+    """torch-eager's write on the first call; every later call returns at once."""
+
+    name = "first-call-only"
+    kv_cache_dtypes = ("fp8",)
+    devices = ("cpu", "cuda")
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.inner = TorchEagerKernel(contract)
+        self.calls = 0
+
+    def bind(self, contract: WriteContract) -> FirstCallOnly:
+        return type(self)(contract)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.inner(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+
+
+class ReplaysFirstWrite(FirstCallOnly):
+    """torch-eager's write on the first call; every later call copies that call's cache back, inputs unread."""
+
+    name = "replays-first-write"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        super().__init__(contract)
+        self.first: torch.Tensor | None = None
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        if self.first is None:
+            self.inner(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+            self.first = kv_cache.clone()
+        else:
+            kv_cache.copy_(self.first)
+
+
+def kernels() -> list[object]:
+    """The entry point for ``RTP_REF_KERNELS``."""
+    return [FirstCallOnly(), ReplaysFirstWrite()]
