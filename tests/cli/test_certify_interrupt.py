@@ -17,11 +17,19 @@ from tests.processes import child_env
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _as_from_a_terminal() -> None:
+    # SIGINT's default action, as a terminal's foreground job has it: a process started in the background of a
+    # non-interactive shell (`cmd &`, as some CI runners and scripts run the suite) inherits SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler: the Ctrl-C would never arrive
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_no_run_files_and_a_report_names_the_interrupt(tmp_path: Path) -> None:
     report = tmp_path / "rep"
     proc = subprocess.Popen([sys.executable, "-m", "rtp_ref.cli", "certify", "--platform", "cpu", "--kernel",
                              "reference", "--report", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=child_env(REPO), cwd=tmp_path, start_new_session=True)
+                            text=True, env=child_env(REPO), cwd=tmp_path, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     try:
         deadline = time.monotonic() + 120
         # the run is under way once a worker has written its case list (after its fault log): both are files an
