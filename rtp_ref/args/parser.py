@@ -497,12 +497,21 @@ class EnvArgumentParser(_EnvOptions, argparse.ArgumentParser):
                     self._fail(err)
             setattr(scratch, dest, default)
 
+    def _converted(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        """The value argparse makes of ``arg_strings`` for ``action`` (types, choices, nargs), except that a ``--``
+        stays a value: argparse drops it as the command line's end-of-options marker, and an environment value is
+        never a command line (CPython 3.11's ``_get_values`` turned ``X=--`` into ``[]``)."""
+        if "--" not in arg_strings:
+            return self._get_values(action, arg_strings)
+        values = [self._get_value(action, text) for text in arg_strings]
+        for value in values:
+            self._check_value(action, value)
+        return values[0] if action.nargs in (None, "?") else values
+
     def _env_value(self, mapping: EnvMapping, raw: str) -> EnvValue:
         try:
             form = command_line_form(mapping.action, mapping.option_string, raw, self._reads_as_option)
-            value = (
-                None if form.arg_strings is None else self._get_values(mapping.action, list(form.arg_strings))
-            )
+            value = None if form.arg_strings is None else self._converted(mapping.action, list(form.arg_strings))
         except argparse.ArgumentTypeError as exc:
             reason = str(exc)
         except argparse.ArgumentError as exc:

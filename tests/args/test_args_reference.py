@@ -460,3 +460,14 @@ def test_command_prints_the_flags_and_fails_on_bad_input(pytestconfig: pytest.Co
     missing = _run_command(pytestconfig.rootpath, "rtp_ref.suites.args.helpers:nope", base)
     assert missing.returncode == 2
     assert "no attribute" in missing.stderr
+
+
+@pytest.mark.parametrize(("raw", "nargs", "expected"), [("--", None, "--"), ("--", "?", "--"), ("-x", None, "-x")])
+def test_an_env_value_of_dashes_is_a_value(monkeypatch: pytest.MonkeyPatch, raw: str, nargs: int | str | None,
+                                           expected: object) -> None:
+    # argparse drops '--' (the command line's end of options) from an option's strings: CPython 3.11 parsed
+    # X=-- as []; the args suite's property test drew it (§1 bug 7)
+    monkeypatch.setenv("RTPT_DASH", raw)
+    parser = EnvArgumentParser(prog="x", env_prefix="RTPT")
+    parser.add_argument("--dash", nargs=nargs, default="unset")
+    assert parser.parse_args([]).dash == expected
