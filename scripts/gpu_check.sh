@@ -41,6 +41,7 @@
 #   scripts/gpu_check.sh verify        certify --platform all (every table, this host's GPU), then compute-sanitizer
 #                                      over every built-in GPU kernel of every op
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
+#   scripts/gpu_check.sh gateshort     certify --platform auto --tier all, then the GPU tests of what changed lately
 #   scripts/gpu_check.sh gatecertify   certify --platform auto --tier all (tox -e cuda's second command), timed, then
 #                                      certify --platform cpu on this host
 #   scripts/gpu_check.sh graph         the CUDA-graph tier: every op's built-in kernels on cuda-sm90 (native) and
@@ -49,7 +50,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gatecertify or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatecertify or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -137,6 +138,17 @@ for stage in "$@"; do
         > "$out/certify-all.log" 2>&1
       echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -40
     fi
+    ;;
+  gateshort)
+    # a short lease: certify --platform auto --tier all (tox -e cuda's first command, every tier), then the GPU
+    # tests of the kernels and tiers changed since the last GPU run, each bounded
+    { time timeout -s INT ${GATE_CERTIFY_BOUND:-140} python3 -m rtp_ref.cli certify --platform auto --tier all \
+        --report "$reports/auto"; } > "$out/gate-certify.log" 2>&1
+    echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -40
+    { time timeout -s INT ${GATE_TESTS_BOUND:-100} python3 -m pytest -q -p no:cacheprovider -n 4 --platform cpu \
+        tests/kernels/test_hardware_nan.py tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py \
+        tests/mutants/test_stream_mutants.py; } > "$out/gate-tests.log" 2>&1
+    echo "gpu tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real|^E " "$out/gate-tests.log" | tail -40
     ;;
   gatecertify)
     # tox -e cuda's second command (every tier on this host's own table), timed; then the cpu table on this host
@@ -338,7 +350,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gatecertify or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatecertify or verify" >&2; exit 2
     ;;
   esac
 done
