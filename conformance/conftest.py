@@ -58,7 +58,7 @@ def case_params(config: pytest.Config) -> list[Any]:
             for variant in s.layouts_by_op[op]:
                 if variant not in k.claims:
                     continue
-                for key in op_spec(op).cases.specs(variant):
+                for key in op_spec(op).cases.keys(variant, k.device):
                     deviation = matching_deviation(s.platform, k.name, k.device, key)
                     params.append(pytest.param(CaseParam(k, key, deviation), marks=_skip_marks(k),
                                                id=f"{k.name}-{variant}-{key.case_id}"))

@@ -53,7 +53,8 @@ SCHEMA_VERSION = 1
 BACKENDS = ("cpu", "cuda", "rocm")
 SCALE_FORMATS = ("fp32", "ue8m0")
 #: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
-CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only")
+CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only", "mismatched_cache",
+              "launch")
 
 FlagValue = bool | int | float | str
 

@@ -110,7 +110,7 @@ FLOORS: dict[str, Floor] = {
     "ground": _floor("__init__", "errors", "_lazy", "grades"),
     "fp8": _floor("fp8", on=("ground",)),
     "fp4": _floor("fp4", on=("fp8",)),
-    "kv": _floor("kv", on=("fp8",)),
+    "kv": _floor("kv", on=("fp4",)),
     "platform": _floor("platform", on=("kv",)),
     # a platform's write contract, then the conformance cases and their grading, which every op's module assembles
     "contract": _floor("contract", on=("platform",)),

@@ -15,6 +15,7 @@ import torch
 
 from rtp_ref.kv.fields import Source
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.validate import SLOT_DTYPES
 
 GUARD_BYTES = 256
 CANARY = 0xA5
@@ -22,13 +23,17 @@ CANARY = 0xA5
 ALT_CANARY = 0x5A
 #: the input dtypes of the cases, by the names case ids use
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: the kind of the write cases that call ``auto`` with a cache of the other 16-bit dtype (rtp_ref.cases.invalid_calls)
+MISMATCHED_CACHE_KIND = "mismatched_cache"
 
 # The kinds of case (``rtp_ref.platform.CASE_KINDS``) are described in docs/conformance.md.
 
 
 @dataclass(frozen=True)
 class CaseSpec:
-    """One conformance case: which layout and shapes, and how inputs are drawn (``seed``)."""
+    """One conformance case: which layout and shapes, and how inputs are drawn (``seed``). ``slot_dtype``: the
+    slot mapping's dtype (``int32`` names the same slots as ``int64``); ``scale``: the MLA write's scale as ``[1]``
+    (``tensor``) or 0-D (``0d``)."""
 
     layout: str
     kind: str
@@ -37,11 +42,22 @@ class CaseSpec:
     num_blocks: int
     input_dtype: torch.dtype
     seed: int
+    slot_dtype: str = "int64"
+    scale: str = "tensor"
 
     @property
     def case_id(self) -> str:
-        """Readable id used in test names: ``random-t37-b16-bf16``."""
-        return f"{self.kind}-t{self.tokens}-b{self.block_size}-{DTYPE_NAMES[self.input_dtype]}"
+        """Readable id used in test names: ``random-t37-b16-bf16``, with ``-i32`` for an int32 slot mapping and
+        ``-0d`` for a 0-D scale."""
+        return (f"{self.kind}-t{self.tokens}-b{self.block_size}-{DTYPE_NAMES[self.input_dtype]}"
+                f"{'-i32' if self.slot_dtype == 'int32' else ''}{'-0d' if self.scale == '0d' else ''}")
+
+    @property
+    def cache_input_dtype(self) -> torch.dtype:
+        """The 16-bit dtype the cache is made for: the inputs', or the other one for ``MISMATCHED_CACHE_KIND``."""
+        if self.kind != MISMATCHED_CACHE_KIND:
+            return self.input_dtype
+        return torch.float16 if self.input_dtype == torch.bfloat16 else torch.bfloat16
 
 
 @dataclass
@@ -62,6 +78,27 @@ def _values(g: torch.Generator, rows: int, width: int, dtype: torch.dtype) -> to
     x = torch.randn(rows, width, generator=g)
     spread = torch.exp2(torch.randint(-6, 7, (rows, 1), generator=g).to(torch.float32))
     return (x * spread).to(dtype)
+
+
+#: float32 values after a 0-D scale in its buffer, each 4x the one before: a kernel that reads a 0-D scale as an array
+#: (one value per head, say) reads these instead of the scale, and its values come out 4x, 16x ... too small
+ZERO_DIM_TAIL = 16
+
+
+def scale_tensor(value: float, form: str, device: torch.device | str) -> torch.Tensor:
+    """The float32 scale ``value`` on ``device`` in ``form``: ``tensor`` (shape [1]) or ``0d`` (shape [], as vLLM's
+    attention layer holds its scales), a 0-D view of the first element of a buffer whose next ``ZERO_DIM_TAIL``
+    elements hold other scales, so that a kernel reading past it reads wrong values rather than free memory."""
+    if form == "tensor":
+        return torch.tensor([value], dtype=torch.float32, device=device)
+    tail = torch.tensor(value, dtype=torch.float32).double() * 4.0 ** torch.arange(ZERO_DIM_TAIL + 1)
+    return tail.to(torch.float32).to(device)[0]
+
+
+def slot_tensor(slots: torch.Tensor, slot_dtype: str, device: torch.device | str) -> torch.Tensor:
+    """The slot values ``slots`` as the ``slot_dtype`` (``int32``, ``int64``) slot mapping a kernel gets on
+    ``device``: the same slots either way."""
+    return slots.to(SLOT_DTYPES[slot_dtype]).to(device)
 
 
 #: edge cases put their special rows (0-3 below) first: those tokens are always written
@@ -155,7 +192,9 @@ STRIDED_KINDS = ("noncontig", "fused", "elem_aligned")
 def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, trailing_guard: int = GUARD_BYTES
                ) -> CaseInputs:
     """Inputs and a canary-filled cache for ``spec`` on ``device``; identical for identical specs (seeded on
-    the CPU); strided kinds are strided on the device itself. ``trailing_guard``: bytes after the cache."""
+    the CPU); strided kinds are strided on the device itself; the slot mapping of the spec's dtype, the scale of its
+    form, the cache made for the other input dtype in a ``MISMATCHED_CACHE_KIND`` case. ``trailing_guard``: bytes
+    after the cache."""
     g = torch.Generator().manual_seed(spec.seed)
     r, p = layout.kv_lora_rank, layout.rope_dim
     kv_c, k_pe = _strided_inputs(spec, g, r, p, device)
@@ -166,13 +205,13 @@ def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, tr
     else:
         scale_value = _calibrated_scale(g, kv_c, k_pe, layout.element_format.max_value)
     padded_rows = 1 if spec.kind == "padded" else 0
-    storage, kv_cache = make_cache(layout, spec.num_blocks, spec.block_size, spec.input_dtype, padded_rows, device,
-                                   trailing_guard=trailing_guard)
+    storage, kv_cache = make_cache(layout, spec.num_blocks, spec.block_size, spec.cache_input_dtype, padded_rows,
+                                   device, trailing_guard=trailing_guard)
     return CaseInputs(
         kv_c=kv_c,
         k_pe=k_pe,
-        slot_mapping=_slots(g, spec).to(device),
-        scale=torch.tensor([scale_value], dtype=torch.float32, device=device),
+        slot_mapping=slot_tensor(_slots(g, spec), spec.slot_dtype, device),
+        scale=scale_tensor(scale_value, spec.scale, device),
         storage=storage,
         kv_cache=kv_cache,
         padded_rows=padded_rows,

@@ -56,6 +56,9 @@ CHECKS: tuple[CheckSpec, ...] = (
        "`--crash-limit` times, or the run stopped early"),
     _c("support.unclaimed_layout_raises", "layout", "called on a layout it does not claim, the kernel did not "
        "raise, or wrote to the cache before raising (claimed-unsupported must raise)"),
+    _c("support.mismatched_cache_raises", "layout", "under `auto`, called with a cache of the other 16-bit dtype "
+       "than the inputs' (bf16 inputs, an fp16 cache), the kernel did not raise before writing: a bit copy reads "
+       "back as other numbers (vLLM #54338)"),
     _c("support.deterministic", "layout", "two calls on the same inputs wrote different bytes"),
     _c("support.declared_domain", "layout", "the kernel's declared input domain (`input_domain`) leaves out a value "
        "engines pass (an int32 block table, a bf16 `dst`, ...), named with its source"),

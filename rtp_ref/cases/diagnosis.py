@@ -33,15 +33,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 import torch
-import torch.nn.functional as F
 
 from rtp_ref.cases.cases import CaseInputs, cache_view
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8 import FLT_MIN, FP8_FORMATS, ConversionMode, Pow2Rule, encode_ue8m0, quantize_tiles
+from rtp_ref.fp8 import FLT_MIN, FP8_FORMATS, ConversionMode
 from rtp_ref.kv.cache import gather_entries
-from rtp_ref.kv.entries import encode_entries, tile_scales
-from rtp_ref.kv.fields import ELEMENT_FP32, Source, is_fp8_element
+from rtp_ref.kv.entries import encode_entries, encode_tiled
+from rtp_ref.kv.fields import Source, is_fp8_element
 from rtp_ref.kv.flags import FLAG_SPECS, FlagKind
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import all_platforms
@@ -104,7 +103,8 @@ def _value_text(value: object) -> str:
 
 
 def _has_fp8(layout: MlaLayout) -> bool:
-    return any(is_fp8_element(f.element) for f in layout.fields)
+    """Whether the layout stores values in its fp8 format (a scale field's own element is no such value)."""
+    return any(is_fp8_element(f.element) for f in layout.fields if f.source in (Source.KV_C, Source.K_PE))
 
 
 def _has_tile_scales(layout: MlaLayout) -> bool:
@@ -217,19 +217,14 @@ def _entries(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: t
         return entries
     # A kernel that took the tile amax of the bits read as another type, then divided the values by
     # those scales: the reference's formulas, with the scales computed from the reinterpreted bits.
-    fmt, mode = layout.element_format, layout.conversion_mode
     for s_field in layout.fields:
-        spec = s_field.tile_scale
-        if spec is None:
+        if s_field.tile_scale is None:
             continue
         v_field = next(v for v in layout.fields if v.scale_field == s_field.name)
         x = values[v_field.source]
-        s = tile_scales(x.view(cand.scale_inputs), spec)
-        stored = s.contiguous().view(torch.uint8) if s_field.element == ELEMENT_FP32 else encode_ue8m0(s, Pow2Rule.CEIL)
+        codes, stored = encode_tiled(layout, v_field, x, x.view(cand.scale_inputs))
         start = layout.entry_offset(s_field)
         entries[:, start:start + s_field.size] = stored
-        padded = F.pad(x.to(torch.float32), (0, s.shape[1] * spec.tile - v_field.count))
-        codes = quantize_tiles(padded, s, spec.tile, fmt, mode)[:, :v_field.count]
         start = layout.entry_offset(v_field)
         entries[:, start:start + v_field.size] = codes
     return entries

@@ -86,9 +86,11 @@ def problems(declared: object, dims: Sequence[Dimension]) -> list[str]:
 INPUT_DTYPE = Dimension("input", "the dtype of the value inputs", ("bf16", "fp16"), ("bf16",),
                         "the dtype DeepSeek V3/V3.2, Llama 3 and Qwen 3 checkpoints are served in (config.json "
                         "torch_dtype bfloat16)")
-SLOT_MAPPING = Dimension("slot_mapping", "the dtype of slot_mapping", ("int64",), ("int64",),
-                         "vLLM's slot mapping is int64 (vllm/v1/worker/block_table.py); the op's reference takes "
-                         "int64 only")
+SLOT_MAPPING = Dimension("slot_mapping", "the dtype of slot_mapping (int32 names the same slots)", ("int32", "int64"),
+                         ("int64",), "vLLM's slot mapping is int64 (vllm/v1/worker/block_table.py)")
+#: who passes a per-tensor scale as a 0-D tensor (the MLA write's ``scale``, the MHA write's ``scales``)
+ZERO_DIM_SOURCE = ("a per-tensor scale reaches a kernel as [1] or, from vLLM's attention layer, as a 0-D float32 "
+                   "tensor (vllm/attention/layer.py: torch.tensor(1.0, dtype=torch.float32))")
 BLOCK_TABLE = Dimension("block_table", "the dtype of block_table, cu_seq_lens and seq_starts", ("int32", "int64"),
                         ("int32",), "vLLM's block tables are int32 (vllm/v1/worker/block_table.py) and its readers "
                         "take int32 only (csrc/cache_kernels.cu: 'block_table must be int32')")

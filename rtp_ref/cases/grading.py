@@ -26,13 +26,13 @@ import torch
 
 from rtp_ref.cases.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cache_view
 from rtp_ref.cases.checks import Check, grade_reached, reaches
-from rtp_ref.cases.storage import StorageMap, field_places, kernel_text, slot_namer, value_text
+from rtp_ref.cases.storage import StorageMap, field_places, kernel_text, slot_namer, slot_width_note, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8 import decode
-from rtp_ref.fp8.elements import ANY_NAN, ElementTraits, NanPolicy, dtype_element, element_bits, element_traits
+from rtp_ref.fp8.elements import ANY_NAN, ElementTraits, NanPolicy, dtype_element, element_bits
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.cache import gather_entries, reference_write
-from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, Source, element_size, is_fp8_element
+from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, Source, field_element, is_fp8_element, value_bits
 from rtp_ref.kv.layouts import MlaLayout
 
 
@@ -63,7 +63,8 @@ class ReferenceImage:
 
 
 def _cpu_inputs(inputs: CaseInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return inputs.kv_c.cpu(), inputs.k_pe.cpu(), inputs.slot_mapping.cpu(), inputs.scale.cpu()
+    # an int32 mapping names the same slots: the reference and the grader work with them as int64
+    return inputs.kv_c.cpu(), inputs.k_pe.cpu(), inputs.slot_mapping.cpu().to(torch.int64), inputs.scale.cpu()
 
 
 def _write_on(layout: MlaLayout, inputs: CaseInputs, canary: int, padded_rows: int) -> torch.Tensor:
@@ -93,12 +94,11 @@ MAX_DETAIL = 400
 
 
 def element_of(layout: MlaLayout, f: Field, input_dtype: torch.dtype) -> ElementTraits:
-    """The element format of field ``f``'s values as the platform's readers see them."""
-    if is_fp8_element(f.element):
-        return element_traits(layout.element_format.name)
+    """The element format of field ``f``'s values as the platform's readers see them: the inputs' 16-bit type, or
+    the field's element (an fp8 value field's is the layout's fp8 format, resolved when the layout was built)."""
     if f.element == ELEMENT_INPUT16:
         return dtype_element(input_dtype)
-    return element_traits(f.element)
+    return field_element(f.element)
 
 
 def mla_storage_map(layout: MlaLayout, inputs: CaseInputs) -> StorageMap:
@@ -190,14 +190,15 @@ def _field_bytes(layout: MlaLayout, entries: torch.Tensor, f: Field) -> torch.Te
 
 
 def _element(raw: torch.Tensor, f: Field, row: int, index: int) -> torch.Tensor:
-    """The bytes of element ``index`` of field bytes ``raw`` ([rows, f.size]) in row ``row``."""
-    size = element_size(f.element)
+    """The bytes of element ``index`` of field bytes ``raw`` ([rows, f.size]) in row ``row`` (of a format narrower
+    than a byte: the byte ``index``, its unit)."""
+    size = max(1, value_bits(f.element) // 8)
     return raw[row, index * size:(index + 1) * size]
 
 
 def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
     """The values of scale field ``f``'s bytes ``raw`` ``[rows, f.size]`` (float64), by its element's traits."""
-    return element_traits(f.element).values(raw)
+    return field_element(f.element).values(raw)
 
 
 class _NumericsCase:
@@ -282,6 +283,11 @@ class _NumericsCase:
         return graded.checks, {"max_error_steps": graded.worst_steps, "max_abs_error": abs_err}
 
 
+def _tile_scaled(layout: MlaLayout, f: Field) -> bool:
+    """Whether value field ``f``'s scale is a tile scale the writer computes."""
+    return f.scale_field is not None and layout.field(f.scale_field).tile_scale is not None
+
+
 def _written(k_entries: torch.Tensor, r_entries: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
     """Per target: True when the kernel changed at least one byte the reference changed."""
     ref_changed = r_entries != before
@@ -339,7 +345,8 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     k_entries, r_entries, b_entries = (gather_entries(layout, v, targets) for v in views)
     written = _written(k_entries, r_entries, b_entries)
     checks.append(failing("layout.slot_mapping", bool(written.all()), lambda: with_examples(
-        f"{int((~written).sum())} target entr(ies) were never written (the token went elsewhere or nowhere)",
+        f"{int((~written).sum())} target entr(ies) were never written (the token went elsewhere or nowhere"
+        f"{slot_width_note(inputs.slot_mapping)})",
         [loc.row(i) for i in torch.nonzero(~written).flatten()[:MAX_EXAMPLES].tolist()])))
     stats: dict[str, Any] = {"targets": int(targets.numel()), "tokens": tokens}
     values = {Source.KV_C: kv_c[:tokens][keep], Source.K_PE: k_pe[:tokens][keep]}
@@ -349,12 +356,15 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
         if f.placement is Placement.BLOCK_TRAILING and f.source is Source.SCALE:
             checks.append(_block_scales_check(layout, f, (k_entries, r_entries, b_entries), loc))
     for f in layout.fields:
-        if is_fp8_element(f.element) and f.source in values:
+        # every scaled value field's scales are checked; its values by the fp8 checks where they are fp8 (E2M1
+        # values are graded by their bytes alone)
+        if f.source in values and (is_fp8_element(f.element) or _tile_scaled(layout, f)):
             case = _NumericsCase(layout, f, values[f.source], k_entries, r_entries, scale, max_ulp, loc)
             checks += case.scale_checks()
-            value_checks, field_stats = case.value_checks()
-            checks += value_checks
-            stats[f.name] = field_stats
+            if is_fp8_element(f.element):
+                value_checks, field_stats = case.value_checks()
+                checks += value_checks
+                stats[f.name] = field_stats
     differ = loc.places.mismatched(after, ref.storage, nan) & ref.footprint
     mismatched = int(differ.sum())
     stats["mismatched_bytes"] = mismatched

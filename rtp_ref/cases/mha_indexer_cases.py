@@ -16,9 +16,19 @@ from dataclasses import dataclass
 
 import torch
 
-from rtp_ref.cases.cases import CANARY, DTYPE_NAMES, GUARD_BYTES, CaseSpec, num_blocks_for
-from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, Dimension, Value
+from rtp_ref.cases.cases import (
+    CANARY,
+    DTYPE_NAMES,
+    GUARD_BYTES,
+    MISMATCHED_CACHE_KIND,
+    CaseSpec,
+    num_blocks_for,
+    scale_tensor,
+    slot_tensor,
+)
+from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, ZERO_DIM_SOURCE, Dimension, Value
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
+from rtp_ref.cases.launch_size import LAUNCH_BLOCK_SIZE, LAUNCH_KIND, LAUNCH_SEED, launch_blocks, launch_tokens
 from rtp_ref.cases.storage import StorageMap, field_places, slot_namer
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
@@ -31,7 +41,7 @@ from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
 STRIDED_MHA_INDEXER_KINDS = ("fused",)
 #: an MHA case id's suffix for its scales (MhaIndexerSpec.scales)
-_SCALE_IDS = {"tensor": "", "head": "-ph", "mixed": "-pv"}
+_SCALE_IDS = {"tensor": "", "head": "-ph", "mixed": "-pv", "0d": "-0d"}
 #: DeepSeek V3.2's indexer: head_dim 128 quantised in one block of 128
 _DEEPSEEK_INDEXER = ("DeepSeek V3.2's indexer keys (config.json index_head_dim 128), quantised by vLLM in blocks of "
                      "128 (vllm/model_executor/models/deepseek_v2.py)")
@@ -39,9 +49,10 @@ _DEEPSEEK_INDEXER = ("DeepSeek V3.2's indexer keys (config.json index_head_dim 1
 MHA_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE,
               Dimension("head_size", "the head size of key and value", (), (128,),
                         "Llama 3 and Qwen 3 (config.json head_dim 128)"),
-              Dimension("scales", "the shapes of k_scale and v_scale: both [1] (tensor), both [num_kv_heads] "
-                        "(head), or [1] and [num_kv_heads] (mixed)", ("tensor", "head", "mixed"), ("tensor",),
-                        "vLLM passes per-tensor k_scale and v_scale (vllm/attention/layer.py)"),
+              Dimension("scales", "the shapes of the float32 k_scale and v_scale: both [1] (tensor), both "
+                        "[num_kv_heads] (head), [1] and [num_kv_heads] (mixed), or both 0-D (0d)",
+                        ("tensor", "head", "mixed", "0d"), ("tensor", "0d"),
+                        f"vLLM passes per-tensor k_scale and v_scale (vllm/attention/layer.py); {ZERO_DIM_SOURCE}"),
               Dimension("order", "the cache's order: NHD, or HND as strides over [blocks, heads, rows, dim]",
                         ("NHD", "HND")))
 #: the arguments of the indexer write a kernel may narrow
@@ -55,8 +66,8 @@ class MhaIndexerSpec(CaseSpec):
     """One case of the MHA or indexer write: a CaseSpec (``layout`` is the op's variant, ``kv_cache_dtype`` or
     ``scale_fmt``) with its op and shapes. ``width`` is the head size (MHA) or head_dim (indexer); ``heads``,
     ``order`` and ``scales`` are the MHA's, ``quant_block`` the indexer's. ``scales``: ``tensor`` (k_scale and
-    v_scale of shape [1]), ``head`` (both [H]) or ``mixed`` (k_scale [1], v_scale [H]: the two are independent
-    arguments, and a kernel that takes both lengths from one of them is caught)."""
+    v_scale of shape [1]), ``head`` (both [H]), ``mixed`` (k_scale [1], v_scale [H]: the two are independent
+    arguments, and a kernel that takes both lengths from one of them is caught) or ``0d`` (both 0-D)."""
 
     op: str = MHA_OP
     width: int = 128
@@ -68,7 +79,7 @@ class MhaIndexerSpec(CaseSpec):
     @property
     def arguments(self) -> dict[str, Value]:
         """The case's value of each of ``MHA_DOMAIN`` or ``INDEXER_DOMAIN``."""
-        shared: dict[str, Value] = {"input": DTYPE_NAMES[self.input_dtype], "slot_mapping": "int64",
+        shared: dict[str, Value] = {"input": DTYPE_NAMES[self.input_dtype], "slot_mapping": self.slot_dtype,
                                     "block_size": self.block_size}
         if self.op == MHA_OP:
             return {**shared, "head_size": self.width, "scales": self.scales, "order": self.order}
@@ -76,7 +87,8 @@ class MhaIndexerSpec(CaseSpec):
 
     @property
     def case_id(self) -> str:
-        """``random-t37-b16-bf16-h8d128-HND-ph`` (MHA) or ``random-t37-b16-bf16-d128q64`` (indexer)."""
+        """``random-t37-b16-bf16-h8d128-HND-ph`` (MHA) or ``random-t37-b16-bf16-d128q64`` (indexer); ``-i32`` after
+        the dtype for an int32 slot mapping."""
         base = super().case_id
         if self.op == MHA_OP:
             return f"{base}-h{self.heads}d{self.width}-{self.order}{_SCALE_IDS[self.scales]}"
@@ -85,8 +97,10 @@ class MhaIndexerSpec(CaseSpec):
 
 def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The MHA cases of one ``kv_cache_dtype``: GQA head counts 1 and 8, head sizes 64/128/256, block sizes 16
-    and 64, NHD and HND, per-tensor and per-head scales, edge values, padding slots, a key longer than the slot
-    mapping, strided key/value (views of a fused QKV projection), the empty call."""
+    and 64, NHD and HND, per-tensor, per-head and 0-D scales, edge values, padding slots, a key longer than the slot
+    mapping, strided key/value (views of a fused QKV projection), an int32 slot mapping, the empty call; for
+    ``auto``, caches of the other 16-bit dtype, which must be refused (rtp_ref.cases.invalid_calls). ``auto`` reads
+    no scale: its cases pass per-tensor ones where others pass per-head ones."""
     rows = [  # kind, tokens, block, dtype, heads, head size, order, scales
         (EMPTY_CALL_KIND, 0, 16, torch.bfloat16, 8, 128, "NHD", "tensor"),
         ("random", 1, 16, torch.float16, 1, 64, "NHD", "tensor"),
@@ -102,16 +116,26 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
         # the stride's
         ("fused", 37, 16, torch.bfloat16, 8, 128, "NHD", "head"),
         ("fused", 37, 16, torch.float16, 1, 256, "HND", "tensor"),
+        # argument forms engines pass (rtp_ref.cases.domain), each alone on a random case: 0-D scales here, an int32
+        # slot mapping after these
+        ("random", 20, 16, torch.float16, 8, 128, "HND", "0d"),
     ]
     for seed, (kind, tokens, block, dtype, heads, size, order, scales) in enumerate(rows, start=1):
         yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
-                         width=size, heads=heads, order=order, scales="tensor" if variant == "auto" else scales)
+                             width=size, heads=heads, order=order,
+                             scales="tensor" if variant == "auto" and scales in ("head", "mixed") else scales)
+    seed = len(rows)
+    yield MhaIndexerSpec(variant, "random", 20, 16, num_blocks_for(20, 16), torch.bfloat16, seed + 1, "int32",
+                         op=MHA_OP, width=128, heads=8)
+    if variant == "auto":
+        yield MhaIndexerSpec(variant, MISMATCHED_CACHE_KIND, 8, 16, num_blocks_for(8, 16), torch.bfloat16, seed + 2,
+                             op=MHA_OP, width=128, heads=8)
 
 
 def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The indexer cases of one ``scale_fmt``: head_dim 128 with quant blocks 128 and 64, head_dim 256, block
     sizes 16 and 64, edge values (an all-zero row: the amax floor; NaN, inf, overflow), padding slots, a
-    strided ``k`` (a view of a wider projection) at each quant block, the empty call."""
+    strided ``k`` (a view of a wider projection) at each quant block, an int32 slot mapping, the empty call."""
     rows = [  # kind, tokens, block, dtype, head_dim, quant block
         (EMPTY_CALL_KIND, 0, 16, torch.bfloat16, 128, 128),
         ("random", 1, 64, torch.bfloat16, 128, 128),
@@ -130,7 +154,26 @@ def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     ]
     for seed, (kind, tokens, block, dtype, dim, quant) in enumerate(rows, start=1):
         yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=INDEXER_OP,
-                         width=dim, quant_block=quant)
+                             width=dim, quant_block=quant)
+    # an argument form engines pass (rtp_ref.cases.domain), alone on a random case
+    yield MhaIndexerSpec(variant, "random", 20, 16, num_blocks_for(20, 16), torch.bfloat16, len(rows) + 1, "int32",
+                         op=INDEXER_OP, width=128, quant_block=64)
+
+
+def mha_launch(variant: str, device: str) -> MhaIndexerSpec:
+    """The launch-size case of one ``kv_cache_dtype`` for a kernel on ``device`` (rtp_ref.cases.launch_size): one
+    head of 128 values, per-tensor scales (the grader's copies of the caches stay tens of MB on a GPU)."""
+    tokens = launch_tokens(device)
+    return MhaIndexerSpec(variant, LAUNCH_KIND, tokens, LAUNCH_BLOCK_SIZE, launch_blocks(tokens),
+                          torch.bfloat16, LAUNCH_SEED, op=MHA_OP, width=128, heads=1)
+
+
+def indexer_launch(variant: str, device: str) -> MhaIndexerSpec:
+    """The launch-size case of one ``scale_fmt`` for a kernel on ``device`` (rtp_ref.cases.launch_size): DeepSeek
+    V3.2's head_dim 128 in one quant block."""
+    tokens = launch_tokens(device)
+    return MhaIndexerSpec(variant, LAUNCH_KIND, tokens, LAUNCH_BLOCK_SIZE, launch_blocks(tokens),
+                          torch.bfloat16, LAUNCH_SEED, op=INDEXER_OP, width=128, quant_block=128)
 
 
 def _values(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -178,6 +221,12 @@ def _slots(g: torch.Generator, spec: MhaIndexerSpec) -> torch.Tensor:
     return slots
 
 
+def slot_values(slot_mapping: torch.Tensor) -> torch.Tensor:
+    """A case's slot mapping as int64 on the CPU: the slots the reference and the grader work with, whatever dtype
+    the kernel was given them in."""
+    return slot_mapping.cpu().to(torch.int64)
+
+
 def _wide(g: torch.Generator, tokens: int, width: int, offset: int, dtype: torch.dtype,
           device: torch.device | str) -> torch.Tensor:
     """A [tokens, width] view at column ``offset`` of a wider projection output built on ``device``."""
@@ -207,10 +256,13 @@ class MhaCase:
                 reach = fmt.max_value * 2.0 if fmt is not None else 1e4
                 key, value = _edges(key, reach), _edges(value, reach)
             self.key, self.value = key.to(device), value.to(device)
-        k_count, v_count = {"tensor": (1, 1), "head": (heads, heads), "mixed": (1, heads)}[spec.scales]
-        self.k_scale = (torch.rand(k_count, generator=g) * 1.5 + 0.5).to(device)
-        self.v_scale = (torch.rand(v_count, generator=g) * 1.5 + 0.25).to(device)
-        self.slot_mapping = _slots(g, spec).to(device)
+        k_count, v_count = {"tensor": (1, 1), "head": (heads, heads), "mixed": (1, heads), "0d": (1, 1)}[spec.scales]
+        k_scale, v_scale = torch.rand(k_count, generator=g) * 1.5 + 0.5, torch.rand(v_count, generator=g) * 1.5 + 0.25
+        if spec.scales == "0d":
+            self.k_scale, self.v_scale = (scale_tensor(float(x), "0d", device) for x in (k_scale, v_scale))
+        else:
+            self.k_scale, self.v_scale = k_scale.to(device), v_scale.to(device)
+        self.slot_mapping = slot_tensor(_slots(g, spec), spec.slot_dtype, device)
         self.itemsize = 2 if self.layout.element_format is None else 1
         self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
         size_all = 3 * guard + 2 * self.cache_bytes
@@ -218,9 +270,10 @@ class MhaCase:
         self.key_cache, self.value_cache = self.caches(self.storage)
 
     def caches(self, storage: torch.Tensor, order: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The K and V cache views over ``storage`` (this case's or a copy), in the case's order or ``order``."""
+        """The K and V cache views over ``storage`` (this case's or a copy), in the case's order or ``order``; of the
+        other 16-bit dtype than the inputs' in a ``MISMATCHED_CACHE_KIND`` case under ``auto``."""
         s = self.spec
-        dtype = s.input_dtype if self.layout.element_format is None else torch.uint8
+        dtype = s.cache_input_dtype if self.layout.element_format is None else torch.uint8
         out = []
         for start in (self.guard, 2 * self.guard + self.cache_bytes):
             region = storage[start: start + self.cache_bytes].view(dtype)
@@ -253,7 +306,7 @@ class MhaCase:
     def reference_on(self, storage: torch.Tensor, hypothesis: str | None = None) -> None:
         """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
         key, value = self.key.cpu(), self.value.cpu()
-        k_scale, v_scale, slots = self.k_scale.cpu(), self.v_scale.cpu(), self.slot_mapping.cpu()
+        k_scale, v_scale, slots = self.k_scale.cpu(), self.v_scale.cpu(), slot_values(self.slot_mapping)
         order = None
         if hypothesis == "layout.kv_order":
             key, value, k_scale, v_scale = value, key, v_scale, k_scale
@@ -271,7 +324,7 @@ class MhaCase:
         out = ["layout.kv_order"]
         if self.spec.order == "HND" and self.spec.heads > 1:
             out.append("layout.cache_order")
-        if self.spec.scales != "tensor" and self.spec.heads > 1:
+        if self.spec.scales in ("head", "mixed") and self.spec.heads > 1:
             out.append("numerics.per_head_scale")
         return out
 
@@ -291,7 +344,7 @@ class IndexerCase:
             if spec.kind == "edge":
                 k = _edges(k, 1e4)
             self.k = k.to(device)
-        self.slot_mapping = _slots(g, spec).to(device)
+        self.slot_mapping = slot_tensor(_slots(g, spec), spec.slot_dtype, device)
         self.cache_bytes = spec.num_blocks * spec.block_size * self.layout.bytes_per_token
         self.storage = torch.full((2 * guard + self.cache_bytes,), CANARY, dtype=torch.uint8, device=device)
         self.kv_cache = self.cache(self.storage)
@@ -327,7 +380,7 @@ class IndexerCase:
 
     def reference_on(self, storage: torch.Tensor, hypothesis: str | None = None) -> None:
         """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
-        k, slots, cache = self.k.cpu(), self.slot_mapping.cpu(), self.cache(storage)
+        k, slots, cache = self.k.cpu(), slot_values(self.slot_mapping), self.cache(storage)
         if hypothesis is None:
             reference_indexer_k_quant_and_cache(self.layout, k, cache, slots, self.spec.layout)
             return

@@ -19,8 +19,8 @@ import torch
 from rtp_ref.cases.cases import ALT_CANARY, CANARY
 from rtp_ref.cases.checks import Check, grade_reached
 from rtp_ref.cases.grading import Grading, merge_checks, pinned_nan
-from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerCase
-from rtp_ref.cases.storage import StorageMap, kernel_text, value_text
+from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerCase, slot_values
+from rtp_ref.cases.storage import StorageMap, kernel_text, slot_width_note, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueNamer, failing, first, fp8_value_checks, with_examples
 from rtp_ref.fp8.elements import ANY_NAN, NanPolicy
 
@@ -49,7 +49,7 @@ class _Targets:
 
     def __init__(self, case: MhaIndexerCase) -> None:
         self.case = case
-        slots = case.slot_mapping.cpu()
+        slots = slot_values(case.slot_mapping)
         keep = slots >= 0
         self.tokens = torch.nonzero(keep).flatten()
         self.slots = slots[keep]
@@ -103,7 +103,8 @@ def _written(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, to
         ref_changed = want[part] != before[part]
         ok &= ((g != before[part]) & ref_changed).any(dim=1) | ~ref_changed.any(dim=1)
     return _check("layout.slot_mapping", bool(ok.all()),
-                  f"{int((~ok).sum())} target entr(ies) were never written (the token went elsewhere or nowhere), "
+                  f"{int((~ok).sum())} target entr(ies) were never written (the token went elsewhere or nowhere"
+                  f"{slot_width_note(targets.case.slot_mapping)}), "
                   f"e.g. {'; '.join(targets.name(i) for i in torch.nonzero(~ok).flatten()[:MAX_EXAMPLES].tolist())}")
 
 
@@ -204,9 +205,11 @@ def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch
     return checks + graded.checks
 
 
-def footprint(case: MhaIndexerCase) -> torch.Tensor:
-    """The bytes of the case storage the reference writes: those it changes in either of two canary fillings."""
-    return (_reference(case, CANARY) != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
+def footprint(case: MhaIndexerCase, written: torch.Tensor | None = None) -> torch.Tensor:
+    """The bytes of the case storage the reference writes: those it changes in either of two canary fillings
+    (``written``: the reference's write into the ``CANARY`` filling, where the caller has it already)."""
+    first = _reference(case, CANARY) if written is None else written
+    return (first != CANARY) | (_reference(case, ALT_CANARY) != ALT_CANARY)
 
 
 def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: torch.Tensor, max_ulp: float,
@@ -216,7 +219,7 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
     ``MAX_EXAMPLES`` places (token, slot, field, element) with the kernel's value (or ``not written``) against the
     contract's."""
     ref = _reference(case, CANARY)
-    written = footprint(case)
+    written = footprint(case, ref)
     images = _Images(after, ref, before, case.storage_map())
     checks = _untouched(case, images, written)
     targets = _Targets(case)

@@ -11,7 +11,13 @@ import torch
 from rtp_ref.cases.cases import GUARD_BYTES
 from rtp_ref.cases.grading import Grading
 from rtp_ref.cases.mha_diagnosis import diagnose_codes
-from rtp_ref.cases.mha_indexer_cases import STRIDED_MHA_INDEXER_KINDS, MhaCase, MhaIndexerSpec, build_mha_indexer_case
+from rtp_ref.cases.mha_indexer_cases import (
+    STRIDED_MHA_INDEXER_KINDS,
+    MhaCase,
+    MhaIndexerSpec,
+    build_mha_indexer_case,
+    slot_values,
+)
 from rtp_ref.cases.mha_indexer_grading import footprint, grade_mha_indexer_write
 from rtp_ref.cases.op_cases import PastCapacity
 from rtp_ref.cases.scale_diagnosis import diagnose_scales
@@ -53,7 +59,7 @@ class MhaIndexerWriteCase:
         """Which contract the written tokens' bytes follow instead: the indexer's scale rule
         (rtp_ref.cases.scale_diagnosis), the MHA write's fp8 conversion (rtp_ref.cases.mha_diagnosis)."""
         case = self.case
-        slots = case.slot_mapping.cpu()
+        slots = slot_values(case.slot_mapping)
         keep = slots >= 0
         if not bool(keep.any()):
             return None

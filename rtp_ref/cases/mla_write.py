@@ -15,15 +15,18 @@ import torch
 from rtp_ref.cases.case_matrix import case_specs
 from rtp_ref.cases.cases import DTYPE_NAMES, GUARD_BYTES, STRIDED_KINDS, CaseSpec, build_case
 from rtp_ref.cases.diagnosis import diagnose_contract
-from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, Dimension, Value
+from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, ZERO_DIM_SOURCE, Dimension, Value
 from rtp_ref.cases.grading import Grading, grade_write, reference_image
+from rtp_ref.cases.launch_size import LAUNCH_BLOCK_SIZE, LAUNCH_KIND, LAUNCH_SEED, launch_blocks, launch_tokens
 from rtp_ref.cases.op_cases import PastCapacity
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.layouts import default_dims
 
 #: the arguments of the MLA write a kernel may narrow (``input_domain``: rtp_ref.cases.domain)
 MLA_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE, Dimension("kv_lora_rank", "the width of kv_c"),
-              Dimension("rope_dim", "the width of k_pe"))
+              Dimension("rope_dim", "the width of k_pe"),
+              Dimension("scale", "the shape of the float32 scale: [1] (tensor) or 0-D (0d)", ("tensor", "0d"),
+                        ("tensor", "0d"), ZERO_DIM_SOURCE))
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,9 @@ class MlaCaseKey:
     @property
     def arguments(self) -> dict[str, Value]:
         """The case's value of each of ``MLA_DOMAIN``."""
-        return {"input": DTYPE_NAMES[self.spec.input_dtype], "slot_mapping": "int64",
-                "block_size": self.spec.block_size, "kv_lora_rank": self.dims[0], "rope_dim": self.dims[1]}
+        return {"input": DTYPE_NAMES[self.spec.input_dtype], "slot_mapping": self.spec.slot_dtype,
+                "block_size": self.spec.block_size, "kv_lora_rank": self.dims[0], "rope_dim": self.dims[1],
+                "scale": self.spec.scale}
 
     @property
     def case_id(self) -> str:
@@ -114,6 +118,15 @@ def mla_keys(variant: str) -> Iterator[MlaCaseKey]:
 def mla_sample(variant: str) -> MlaCaseKey:
     """A random case of 37 tokens in blocks of 16 at the layout's default dims."""
     return next(k for k in mla_keys(variant) if k.kind == "random" and k.tokens > 1 and k.spec.block_size == 16)
+
+
+def mla_launch(variant: str, device: str) -> MlaCaseKey:
+    """The launch-size case of one MLA layout for a kernel on ``device`` (rtp_ref.cases.launch_size), at the
+    layout's default dims."""
+    tokens = launch_tokens(device)
+    spec = CaseSpec(variant, LAUNCH_KIND, tokens, LAUNCH_BLOCK_SIZE, launch_blocks(tokens),
+                    torch.bfloat16, LAUNCH_SEED)
+    return MlaCaseKey(spec, default_dims(variant))
 
 
 def mla_past_capacity(key: MlaCaseKey, contract: WriteContract, device: str) -> PastCapacity:

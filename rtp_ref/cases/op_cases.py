@@ -4,7 +4,7 @@ its ``OpCases`` in its record; the engine and the conformance suite are written 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -110,7 +110,8 @@ class OpCases:
     last slot one past the cache, for ops that write through a slot mapping (None: the op has no slots);
     ``large`` and ``graph``: the op's hooks for the large-address and CUDA-graph tiers (rtp_ref.cases.tier_hooks;
     None: the op has no case in that tier); ``domain``: the argument dimensions a kernel may narrow, which every case
-    key's ``arguments`` give a value (rtp_ref.cases.domain)."""
+    key's ``arguments`` give a value (rtp_ref.cases.domain); ``launch(variant, device)``: the variant's launch-size
+    case for a kernel on torch device type ``device`` (rtp_ref.cases.launch_size; None: the op has none)."""
 
     op: str
     specs: Callable[[str], Iterable[CaseKey]]
@@ -121,6 +122,14 @@ class OpCases:
     large: LargeTier | None = None
     graph: GraphBuilder | None = None
     domain: tuple[Dimension, ...] = ()
+    launch: Callable[[str, str], CaseKey] | None = None
+
+    def keys(self, variant: str, device: str) -> Iterator[CaseKey]:
+        """Every regular case of ``variant`` for a kernel on torch device type ``device``: ``specs(variant)``, then
+        the launch-size case at the size that device takes, where the op has one."""
+        yield from self.specs(variant)
+        if self.launch is not None:
+            yield self.launch(variant, device)
 
     def sample_in(self, variant: str, declared: Domain) -> CaseKey:
         """``sample(variant)``, or where it is outside the ``declared`` domain the variant's first random case of

@@ -39,7 +39,8 @@ class FieldPlaces:
     """One field of a storage at every slot: ``positions[slot, i]`` is where byte ``i`` of the field's bytes at that
     slot sits in the storage. The field's elements lie there side by side, ``element.size`` bytes each, indexed by
     ``shape`` (``(heads, head_size)``: element ``k`` is head ``k // head_size``); ``labels`` names every index of
-    ``shape`` but the last (``("head",)``)."""
+    ``shape`` but the last (``("head",)``). Of a format narrower than a byte, an "element" here is one unit, the
+    byte holding ``element.per_unit`` values (two E2M1 codes), and its index the unit's."""
 
     name: str
     element: ElementTraits
@@ -60,7 +61,9 @@ class FieldPlaces:
             parts.append(i)
         parts.reverse()
         lead = "".join(f" {label} {i}" for label, i in zip(self.labels, parts[:-1], strict=True))
-        return f"{self.name}{lead}{' ' if lead else ''}[{parts[-1]}]"
+        per = self.element.per_unit
+        last = ",".join(str(parts[-1] * per + k) for k in range(per))
+        return f"{self.name}{lead}{' ' if lead else ''}[{last}]"
 
 
 def field_places(name: str, view: torch.Tensor, storage: torch.Tensor, element: ElementTraits, slot_dims: int,
@@ -83,10 +86,12 @@ def hex_bytes(raw: torch.Tensor) -> str:
 
 
 def value_text(element: ElementTraits, raw: torch.Tensor) -> str:
-    """``0.015625 (0x3c800000)``: an element's value and its bytes (the bytes alone where it holds no value)."""
+    """``0.015625 (0x3c800000)``: an element's value and its bytes (the bytes alone where it holds no value); a unit
+    of several values shows each, in index order (``1.5 -0 (0x83)``: two E2M1 codes, the low nibble first)."""
     if element.decode is None:
         return hex_bytes(raw)
-    return f"{float(element.values(raw.reshape(1, -1))[0, 0]):.6g} ({hex_bytes(raw)})"
+    values = " ".join(f"{float(v):.6g}" for v in element.values(raw.reshape(1, -1))[0])
+    return f"{values} ({hex_bytes(raw)})"
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,14 @@ def kernel_text(place: Place, got: torch.Tensor, before: torch.Tensor, want: tor
     if torch.equal(g, b) and (want is None or not torch.equal(want, b)):
         return f"not written (still {hex_bytes(g)})"
     return value_text(place.field.element, g)
+
+
+def slot_width_note(slot_mapping: torch.Tensor) -> str:
+    """What a ``layout.slot_mapping`` failure adds for a case whose slot mapping is int32: a kernel that reads it
+    through an int64 pointer takes two slots for one (AITER #4697); "" for int64."""
+    if slot_mapping.dtype != torch.int32:
+        return ""
+    return "; slot_mapping is int32 here: a kernel that reads it as int64 takes two slots for one (AITER #4697)"
 
 
 def slot_namer(slot_mapping: torch.Tensor) -> Callable[[int], str]:

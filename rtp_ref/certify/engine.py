@@ -4,8 +4,10 @@ diagnose wrong bytes, and judge it (rtp_ref.certify.verdict). A write that falls
 table's contract is graded again, bytes as written (the kernel is not called again), against each writer convention
 the table accepts for the op (``[[conventions]]``: the same inputs, the reference under the convention's flags); the
 first that reaches the grade passes the case and is named in its record. The empty call (no tokens) is hardening, not
-a write: it is classified (rtp_ref.cases.input_checks) and never graded. The result is the case's report record and
-its outcome; pytest only runs this in an isolated worker, with a timeout, and shows the outcome.
+a write: it is classified (rtp_ref.cases.input_checks) and never graded. A call the contract says a kernel must refuse
+(rtp_ref.cases.invalid_calls: under ``auto``, a cache of another dtype than the inputs') passes only by raising before
+writing, judged as any write case is. The result is the case's report record and its outcome; pytest only runs this
+in an isolated worker, with a timeout, and shows the outcome.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from rtp_ref.cases.checks import Check, grade_reached, reaches
 from rtp_ref.cases.grading import Grading
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND, HARDENED, classify_empty_call
+from rtp_ref.cases.invalid_calls import MUST_RAISE_KINDS, refused_before_writing
 from rtp_ref.cases.op_cases import BuiltCase, CaseKey, arguments_of
 from rtp_ref.certify.calls import CallResult, call_once
 from rtp_ref.certify.device_errors import describe_error
@@ -143,6 +146,13 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
     if key.kind == EMPTY_CALL_KIND:
         fields, judgement = _empty_call(subject, case, call, before, after, hardening_required)
         return CaseResult({**record, **fields}, judgement)
+    if key.kind in MUST_RAISE_KINDS and call.device_error is None:
+        error = describe_error(call.error) if call.error is not None else None
+        refusal = graded([refused_before_writing(before, after, error)])
+        judgement = judge(refusal.grade, refusal.checks, subject.name, platform, deviation)
+        record.update(grade=refusal.grade, failed_checks=refusal.failed,
+                      checks={c.name: c.detail for c in refusal.checks if not c.passed}, outcome=judgement.outcome)
+        return CaseResult(record, judgement)
     settled = _settled(subject, case, call, before, after, not_covered(platform, deviation))
     if settled is not None:
         fields, judgement = settled

@@ -62,7 +62,8 @@ def _read_check(args: argparse.Namespace) -> int:
     for c in changes:
         print(f"  {c.describe()}")
     if not changes:
-        print("  nothing a reader interprets: the layout stores 16-bit values only")
+        print("  nothing a reader interprets: the layout stores no fp8 value and no fp32 tile scale (16-bit values, "
+              "E2M1 codes and their scales read one way)")
     verdict = "CHANGES stored values on read" if changed else "reads every stored value as written"
     print(f"rtp-ref: {reader.name} {verdict}")
     return 1 if changed else 0

@@ -73,16 +73,19 @@ def payload_quotient(x: torch.Tensor, scale: torch.Tensor, division: PayloadDivi
     return xf * (torch.ones_like(s) / s)
 
 
-def quantize_row(x: torch.Tensor, conventions: Fp4Conventions) -> Fp4Quantized:
+def quantize_row(x: torch.Tensor, conventions: Fp4Conventions, scale_from: torch.Tensor | None = None) -> Fp4Quantized:
     """Quantize float32/bf16/fp16 ``x[..., n]`` (``n`` a multiple of the block) by ``conventions``: per block the
     scale code from its amax, and each value's E2M1 code of ``x / s`` (module doc). Blocks holding NaN or +-inf come
-    back not ``defined``."""
+    back not ``defined``. ``scale_from`` (the shape of ``x``; default ``x``) is what the amax is taken of: a writer
+    that computed its scales from other numbers than it divides (rtp_ref.cases.diagnosis tries one)."""
     block = conventions.scale.block
     n = x.shape[-1]
     if n % block:
         raise ValueError(f"quantize: last dimension {n} is not a multiple of the block, {block}")
-    amax = tile_amax(x, block)
+    amax = tile_amax(x if scale_from is None else scale_from, block)
     defined = torch.isfinite(amax)
+    if scale_from is not None:
+        defined &= torch.isfinite(tile_amax(x, block))
     scales = scale_codes(torch.where(defined, amax, torch.zeros_like(amax)), conventions.scale)
     scales = torch.where(defined, scales, torch.zeros_like(scales))
     blocks = x.to(torch.float32).reshape(*x.shape[:-1], n // block, block)

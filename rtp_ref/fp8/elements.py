@@ -1,8 +1,9 @@
-"""Element formats of a cache field as traits, one record each: how many bytes a value takes, how its bytes read
-as a number and which of its bit patterns are NaN. fp8 value formats, the 16-bit and 32-bit floats, the ue8m0 scale
-and padding all go through the same record, so code that sizes, names, decodes or compares an element (the layouts'
-field tables, the reference reader, the graders' byte comparison, a failed check's examples) is written once over
-every format: a new element format is one entry of ``ELEMENT_TRAITS``.
+"""Element formats of a cache field as traits, one record each: how many bytes a value takes (or, for a format
+narrower than a byte, how many values share a byte), how its bytes read as numbers and which of its bit patterns are
+NaN. fp8 value formats, the 16-bit and 32-bit floats, the ue8m0 scale and padding all go through the same record
+(and E2M1, whose record rtp_ref.fp4.element holds, a floor above; rtp_ref.kv.fields joins them), so code that
+sizes, names, decodes or compares an element (the layouts' field tables, the reference reader, the graders' byte
+comparison, a failed check's examples) is written once over every format: a new element format is one record.
 
 The NaN policy (``NanPolicy``): a NaN in gives a NaN of the same format out, and where the format has several NaN
 encodings, which a reader decodes alike (either sign, any payload, quiet or signalling: GPUs raise no
@@ -74,23 +75,32 @@ def _ieee(width: int, exp_bits: int) -> NanEncodings:
 
 @dataclass(frozen=True)
 class ElementTraits:
-    """One element format: its name, its size in bytes, ``decode``: raw bytes ``[n, size]`` (uint8) -> the ``n``
-    values they hold (float64; NaN where the bytes are a NaN), None for bytes that hold no value (padding); and
-    ``nan``: its NaN encodings (None: it holds no NaN)."""
+    """One element format: its name; ``size``, the bytes of one unit, the fewest whole bytes that hold whole values;
+    ``per_unit``, how many values a unit holds (1, or 2 for E2M1: two codes a byte, the even index in the low
+    nibble); ``decode``: units ``[n, size]`` (uint8) -> the values they hold, ``[n]`` or ``[n, per_unit]`` (float64;
+    NaN where the bits are a NaN), None for bytes that hold no value (padding); and ``nan``: its NaN encodings
+    (None: it holds no NaN)."""
 
     name: str
     size: int
     decode: Callable[[torch.Tensor], torch.Tensor] | None
     nan: NanEncodings | None = None
+    per_unit: int = 1
+
+    @property
+    def bits(self) -> int:
+        """Bits of one value: 4 for E2M1, ``8 * size`` for every format of one value a unit."""
+        return 8 * self.size // self.per_unit
 
     def values(self, raw: torch.Tensor) -> torch.Tensor:
-        """The values of ``raw``, bytes ``[..., k * size]`` of ``k`` consecutive elements: float64 ``[..., k]``
-        (NaN for an element that holds no value)."""
+        """The values of ``raw``, bytes ``[..., k * size]`` of ``k`` consecutive units: float64 ``[..., k *
+        per_unit]`` in order (NaN for a value the bytes do not hold)."""
         import torch
 
         rows = raw.reshape(-1, self.size).contiguous()
-        decoded = self.decode(rows) if self.decode is not None else torch.full((rows.shape[0],), float("nan"))
-        return decoded.double().reshape(*raw.shape[:-1], raw.shape[-1] // self.size)
+        units = rows.shape[0]
+        decoded = self.decode(rows) if self.decode is not None else torch.full((units, self.per_unit), float("nan"))
+        return decoded.double().reshape(*raw.shape[:-1], raw.shape[-1] // self.size * self.per_unit)
 
 
 def element_bits(raw: torch.Tensor) -> torch.Tensor:

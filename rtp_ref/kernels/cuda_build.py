@@ -20,6 +20,11 @@ import torch
 from rtp_ref.fp8.formats import E4M3FN, E5M2, ConversionMode, Fp8Format
 from rtp_ref.platform import gpu_index, gpu_platform
 
+#: the declared input domain (rtp_ref.cases.domain) of every CUDA writer: its launch reads slot_mapping through an
+#: ``int64_t`` pointer (csrc/mla_cache.cu, csrc/mha_indexer.cu), so an int32 mapping, whose pairs it would read as
+#: one slot each (AITER #4697), is refused before writing; widening it on the host would cost every call a launch
+CUDA_SLOT_DOMAIN: dict[str, tuple[str, ...]] = {"slot_mapping": ("int64",)}
+
 
 def csrc_dir() -> str:
     """Where the installed CUDA sources live."""

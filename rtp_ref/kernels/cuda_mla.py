@@ -17,18 +17,24 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import torch
 
 from rtp_ref.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.kernels.call_signature import Launch, on_device
-from rtp_ref.kernels.cuda_build import HARDWARE_E4M3, arch_of, build_library, csrc_dir, hardware_conversion
+from rtp_ref.kernels.cuda_build import (
+    CUDA_SLOT_DOMAIN,
+    HARDWARE_E4M3,
+    arch_of,
+    build_library,
+    csrc_dir,
+    hardware_conversion,
+)
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS
 from rtp_ref.kernels.input_flags import Validation
-from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
+from rtp_ref.kernels.write_plan import COMPILED_LAYOUT_NAMES, PlannedKernel, ValueMode, WritePlan, block_shift_of
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.platform import MLA_LAYOUT_NAMES
 
 #: values per 16-byte chunk of bf16/fp16 input (kChunk in the source), and the fewest lanes per token
 #: (a half warp: copies and per-tensor fp8; tile-scaled layouts take a whole warp)
@@ -111,8 +117,10 @@ class CudaMlaKernel(PlannedKernel):
     """``concat_and_cache_mla`` in CUDA C++ for every layout (module doc); CUDA devices only."""
 
     name = "cuda"
-    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
+    kv_cache_dtypes: Collection[str] = COMPILED_LAYOUT_NAMES
     devices: Collection[str] = ("cuda",)
+    #: int64 slot mappings only (rtp_ref.kernels.cuda_build.CUDA_SLOT_DOMAIN says why)
+    input_domain: Mapping[str, tuple[str, ...]] = CUDA_SLOT_DOMAIN
 
     def __init__(self, contract: WriteContract | None = None,
                  conversion: ConversionChoice = "auto", *, validation: Validation = "device") -> None:

@@ -19,6 +19,7 @@ import torch
 
 from rtp_ref.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
+from rtp_ref.kernels.write_plan import COMPILED_LAYOUT_NAMES
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, validate_gather_args
 from rtp_ref.kv.indexer import SCALE_FORMATS, indexer_layout_for
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache, quant_block_of, validate_indexer_gather_args
@@ -75,7 +76,16 @@ class MlaGatherKernel(_Reader):
     seq_starts=None)`` by one reader (module doc)."""
 
     op = MLA_GATHER_OP
-    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
+
+    def __init__(self, impl: str, reader: Reader, devices: Collection[str], contract: WriteContract | None = None,
+                 kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES) -> None:
+        super().__init__(impl, reader, devices, contract)
+        #: the layouts it reads: every one for the reference, those of the compiled plan for triton and cuda
+        self.kv_cache_dtypes = tuple(kv_cache_dtypes)
+
+    def bind(self, contract: WriteContract) -> MlaGatherKernel:
+        """This reader following ``contract``."""
+        return MlaGatherKernel(self.impl, self.reader, self.devices, contract, self.kv_cache_dtypes)
 
     def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
                  cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
@@ -129,11 +139,11 @@ def gather_kernels() -> list[MlaGatherKernel | IndexerGatherKernel]:
         from rtp_ref.kernels.triton_gather import triton_gather, triton_indexer_gather
 
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MlaGatherKernel("triton", triton_gather, devices),
+        kernels += [MlaGatherKernel("triton", triton_gather, devices, kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
                     IndexerGatherKernel("triton", triton_indexer_gather, devices)]
     if "cuda" not in missing:
         from rtp_ref.kernels.cuda_gather import cuda_gather, cuda_indexer_gather
 
-        kernels += [MlaGatherKernel("cuda", cuda_gather, ("cuda",)),
+        kernels += [MlaGatherKernel("cuda", cuda_gather, ("cuda",), kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
                     IndexerGatherKernel("cuda", cuda_indexer_gather, ("cuda",))]
     return kernels

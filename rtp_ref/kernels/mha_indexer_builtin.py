@@ -9,7 +9,7 @@ the platform table of the tensors' device, as the MLA built-ins do. Names: ``<im
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, cast
 
 import torch
@@ -20,6 +20,7 @@ from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
+from rtp_ref.kv.validate import accepted_slot_dtypes
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS, op_reference
 
 #: a writer of the op's call with the layout first (the reference, torch-eager), or a lean writer's preparer
@@ -37,19 +38,35 @@ class _MhaIndexerKernel:
     arguments and a ``flags`` word it returns the launch for calls of that metadata (rtp_ref.kernels.call_signature),
     which checks nothing and flags the slots past the cache it skipped (rtp_ref.kernels.input_flags); the kernel
     checks the metadata once per signature, and values too under ``validation="host"``, as the reference does.
-    Other writers (the reference, torch-eager) check everything themselves, on the host, every call."""
+    Other writers (the reference, torch-eager) check everything themselves, on the host, every call. A writer
+    that takes fewer argument values than the op's states them as its ``input_domain`` (the CUDA writers: int64 slot
+    mappings only), and the lean path refuses the others before writing."""
 
     writer: Callable[..., Any]
+    #: the declared input domain (rtp_ref.kernels.protocol), set only where the writer narrows the op's
+    input_domain: Mapping[str, tuple[str, ...]]
 
     def __init__(self, impl: str, suffix: str, devices: Collection[str], path_rule: PathRule,
-                 contract: WriteContract | None, lean: bool, validation: Validation) -> None:
+                 contract: WriteContract | None, lean: bool, validation: Validation,
+                 input_domain: Mapping[str, tuple[str, ...]] | None) -> None:
         self.impl, self.name, self.devices = impl, f"{impl}{suffix}", tuple(devices)
         self.path_rule, self.contract, self.lean = path_rule, contract, lean
+        if input_domain is not None:
+            self.input_domain = input_domain
         # the writers that are not lean read values on the host whatever is asked
         self.validation: Validation = check_validation(validation) if lean else "host"
         self.input_flags = InputFlags()
         self._contracts = DeviceContracts()
         self._checked = LaunchCache()
+
+    @property
+    def domain(self) -> Mapping[str, tuple[str, ...]] | None:
+        """The declared input domain, None where the writer takes every value (what ``bind`` passes on)."""
+        return getattr(self, "input_domain", None)
+
+    def slot_dtypes(self) -> tuple[torch.dtype, ...]:
+        """The slot_mapping dtypes the writer takes (its declared domain's, every one without)."""
+        return accepted_slot_dtypes(self.domain or {})
 
     def contract_for(self, device: torch.device) -> WriteContract:
         """The bound contract, or the platform table of ``device`` when unbound (looked up once per device)."""
@@ -102,14 +119,14 @@ class MhaPagedKernel(_MhaIndexerKernel):
 
     def __init__(self, impl: str, writer: MhaWriter, devices: Collection[str], path_rule: PathRule,
                  contract: WriteContract | None = None, *, lean: bool = False,
-                 validation: Validation = "device") -> None:
-        super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract, lean, validation)
+                 validation: Validation = "device", input_domain: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract, lean, validation, input_domain)
         self.writer = writer
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> MhaPagedKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
         return MhaPagedKernel(self.impl, self.writer, self.devices, self.path_rule, contract, lean=self.lean,
-                              validation=validation or self.validation)
+                              validation=validation or self.validation, input_domain=self.domain)
 
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
@@ -125,7 +142,7 @@ class MhaPagedKernel(_MhaIndexerKernel):
                                 key_cache.shape[3])
             if self.lean:  # the lean writers check nothing themselves
                 validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
-                                  values=self.validation == "host")
+                                  values=self.validation == "host", slot_dtypes=self.slot_dtypes())
             return layout
 
         tensors = (key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
@@ -142,14 +159,15 @@ class IndexerKernel(_MhaIndexerKernel):
 
     def __init__(self, impl: str, writer: IndexerWriter, devices: Collection[str], path_rule: PathRule,
                  contract: WriteContract | None = None, max_quant_block: int | None = None, *, lean: bool = False,
-                 validation: Validation = "device") -> None:
-        super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract, lean, validation)
+                 validation: Validation = "device", input_domain: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract, lean, validation,
+                         input_domain)
         self.writer, self.max_quant_block = writer, max_quant_block
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> IndexerKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
         return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract, self.max_quant_block,
-                             lean=self.lean, validation=validation or self.validation)
+                             lean=self.lean, validation=validation or self.validation, input_domain=self.domain)
 
     def supports(self, layout: IndexerLayout) -> str | None:
         """None when the writer takes this layout's quant block, else why not (the protocol's ``supports``)."""
@@ -169,7 +187,8 @@ class IndexerKernel(_MhaIndexerKernel):
             contract = self.contract_for(k.device)
             layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
             if self.lean:  # the lean writers check nothing themselves
-                validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=self.validation == "host")
+                validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=self.validation == "host",
+                                      slot_dtypes=self.slot_dtypes())
             return layout
 
         self._write(self._signature(scale_fmt, quant_block_size, k, kv_cache, slot_mapping), checked_layout,
@@ -225,11 +244,13 @@ def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
                     IndexerKernel("triton", prepare_triton_indexer, devices, _triton_path,
                                   max_quant_block=TRITON_MAX_QUANT_BLOCK, lean=True)]
     if "cuda" not in missing:
+        from rtp_ref.kernels.cuda_build import CUDA_SLOT_DOMAIN
         from rtp_ref.kernels.cuda_mha_indexer import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer, prepare_cuda_mha
 
-        kernels += [MhaPagedKernel("cuda", prepare_cuda_mha, ("cuda",), _cuda_path, lean=True),
+        kernels += [MhaPagedKernel("cuda", prepare_cuda_mha, ("cuda",), _cuda_path, lean=True,
+                                   input_domain=CUDA_SLOT_DOMAIN),
                     IndexerKernel("cuda", prepare_cuda_indexer, ("cuda",), _cuda_path,
-                                  max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True)]
+                                  max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True, input_domain=CUDA_SLOT_DOMAIN)]
     return kernels
 
 

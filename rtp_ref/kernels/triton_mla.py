@@ -54,8 +54,7 @@ from rtp_ref.kernels.triton_fp8 import (
     ue8m0_ceil,
 )
 from rtp_ref.kernels.triton_launch import CompiledLaunch, has_backend
-from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan, block_shift_of
-from rtp_ref.platform import MLA_LAYOUT_NAMES
+from rtp_ref.kernels.write_plan import COMPILED_LAYOUT_NAMES, PlannedKernel, ValueMode, WritePlan, block_shift_of
 
 
 @triton.jit
@@ -111,7 +110,8 @@ def _mla_cache_write(
     # Every load comes first and none is predicated on a slot: a program then waits for memory once,
     # not once for the slots, again for kv_c and again for k_pe (the stores below are; see
     # docs/performance.md for what this ordering is worth).
-    slot = tl.load(slots + t, mask=in_range, other=-1)
+    # an int32 mapping (the pointer's type says which) is widened: every offset below is computed in 64 bits
+    slot = tl.load(slots + t, mask=in_range, other=-1).to(tl.int64)
     cols = tl.arange(0, R_PAD)
     nload = in_range[:, None] & (cols < R)[None, :]
     nsrc = t[:, None] * kv_c_row + cols[None, :]
@@ -248,7 +248,7 @@ class TritonMlaKernel(PlannedKernel):
     """
 
     name = "triton"
-    kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
+    kv_cache_dtypes: Collection[str] = COMPILED_LAYOUT_NAMES
 
     def __init__(self, contract: WriteContract | None = None,
                  conversion: ConversionChoice = "auto", *,

@@ -22,6 +22,7 @@ from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.fields import (
+    ELEMENT_E2M1,
     ELEMENT_FP32,
     ELEMENT_INPUT16,
     ELEMENT_UE8M0,
@@ -30,8 +31,9 @@ from rtp_ref.kv.fields import (
     Source,
     is_fp8_element,
 )
+from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, LayoutRecord
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.kv.validate import validate_write_args
+from rtp_ref.kv.validate import accepted_slot_dtypes, validate_write_args
 
 
 class ValueMode(IntEnum):
@@ -43,6 +45,8 @@ class ValueMode(IntEnum):
     PER_TENSOR = 1
     #: fp8 of ``x / s_i`` with a scale per tile computed from the tile's amax
     TILED = 2
+    #: E2M1 codes of ``x / s_i`` under the tile scale's FP4 conventions (rtp_ref.fp4); no compiled kernel writes it
+    FP4 = 3
 
 
 @dataclass(frozen=True)
@@ -75,16 +79,21 @@ class WritePlan:
     traits: FormatTraits
 
     @classmethod
-    def of(cls, layout: MlaLayout) -> WritePlan:
-        """The plan of ``layout``; a field table no built-in kernel handles raises UnsupportedLayoutError."""
+    def of(cls, layout: MlaLayout, *, compiled: bool = True) -> WritePlan:
+        """The plan of ``layout``; a field table no built-in kernel handles raises UnsupportedLayoutError. With
+        ``compiled`` (the compiled kernels' plan), so does a tile-scaled rope or an FP4 value field: the tile
+        parameters describe the nope's tile scale alone, and no compiled kernel writes E2M1. Without it, the plan
+        names those modes and a kernel reads their fields from ``layout`` (torch-eager)."""
         nope = layout.value_field(Source.KV_C)
         rope = layout.value_field(Source.K_PE)
         nope_mode, nope_scale = _mode_of(layout, nope)
         rope_mode, _ = _mode_of(layout, rope)
-        if rope_mode is ValueMode.TILED:
+        if compiled and rope_mode is ValueMode.TILED:
             raise UnsupportedLayoutError(
                 f"layout {layout.name}: the built-in kernels do not handle tile-scaled rope"
             )
+        if compiled and ValueMode.FP4 in (nope_mode, rope_mode):
+            raise UnsupportedLayoutError(f"layout {layout.name}: the compiled built-in kernels do not write E2M1")
         tile = n_tiles = scale_offset = 0
         pow2 = ue8m0 = trailing = False
         divisor = floor = 1.0
@@ -149,6 +158,9 @@ def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
         raise UnsupportedLayoutError(f"layout {layout.name}: field {f.name!r} is not stored per token")
     if f.element == ELEMENT_INPUT16:
         return ValueMode.COPY16, None
+    if f.element == ELEMENT_E2M1:
+        scale = layout.field(f.scale_field or "")
+        return ValueMode.FP4, scale
     if not is_fp8_element(f.element):
         raise UnsupportedLayoutError(
             f"layout {layout.name}: field {f.name!r} holds {f.element}, neither fp8 nor 16-bit"
@@ -159,6 +171,29 @@ def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
     if scale.tile_scale is None or scale.element not in (ELEMENT_FP32, ELEMENT_UE8M0):
         raise UnsupportedLayoutError(f"layout {layout.name}: scale field {scale.name!r} is not a tile scale")
     return ValueMode.TILED, scale
+
+
+def compiled_record(record: LayoutRecord) -> bool:
+    """Whether the compiled kernels' plan (``WritePlan.of`` with ``compiled``) takes layout ``record``, read from its
+    field records: every value field per token, 16-bit or fp8, scaled by the external scale, or (the nope alone) by
+    an fp32 or ue8m0 tile scale of an fp8 tile rule."""
+    by_name = {f.name: f for f in record.fields}
+    for f in record.fields:
+        if f.source not in (Source.KV_C, Source.K_PE) or f.element == ELEMENT_INPUT16:
+            continue
+        scale = by_name.get(f.scale or "")
+        if f.placement is not Placement.PER_TOKEN or not (f.element == ELEMENT_FP8 or is_fp8_element(f.element)) \
+                or scale is None:
+            return False
+        tiled = scale.placement is not Placement.EXTERNAL
+        if tiled and (f.source is Source.K_PE or record.tile_rule is None or record.tile_rule.fp4 is not None
+                      or scale.element not in (ELEMENT_FP32, ELEMENT_UE8M0)):
+            return False
+    return True
+
+
+#: the MLA layouts the compiled built-in kernels (triton, cuda: writers and readers) claim, in the records' order
+COMPILED_LAYOUT_NAMES: tuple[str, ...] = tuple(r.name for r in MLA_LAYOUTS if compiled_record(r))
 
 
 def check_value_inputs(kernel_name: str, kv_c: object, k_pe: object) -> None:
@@ -172,7 +207,8 @@ def check_value_inputs(kernel_name: str, kv_c: object, k_pe: object) -> None:
 class PlannedKernel(ABC):
     """The call path shared by the compiled kernels (triton, cuda): check the layout and device, check the
     arguments before writing (rtp_ref.kernels.input_flags: metadata on the host, slot values on the device by
-    default), reduce the layout to a ``WritePlan`` (once per contract, layout and dims), launch.
+    default; a slot_mapping dtype outside a declared ``input_domain`` is refused), reduce the layout to a
+    ``WritePlan`` (once per contract, layout and dims), launch.
 
     With ``validation="device"`` a call makes no device sync and no host work that grows with the tensors,
     so it can be captured in a CUDA graph (``graph_safe``)."""
@@ -184,6 +220,9 @@ class PlannedKernel(ABC):
     validation: Validation = "device"
     #: device launches made by this object (the conformance suite's proof that the kernel itself ran)
     launch_count: int = 0
+    #: plan with the compiled kernels' limits (``WritePlan.of``); a kernel writing every per-token field table from
+    #: its layout (torch-eager) sets False
+    compiled_plan: bool = True
 
     def _init_call_path(self, validation: str) -> None:
         self.validation = check_validation(validation)
@@ -209,7 +248,8 @@ class PlannedKernel(ABC):
             check_value_inputs(self.name, kv_c, k_pe)
             contract = self.contract or self._device_contracts.of(kv_cache.device)
             plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
-            validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=host)
+            validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=host,
+                                slot_dtypes=accepted_slot_dtypes(getattr(self, "input_domain", {})))
             if limit:
                 raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
             launch = self._prepare(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale,
@@ -229,7 +269,7 @@ class PlannedKernel(ABC):
         found = self._plans.get(key)
         if found is None:
             layout = contract.layout(kv_cache_dtype, kv_lora_rank, rope_dim)
-            found = self._plans[key] = (WritePlan.of(layout), self.supports(layout))
+            found = self._plans[key] = (WritePlan.of(layout, compiled=self.compiled_plan), self.supports(layout))
         return found
 
     def supports(self, layout: MlaLayout) -> str | None:

@@ -2,9 +2,11 @@
 
 Contract (vLLM ``vllm._custom_ops`` and rtp-llm ``rtp_llm.ops.compute_ops`` share it):
 
-* ``slot_mapping[i]`` is ``block * block_size + offset`` for token i; a negative slot writes nothing
-  (vLLM's ``slot_idx < 0``: CUDA-graph padding). Only the first ``len(slot_mapping)`` rows of kv_c /
-  k_pe are tokens; more rows may follow (vLLM V1 pads them) and are ignored.
+* ``slot_mapping[i]`` (int64, or int32 naming the same slots) is ``block * block_size + offset`` for token i;
+  a negative slot writes nothing (vLLM's ``slot_idx < 0``: CUDA-graph padding). Only the first
+  ``len(slot_mapping)`` rows of kv_c / k_pe are tokens; more rows may follow (vLLM V1 pads them) and are ignored.
+* Under ``auto`` the cache's dtype is the inputs' (a bf16 input's bits in an fp16 cache read back as other
+  numbers), and ``scale`` is float32 of one element, ``[1]`` or 0-D.
 * ``kv_cache`` is ``[num_blocks, block_size, entry]`` (``rtp_ref.kv.layouts``); the block stride
   ``kv_cache.stride(0)`` may be padded and is honoured.
 * Only the bytes of the target entries change (for fp8_model1_mla also the tokens' block-trailing
@@ -93,9 +95,10 @@ def reference_write(
     """
     validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
     tokens = slot_mapping.shape[0]
-    keep = slot_mapping >= 0
+    slots = slot_mapping.to(torch.int64)  # an int32 mapping names the same slots; offsets are computed in 64 bits
+    keep = slots >= 0
     entries = encode_entries(layout, kv_c[:tokens][keep], k_pe[:tokens][keep], scale)
-    scatter_entries(layout, entries, kv_cache, slot_mapping[keep])
+    scatter_entries(layout, entries, kv_cache, slots[keep])
 
 
 def read_slots(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtp_ref.kv.fields import Field, Placement
+from rtp_ref.kv.fields import Field, Placement, TileScale
 from rtp_ref.kv.layouts import MlaLayout
 
 
@@ -28,10 +28,22 @@ def field_as_dict(f: Field) -> dict[str, Any]:
             "divisor": tile.divisor,
             "floor": tile.floor,
             "formula": tile.formula(),
+            "fp4": None if tile.fp4 is None else _fp4_as_dict(tile),
         },
         "note": f.note,
         "area": f.area,
     }
+
+
+def _fp4_as_dict(tile: TileScale) -> dict[str, Any]:
+    """An FP4 tile scale's conventions as plain data (rtp_ref.fp4)."""
+    fp4 = tile.fp4
+    assert fp4 is not None, "an FP4 tile scale"
+    clamp = fp4.scale.clamp
+    return {"scale_element": fp4.scale.element.value, "rounding": fp4.scale.rounding.value,
+            "amax_division": None if fp4.scale.division is None else fp4.scale.division.value,
+            "clamp": None if clamp is None else list(clamp), "payload": fp4.payload.value,
+            "negative_zero": fp4.negative_zero.value, "non_finite_tile": tile.non_finite_tile}
 
 
 def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
@@ -55,6 +67,7 @@ def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
         "summary": layout.summary,
         "kv_split": layout.kv_split,
         "sources": layout.sources,
+        "non_finite": layout.non_finite,
         "fields": [field_as_dict(f) for f in layout.fields],
         "page_map": [{"field": p.field.name, "start": p.start, "per_token": p.per_token, "size": p.field.size}
                      for p in layout.page_map(block_size)],
@@ -63,9 +76,14 @@ def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
 
 def _field_note(f: Field) -> str:
     parts = [f.note] if f.note else []
+    fp4 = f.tile_scale.fp4 if f.tile_scale is not None else None
     if f.tile_scale is not None:
         parts.insert(0, f"{f.count} x {f.tile_scale.formula()}, one per {f.tile_scale.tile} values")
-    elif f.scale_field is not None:
+    if fp4 is not None:
+        quotient = "x / s" if fp4.payload.value == "ieee_div" else "x * (1/s)"
+        zero = "0x8" if fp4.negative_zero.value == "keep" else "0x0"
+        parts.insert(1, f"values e2m1({quotient}), -0.0 as {zero}")
+    elif f.tile_scale is None and f.scale_field is not None:
         parts.insert(0, f"divided by {f.scale_field}")
     return "; ".join(parts)
 
@@ -104,6 +122,7 @@ def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
         f"+ scale {layout.scale_bytes_per_token} "
         f"+ pad {layout.pad_bytes_per_token} B/token; {layout.kv_split}",
         f"  sources: {layout.sources}",
+        *([f"  non-finite: {layout.non_finite}"] if layout.non_finite else []),
         *field_table(layout.fields),
         *page_map_lines(layout, block_size),
     ]

@@ -11,6 +11,10 @@ Numerics (the contract the writer kernels are graded against):
 * an fp8 field with the external scale stores ``encode(float32(x) / scale)``;
 * an fp8 field with a tile scale stores ``encode(float32(x) / s_i)`` with ``s_i`` from the tile's amax
   (``TileScale``); fp32 scales are stored as their bits, ue8m0 scales as their exponent byte;
+* an E2M1 field stores the codes and scale codes of ``rtp_ref.fp4.quantize_row`` under its tile scale's FP4
+  conventions, two codes a byte (``rtp_ref.fp4.pack``: the even index in the low nibble); a tile holding NaN or
+  +-inf stores what its tile rule's ``non_finite_tile`` says: its scale element's NaN and every code 0, or, where
+  that is ``undefined``, nothing: the writer raises RtpRefError naming the layout's ``non_finite``;
 * ``encode`` is ``rtp_ref.fp8.encode`` with the layout's element format and conversion mode, and
   every division is one correctly rounded float32 division;
 * pad bytes are 0 in an entry and are never written to a cache.
@@ -24,17 +28,17 @@ import torch
 import torch.nn.functional as F
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp4.e2m1 import pack
+from rtp_ref.fp4.quantize import quantize_row
 from rtp_ref.fp8 import (
     Pow2Rule,
-    decode,
     encode,
     encode_ue8m0,
     quantize_tiles,
     scale_from_amax,
     tile_amax,
 )
-from rtp_ref.fp8.elements import element_traits
-from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Placement, Source, TileScale
+from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Field, Source, TileScale, field_element
 from rtp_ref.kv.layouts import MlaLayout
 
 
@@ -59,7 +63,7 @@ def _scale_bytes(f: Field, scales: torch.Tensor) -> torch.Tensor:
 
 def _scale_values(f: Field, raw: torch.Tensor) -> torch.Tensor:
     """The float32 values of scale field ``f``'s bytes ``raw`` ``[T, f.size]``, by its element's traits."""
-    return element_traits(f.element).values(raw).float()
+    return field_element(f.element).values(raw).float()
 
 
 def _check_inputs(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor) -> None:
@@ -75,37 +79,66 @@ def encode_entries(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, sc
 
     ``scale`` is the float32 per-tensor scale (one element), used only by layouts with an external
     scale field. Validation of kernel arguments is ``rtp_ref.kv.cache.validate_write_args``; this
-    function only checks shapes.
+    function only checks shapes (and raises RtpRefError for a tile no FP4 convention defines, module doc).
     """
     _check_inputs(layout, kv_c, k_pe)
     values = {Source.KV_C: kv_c, Source.K_PE: k_pe}
-    scales: dict[str, torch.Tensor] = {}
-    for f in layout.fields:
-        if f.tile_scale is not None:
-            covered = next(v for v in layout.fields if v.scale_field == f.name)
-            scales[f.name] = tile_scales(values[covered.source], f.tile_scale)
-        elif f.placement is Placement.EXTERNAL:
-            scales[f.name] = scale.to(torch.float32).reshape(1, 1)
     out = torch.zeros(kv_c.shape[0], layout.bytes_per_token, dtype=torch.uint8, device=kv_c.device)
     for f in layout.entry_fields:
+        if f.source not in values:
+            continue
         start = layout.entry_offset(f)
-        if f.source is Source.SCALE:
-            out[:, start : start + f.size] = _scale_bytes(f, scales[f.name])
-        elif f.source is not Source.PAD:
-            out[:, start : start + f.size] = _value_bytes(layout, f, values[f.source], scales)
+        scale_field = layout.field(f.scale_field) if f.scale_field else None
+        if scale_field is None or scale_field.tile_scale is None:
+            out[:, start : start + f.size] = _value_bytes(layout, f, values[f.source], scale)
+            continue
+        codes, scale_bytes = encode_tiled(layout, f, values[f.source])
+        out[:, start : start + f.size] = codes
+        scale_start = layout.entry_offset(scale_field)
+        out[:, scale_start : scale_start + scale_field.size] = scale_bytes
     return out
 
 
-def _value_bytes(layout: MlaLayout, f: Field, x: torch.Tensor, scales: dict[str, torch.Tensor]) -> torch.Tensor:
+def encode_tiled(layout: MlaLayout, f: Field, x: torch.Tensor, scale_from: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bytes of tile-scaled value field ``f`` for values ``x`` [T, f.count] and the bytes of its scale field:
+    ``(uint8 [T, f.size], uint8 [T, scale field size])`` (module doc). ``scale_from`` (default ``x``) is what the
+    tile amax is taken of (rtp_ref.cases.diagnosis tries a writer that read other numbers for its scales)."""
+    scale_field = layout.field(f.scale_field or "")
+    spec = scale_field.tile_scale
+    assert spec is not None, f"field {f.name} has no tile scale"
+    xf = _padded_tiles(x.to(torch.float32), spec.tile)
+    amax_of = xf if scale_from is None else _padded_tiles(scale_from.to(torch.float32), spec.tile)
+    if spec.fp4 is None:
+        s = tile_scales(amax_of, spec)
+        codes = quantize_tiles(xf, s, spec.tile, layout.element_format, layout.conversion_mode)[:, : f.count]
+        return codes, _scale_bytes(scale_field, s)
+    quantized = quantize_row(xf, spec.fp4, amax_of)
+    codes, scales, defined = quantized.codes, quantized.scales, quantized.defined
+    if not bool(defined.all()):
+        if spec.non_finite_tile == "undefined":
+            row, tile = (int(i) for i in torch.nonzero(~defined)[0])
+            raise RtpRefError(f"layout {layout.name}: token row {row} holds NaN or inf in tile {tile} of {f.name}; "
+                              f"the layout defines no bytes for it ({layout.non_finite or 'undefined'})")
+        # nan_scale_zero_codes: the scale element's NaN, every code of the tile 0
+        scales = torch.where(defined, scales, _nan_code(scale_field.element))
+        codes = torch.where(defined.repeat_interleave(spec.tile, dim=1), codes, torch.zeros_like(codes))
+    return pack(codes)[:, : f.size], scales
+
+
+def _nan_code(element: str) -> torch.Tensor:
+    """The one-byte NaN an FP4 scale element stores for a tile holding NaN or inf (e4m3fn 0x7F, ue8m0 0xFF)."""
+    traits = field_element(element)
+    assert traits.nan is not None and traits.nan.top is not None, f"{element} has a NaN above its top magnitude"
+    return torch.tensor(traits.nan.top + 1, dtype=torch.uint8)
+
+
+def _value_bytes(layout: MlaLayout, f: Field, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A value field without tile scales: 16-bit bits copied, or fp8 of ``x / scale`` (the per-tensor scale)."""
     if f.element == ELEMENT_INPUT16:
         return x.contiguous().view(torch.uint8)
-    fmt, mode = layout.element_format, layout.conversion_mode
-    scale_field = layout.field(f.scale_field or "")
-    s = scales[scale_field.name]
-    if scale_field.tile_scale is None:
-        return encode(x.to(torch.float32) / s, fmt, mode)
-    tile = scale_field.tile_scale.tile
-    return quantize_tiles(_padded_tiles(x.to(torch.float32), tile), s, tile, fmt, mode)[:, : f.count]
+    return encode(x.to(torch.float32) / scale.to(torch.float32).reshape(1, 1), layout.element_format,
+                  layout.conversion_mode)
 
 
 def decode_entries(
@@ -113,8 +146,8 @@ def decode_entries(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode entries (uint8 ``[T, bytes_per_token]``) to float32 ``(kv_c [T, R], k_pe [T, P])``.
 
-    16-bit fields are read as ``input_dtype`` (what the writer was given); fp8 fields are decoded and
-    multiplied by their scale (per tile, or the per-tensor ``scale``), in float32.
+    16-bit fields are read as ``input_dtype`` (what the writer was given); fp8 and E2M1 fields are decoded by their
+    element's traits and multiplied by their scale (per tile, or the per-tensor ``scale``), in float32.
     """
     if entries.dim() != 2 or entries.shape[1] != layout.bytes_per_token or entries.dtype != torch.uint8:
         raise RtpRefError(
@@ -127,7 +160,7 @@ def decode_entries(
         if f.element == ELEMENT_INPUT16:
             out.append(raw[f.name].contiguous().view(input_dtype).to(torch.float32))
             continue
-        values = decode(raw[f.name], layout.element_format)
+        values = field_element(f.element).values(raw[f.name]).float()
         scale_field = layout.field(f.scale_field or "")
         if scale_field.tile_scale is None:
             out.append(values * scale.to(torch.float32).reshape(1, 1))

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8.elements import ELEMENT_TRAITS
+from rtp_ref.fp4.element import E2M1_ELEMENT
+from rtp_ref.fp8.elements import ELEMENT_TRAITS, ElementTraits
 from rtp_ref.fp8.formats import FP8_FORMATS
 from rtp_ref.fp8.rules import ScaleRule
+
+if TYPE_CHECKING:
+    from rtp_ref.fp4.quantize import Fp4Conventions
 
 #: Element of a 16-bit field: the inputs' own type (bf16 or fp16), its bits copied verbatim.
 ELEMENT_INPUT16 = "bf16/fp16"
@@ -16,24 +22,49 @@ ELEMENT_FP32 = "fp32"
 ELEMENT_UE8M0 = "ue8m0"
 ELEMENT_PAD = "pad"
 
-#: each field element's size: the inputs' own 16-bit type, and every element format of rtp_ref.fp8.elements but the
-#: named 16-bit floats (a field of the inputs' type is ``bf16/fp16``, whichever the writer was given)
-_ELEMENT_SIZES = {
-    ELEMENT_INPUT16: 2,
-    **{name: traits.size for name, traits in ELEMENT_TRAITS.items() if name not in ("bf16", "fp16")},
+ELEMENT_E2M1 = E2M1_ELEMENT.name
+
+#: every element format a cache field's bytes may hold, by name: rtp_ref.fp8.elements' and E2M1 (rtp_ref.fp4.element)
+FIELD_ELEMENT_TRAITS: dict[str, ElementTraits] = {**ELEMENT_TRAITS, ELEMENT_E2M1: E2M1_ELEMENT}
+
+#: each field element's bits per value: the inputs' own 16-bit type, and every element format above but the named
+#: 16-bit floats (a field of the inputs' type is ``bf16/fp16``, whichever the writer was given)
+_ELEMENT_BITS = {
+    ELEMENT_INPUT16: 16,
+    **{name: traits.bits for name, traits in FIELD_ELEMENT_TRAITS.items() if name not in ("bf16", "fp16")},
 }
 
 
-#: every field element name: the fp8 formats, ``bf16/fp16``, ``fp32``, ``ue8m0`` and ``pad``
-ELEMENTS: tuple[str, ...] = tuple(_ELEMENT_SIZES)
-
-
-def element_size(element: str) -> int:
-    """Bytes per value of an element: an fp8 format name, ``bf16/fp16``, ``fp32``, ``ue8m0`` or ``pad``."""
+def field_element(name: str) -> ElementTraits:
+    """The traits of element format ``name`` of a cache field's bytes (an fp8 format, ``e2m1``, ``fp32``, ``ue8m0``,
+    ``bf16``, ``fp16`` or ``pad``); an unknown name raises RtpRefError listing the valid ones."""
     try:
-        return _ELEMENT_SIZES[element]
+        return FIELD_ELEMENT_TRAITS[name]
     except KeyError:
-        raise RtpRefError(f"unknown field element {element!r}; valid: {', '.join(_ELEMENT_SIZES)}") from None
+        raise RtpRefError(f"unknown element format {name!r}; valid: {', '.join(FIELD_ELEMENT_TRAITS)}") from None
+
+
+#: every field element name: the fp8 formats, ``e2m1``, ``bf16/fp16``, ``fp32``, ``ue8m0`` and ``pad``
+ELEMENTS: tuple[str, ...] = tuple(_ELEMENT_BITS)
+
+
+def value_bits(element: str) -> int:
+    """Bits per value of an element: an fp8 format name, ``e2m1`` (4: two values a byte), ``bf16/fp16``, ``fp32``,
+    ``ue8m0`` or ``pad``."""
+    try:
+        return _ELEMENT_BITS[element]
+    except KeyError:
+        raise RtpRefError(f"unknown field element {element!r}; valid: {', '.join(_ELEMENT_BITS)}") from None
+
+
+def field_bytes(element: str, count: int) -> int:
+    """Bytes of ``count`` values of ``element``; RtpRefError where they do not fill whole bytes (an odd number of
+    E2M1 values)."""
+    bits = count * value_bits(element)
+    if bits % 8:
+        raise RtpRefError(f"{count} values of {element} fill {bits} bits, not whole bytes; valid: a count whose "
+                          f"bits are a multiple of 8 ({8 // math.gcd(8, value_bits(element))} values at a time)")
+    return bits // 8
 
 
 def is_fp8_element(element: str) -> bool:
@@ -84,15 +115,28 @@ class TileScale:
 
     Scale ``i`` covers values ``[i * tile, (i + 1) * tile)`` of its value field (the last tile may be
     partial): ``s = max(amax / divisor, floor)``, then for ``pow2_ceil`` the next power of two.
+    ``fp4``: for a field of E2M1 values, the FP4 conventions that decide its bytes (rtp_ref.fp4): the scale by
+    ``fp4.scale``'s traits (its rounding, how ``amax / 6`` is formed, its clamp, whose low end is ``floor``), each
+    value ``e2m1(x / s)`` by ``fp4.payload``, a -0.0 by ``fp4.negative_zero``; None for fp8 values.
+    ``non_finite_tile``: what an FP4 tile holding NaN or +-inf stores (rtp_ref.kv.records.NON_FINITE_TILES).
     """
 
     tile: int
     rule: ScaleRule
     divisor: float
     floor: float
+    fp4: Fp4Conventions | None = None
+    non_finite_tile: str = "undefined"
 
     def formula(self) -> str:
-        """The rule as a short formula, for tables (e.g. ``2^ceil(log2(max(amax/448, 0.0001)))``)."""
+        """The rule as a short formula, for tables (e.g. ``2^ceil(log2(max(amax/448, 0.0001)))``; for FP4
+        ``e4m3fn rne of clamp(amax*(1/6), 0.00195312, 448)``)."""
+        if self.fp4 is not None:
+            traits = self.fp4.scale
+            quotient = "amax*(1/6)" if traits.division == "mul_one_sixth" else "amax/6"
+            bounds = "" if traits.clamp is None else f", {traits.clamp[0]:g}, {traits.clamp[1]:g}"
+            inner = f"clamp({quotient}{bounds})" if bounds else quotient
+            return f"{traits.element.value} {traits.rounding.value} of {inner}"
         inner = f"max(amax/{self.divisor:g}, {self.floor:g})"
         return f"2^ceil(log2({inner}))" if self.rule is ScaleRule.POW2_CEIL else inner
 
@@ -120,8 +164,8 @@ class Field:
 
     @property
     def count(self) -> int:
-        """Number of values (``size`` / element size)."""
-        return self.size // element_size(self.element)
+        """Number of values (``size`` in bits / the element's bits)."""
+        return 8 * self.size // value_bits(self.element)
 
     @property
     def end(self) -> int:

@@ -22,6 +22,10 @@ from rtp_ref.fp8.rules import ScaleRule  # not fp8.scales: loading a platform ta
 
 #: ``cache_fp8_format``'s value for "the platform's own fp8 format"
 PLATFORM_FORMAT = "platform"
+#: the choices of the FP4 flags: the values of rtp_ref.fp4's ``PayloadDivision`` and ``NegativeZero`` (spelled here
+#: because loading a platform table imports no torch; tests/kv checks they agree)
+FP4_VALUE_QUOTIENTS = ("ieee_div", "reciprocal_mul")
+FP4_NEGATIVE_ZEROS = ("keep", "positive")
 
 
 class FlagSource(Protocol):
@@ -72,8 +76,9 @@ class FlagSpec:
     doc: str
     choices: tuple[str, ...] = ()
     convert: Callable[[str], Any] = str
-    #: the flag changes only a scale the cache stores, which its reader decodes with as stored: writers may differ
-    #: in it (a platform table's ``[[conventions]]`` may set only such flags)
+    #: the flag changes only a scale the cache stores, which its reader decodes with as stored, and the values
+    #: divided by it (or only a zero's sign, which a reader decodes alike): writers may differ in it (a platform
+    #: table's ``[[conventions]]`` may set only such flags)
     stored_scale: bool = False
 
     def valid_text(self) -> str:
@@ -197,6 +202,33 @@ class LayoutFlags:
                 "(x * (1 / scale) in fp32, AMD AITER); default divide",
                 tuple(a.value for a in IndexerScaleApply),
                 IndexerScaleApply,
+                stored_scale=True,
+            )
+        ),
+    )
+
+    fp4_value_quotient: str = field(
+        default="ieee_div",
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "how an FP4 layout divides a value by its tile's scale before rounding it to E2M1: ieee_div (x / s, "
+                "DeepSeek V4.1, sglang PR #39123) or reciprocal_mul (x * (1/s), the reciprocal rounded to float32, "
+                "which can land on the other side of an E2M1 tie); default ieee_div",
+                FP4_VALUE_QUOTIENTS,
+                stored_scale=True,
+            )
+        ),
+    )
+    fp4_negative_zero: str = field(
+        default="keep",
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "what an FP4 layout stores for a -0.0 quotient: keep (code 0x8: sglang's torch reference, FlashMLA, "
+                "ml_dtypes) or positive (code 0x0: sglang's newer kernel adds +0.0 first, PR #39123); a reader "
+                "decodes both as zero; default keep",
+                FP4_NEGATIVE_ZEROS,
                 stored_scale=True,
             )
         ),

@@ -16,11 +16,12 @@ to the smallest power of two at or above it when ``scale_fmt`` is ``ue8m0``; the
 quotients, so in some codes, unless the scale is a power of two). The divisor follows the cache's format: for the
 platform's own format it is the platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA writers there),
 for a cache kept in another format that format's largest value.
-A negative slot writes nothing.
+A negative slot writes nothing; ``slot_mapping`` is int64, or int32 naming the same slots.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,14 @@ from rtp_ref.kv.fields import Field, Placement, Source
 from rtp_ref.kv.flags import IndexerScaleApply, LayoutFlags, resolve_flags
 from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
 from rtp_ref.kv.place_fields import place_fields
-from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
+from rtp_ref.kv.validate import (
+    SLOT_DTYPES,
+    check_input_dtype,
+    check_rows,
+    check_slot_mapping,
+    check_tensor,
+    dtype_name,
+)
 
 if TYPE_CHECKING:
     from rtp_ref.kv.platform_table import PlatformTable
@@ -129,15 +137,17 @@ def check_indexer_cache(layout: IndexerLayout, kv_cache: object) -> torch.Tensor
 
 
 def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, slot_mapping: object,
-                          scale_fmt: str, values: bool = True) -> None:
-    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid); without
-    ``values``, metadata only (no device sync: the slots' values are not checked)."""
+                          scale_fmt: str, values: bool = True,
+                          slot_dtypes: Collection[torch.dtype] = tuple(SLOT_DTYPES.values())) -> None:
+    """Check one ``indexer_k_quant_and_cache`` call against ``layout`` (the module doc says what is valid; a slot
+    mapping of one of ``slot_dtypes``); without ``values``, metadata only (no device sync: the slots' values are not
+    checked)."""
     if scale_fmt not in SCALE_FORMATS:
         raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
     cache = check_indexer_cache(layout, kv_cache)
     x = check_tensor("k", k, cache.device)
     check_input_dtype("k", x.dtype)
-    slots = check_slot_mapping(slot_mapping, cache.device, cache.shape[0], cache.shape[1], values)
+    slots = check_slot_mapping(slot_mapping, cache.device, cache.shape[0], cache.shape[1], values, slot_dtypes)
     check_rows("k", x, slots.numel(), (layout.head_dim,))
 
 

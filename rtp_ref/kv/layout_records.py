@@ -23,7 +23,15 @@ import os
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule
-from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, ELEMENT_PAD, ELEMENT_UE8M0, Placement, Source
+from rtp_ref.kv.fields import (
+    ELEMENT_E2M1,
+    ELEMENT_FP32,
+    ELEMENT_INPUT16,
+    ELEMENT_PAD,
+    ELEMENT_UE8M0,
+    Placement,
+    Source,
+)
 from rtp_ref.kv.layout_table import load_layout_table
 from rtp_ref.kv.records import (
     DEFAULT_DIMS as DEFAULT_DIMS,
@@ -39,6 +47,9 @@ from rtp_ref.kv.records import (
 )
 from rtp_ref.kv.records import (
     FieldRecord as FieldRecord,
+)
+from rtp_ref.kv.records import (
+    Fp4Rule as Fp4Rule,
 )
 from rtp_ref.kv.records import (
     LayoutRecord as LayoutRecord,
@@ -60,6 +71,29 @@ _PER_TENSOR_SCALE = FieldRecord("scale", Source.SCALE, Placement.EXTERNAL, ELEME
                                 note="the `scale` argument: one float32 for the whole cache, shared by nope and rope")
 _PER_TENSOR_FP8 = (_values("nope", Source.KV_C, ELEMENT_FP8, "R", "scale"),
                    _values("rope", Source.K_PE, ELEMENT_FP8, "P", "scale"), _PER_TENSOR_SCALE)
+
+
+def _v41_fields(element: str, scale_element: str, tile: int) -> tuple[FieldRecord, ...]:
+    """DeepSeek V4.1's token: its 448 nope then 64 rope values, all quantized in tiles of ``tile``, in the token's
+    data row; its tile scales, the nope's then the rope's (one run of 512 / tile), in the token's scale row after
+    the block's data rows (sglang's KVLayout: "a page block stores page_size data rows followed by page_size scale
+    rows"). 448 is a whole number of tiles, so no tile holds both nope and rope values."""
+    def scale(name: str, covers: str) -> FieldRecord:
+        return FieldRecord(name, Source.SCALE, Placement.BLOCK_TRAILING, scale_element, "tiles",
+                           note=f"scale i covers {covers} values [{tile}i, {tile}(i+1))")
+
+    return (_values("nope", Source.KV_C, element, "R", "nope_scale"),
+            _values("rope", Source.K_PE, element, "P", "rope_scale"),
+            scale("nope_scale", "nope"), scale("rope_scale", "rope"))
+
+
+#: sglang's V4.1 cache layouts and their torch references (sgl-project/sglang PR #39123; vLLM PR #56893 writes V41)
+_V41_SOURCES = ("sglang PR #39123: python/sglang/kernels/ops/attention/dsv4/kv_layout.py@0f23f19981c4 (KVLayout V41 "
+                "and V41_FP4: data bytes, scale bytes, tile), kernels/ops/attention/dsv4/torch_quant.py@5158244876e6 "
+                "(quantize_k_cache_v41), test/kernels/deepseek_v4/dsv41_kv_quant_reference.py@2a4b881b3ca7 "
+                "(quantize_k_cache_v41_fp4); FlashMLA (vllm-project) flash_mla/flash_mla_interface.py@02137a43fbd0 "
+                "(528 and 288 B per token, data rows then scale rows) and tests/quant.py@02137a43fbd0; vLLM PR #56893 "
+                "(V41 on SM100)")
 
 BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
     LayoutRecord(
@@ -104,6 +138,27 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); read by AITER's sparse MLA decode, mla_decode_fwd "
         "(op_tests/test_mla_sparse.py: 576 fp8 values, one kv_scale); written by sglang's HIP path (no scale)",
         extra_certified_dims=(SMALL_DIMS,)),
+    LayoutRecord(
+        "V41", "DeepSeek V4.1: per block, each token's nope and rope both fp8 in tiles of 32, then every token's 16 "
+        "ue8m0 tile scales (14 nope, 2 rope)", _v41_fields(ELEMENT_FP8, ELEMENT_UE8M0, 32),
+        "k + v != block: the block-trailing ue8m0 scales belong to the block but to neither k nor v", _V41_SOURCES,
+        tile_rule=TileRule(32, ScaleRule.POW2_CEIL, 1e-4),
+        default_dims=MODEL1_DIMS, fixed_dims=True,
+        non_finite="NaN or +-inf in a tile: undefined by its sources (sglang: 'NaN/inf inputs are not handled'); "
+                   "the reference stores ue8m0's NaN (0xFF) as the scale and NaN values, as for every fp8 tile rule "
+                   "here; an all-zero tile: scale 2^-13 (the 1e-4 floor, rounded up to a power of two), values 0"),
+    LayoutRecord(
+        "V41_FP4", "DeepSeek V4.1's FP4 cache: per block, each token's nope and rope as E2M1 codes (two a byte, the "
+        "even index in the low nibble), then every token's 32 e4m3 scales, one per 16 values (28 nope, 4 rope)",
+        _v41_fields(ELEMENT_E2M1, "e4m3fn", 16),
+        "k + v != block: the block-trailing e4m3 scales belong to the block but to neither k nor v", _V41_SOURCES,
+        tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 2.0**-9, 6.0,
+                           fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", non_finite_tile="nan_scale_zero_codes")),
+        default_dims=MODEL1_DIMS, fixed_dims=True,
+        non_finite="NaN or +-inf in a tile: its scale NaN (e4m3 0x7F) and every code 0x0, as sglang's torch "
+                   "reference writes it ('A NaN element poisons its tile'; its kernel: 'NaN/inf inputs are not "
+                   "handled'); an all-zero tile: scale 2^-9 (the clamp), codes 0, a -0.0 value 0x8 (0x0 under "
+                   "fp4_negative_zero=positive)"),
 )
 
 

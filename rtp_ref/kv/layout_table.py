@@ -7,8 +7,10 @@ A table holds ``[[layout]]`` entries, each the keys of one ``rtp_ref.kv.records.
     summary = "nope fp8 in tiles of 64 with inline fp32 scales, 16-bit rope"
     kv_split = "k + v != block: the inline scales belong to neither k nor v"
     sources = "where the layout is specified"
-    default_dims = [512, 64]              # optional; also fixed_dims (bool), extra_certified_dims
+    default_dims = [512, 64]              # optional; also fixed_dims (bool), extra_certified_dims, non_finite
     tile_rule = { tile = 64, rule = "pow2_ceil", floor = 1e-4 }   # rule/floor/divisor: a value or a flag name
+    # an FP4 layout's tile rule adds fp4 = { rounding = "rne", ceiling = 448.0, amax_division = "mul_one_sixth" }
+    # (and payload, negative_zero: a value or a flag name; non_finite_tile), with E2M1 value fields
     fields = [
       { name = "nope", source = "kv_c", element = "fp8", count = "R", scale = "nope_scale" },
       { name = "nope_scale", source = "scale", element = "fp32", count = "tiles" },
@@ -32,7 +34,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.kv.fields import ELEMENTS, MLA_SOURCES, Placement, Source
 from rtp_ref.kv.flags import FLAG_SPECS, FlagKind
-from rtp_ref.kv.records import ELEMENT_FP8, FieldRecord, LayoutRecord, TileRule
+from rtp_ref.kv.records import ELEMENT_FP8, NON_FINITE_TILES, FieldRecord, Fp4Rule, LayoutRecord, TileRule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,9 +42,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 _RECORD_KEYS = {"name", "summary", "kv_split", "sources", "fields", "tile_rule", "default_dims", "fixed_dims",
-                "extra_certified_dims"}
+                "extra_certified_dims", "non_finite"}
 _FIELD_KEYS = {"name", "source", "placement", "element", "count", "scale", "note"}
-_RULE_KEYS = {"tile", "rule", "floor", "divisor"}
+_RULE_KEYS = {"tile", "rule", "floor", "divisor", "fp4"}
+_FP4_KEYS = {"rounding", "ceiling", "amax_division", "payload", "negative_zero", "non_finite_tile"}
 _COUNTS = ("R", "P", "tiles")
 
 
@@ -88,7 +91,8 @@ def _record(where: str, entry: object) -> LayoutRecord:
         _string(where, table, "kv_split"), _string(where, table, "sources"),
         tile_rule=None if rule is None else _tile_rule(f"{where} tile_rule", rule),
         default_dims=_dims(where, "default_dims", dims), fixed_dims=fixed,
-        extra_certified_dims=tuple(_dims(where, "extra_certified_dims", d) for d in extra))
+        extra_certified_dims=tuple(_dims(where, "extra_certified_dims", d) for d in extra),
+        non_finite=_string(where, table, "non_finite") if "non_finite" in table else "")
     _check_references(where, record)
     return record
 
@@ -142,8 +146,31 @@ def _tile_rule(where: str, entry: object) -> TileRule:
     flags = [n for n, f in FLAG_SPECS.items() if f.choices == tuple(rules)]
     if rule not in rules and rule not in flags:
         raise RtpRefError(f"{where}: rule = {rule!r}; valid: {', '.join(rules + flags)}")
+    fp4 = table.get("fp4")
     return TileRule(tile, ScaleRule(rule) if rule in rules else rule, _number(where, table, "floor"),
-                    _number(where, {"divisor": "fp8_max_divisor", **table}, "divisor"))
+                    _number(where, {"divisor": "fp8_max_divisor", **table}, "divisor"),
+                    None if fp4 is None else _fp4_rule(f"{where} fp4", fp4))
+
+
+def _fp4_rule(where: str, entry: object) -> Fp4Rule:
+    """An FP4 tile rule's conventions (rtp_ref.kv.records.Fp4Rule): their values are checked when the layout is
+    built (rtp_ref.fp4 names the valid ones)."""
+    table = _table(where, entry, _FP4_KEYS, required={"rounding", "ceiling", "amax_division"})
+    ceiling = _number(where, table, "ceiling")
+    if isinstance(ceiling, str):
+        raise RtpRefError(f"{where}: ceiling = {ceiling!r}; valid: a positive number")
+    tile = _choice_text(where, {"non_finite_tile": NON_FINITE_TILES[0], **table}, "non_finite_tile", NON_FINITE_TILES)
+    defaults = {"payload": "fp4_value_quotient", "negative_zero": "fp4_negative_zero"}
+    return Fp4Rule(_string(where, table, "rounding"), ceiling, _string(where, table, "amax_division"),
+                   _string(where, {**defaults, **table}, "payload"),
+                   _string(where, {**defaults, **table}, "negative_zero"), tile)
+
+
+def _choice_text(where: str, table: dict[str, Any], key: str, valid: tuple[str, ...]) -> str:
+    value = table[key]
+    if value not in valid:
+        raise RtpRefError(f"{where}: {key} = {value!r}; valid: {', '.join(valid)}")
+    return str(value)
 
 
 def _number(where: str, table: dict[str, Any], key: str) -> float | str:

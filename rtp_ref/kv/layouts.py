@@ -19,6 +19,7 @@ V3.2 cache) is viewed the same way: each field's segment holds that field for ev
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,20 +27,27 @@ from typing import TYPE_CHECKING
 import torch
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp4.e2m1 import E2M1_MAX, NegativeZero
+from rtp_ref.fp4.quantize import Fp4Conventions, PayloadDivision
+from rtp_ref.fp4.scales import AmaxDivision, ScaleElement, ScaleRounding, ScaleTraits
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kv.fields import (
+    ELEMENT_E2M1,
+    ELEMENT_FP32,
     ELEMENT_INPUT16,
+    ELEMENT_UE8M0,
     Field,
     Placement,
     Source,
     TileScale,
-    element_size,
     is_fp8_element,
+    value_bits,
 )
-from rtp_ref.kv.flags import LayoutFlags, LoraAlignment, resolve_flags
-from rtp_ref.kv.layout_records import MLA_LAYOUTS, LayoutRecord, TileRule, layout_record
+from rtp_ref.kv.flags import FLAG_SPECS, LayoutFlags, LoraAlignment, resolve_flags
+from rtp_ref.kv.layout_records import MLA_LAYOUTS, FieldRecord, LayoutRecord, TileRule, layout_record
 from rtp_ref.kv.place_fields import place_fields
+from rtp_ref.kv.records import NON_FINITE_TILES
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -54,7 +62,8 @@ class MlaLayout:
     unique; per-token fields and block-trailing fields each tile their area from byte 0 without gap
     or overlap, sizes whole elements; exactly one kv_c field of R values and one k_pe field of P
     values; every fp8 value field names a declared scale field (inline, block-trailing or external);
-    every computed scale field covers exactly one value field with ceil(count / tile) scales.
+    every computed scale field covers exactly one value field with ceil(count / tile) scales; every E2M1
+    value field names a computed scale field with FP4 conventions, in the element those conventions state.
     """
 
     name: str
@@ -68,6 +77,8 @@ class MlaLayout:
     #: whether ``k + v == block`` holds for this layout, and why (a sentence stating it)
     kv_split: str
     sources: str
+    #: what the writer makes of NaN, +-inf and an all-zero tile, as the sources state it (the record's)
+    non_finite: str = ""
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -234,7 +245,7 @@ def _check_fields(layout: MlaLayout) -> None:
     if len(set(names)) != len(names):
         raise RtpRefError(f"{where}: field names repeat: {names}")
     for f in layout.fields:
-        if f.size <= 0 or f.size % element_size(f.element) != 0:
+        if f.size <= 0 or 8 * f.size % value_bits(f.element) != 0:
             raise RtpRefError(f"{where}: field {f.name!r} has {f.size} bytes, not a whole number of {f.element}")
     for placement in _IN_CACHE:
         end = 0
@@ -264,47 +275,111 @@ def _check_fields(layout: MlaLayout) -> None:
                 raise RtpRefError(
                     f"{where}: scale field {f.name!r} must cover one value field with ceil(count / tile) scales"
                 )
+        if f.tile_scale is not None and f.tile_scale.fp4 is None and f.element not in (ELEMENT_FP32, ELEMENT_UE8M0):
+            raise RtpRefError(f"{where}: scale field {f.name!r} holds {f.element}; an fp8 tile scale is fp32 or ue8m0 "
+                              "(a tile rule with fp4 states other scale elements)")
+        if f.element == ELEMENT_E2M1:
+            scale = by_name.get(f.scale_field or "")
+            spec = scale.tile_scale if scale is not None else None
+            if scale is None or spec is None or spec.fp4 is None or scale.element != spec.fp4.scale.element.value:
+                raise RtpRefError(
+                    f"{where}: E2M1 field {f.name!r} needs a computed scale field with FP4 conventions (a tile rule "
+                    "with fp4) in the element they state"
+                )
 
 
-def _tile_scale(rule: TileRule, flags: LayoutFlags) -> TileScale:
-    """The record's tile rule with the layout flags it names read from ``flags``."""
+def _setting(value: str, flags: LayoutFlags) -> str:
+    """A record's setting: the value itself, or the value of the layout flag it names."""
+    return str(getattr(flags, value)) if value in FLAG_SPECS else value
+
+
+def _fp4_conventions(record: LayoutRecord, rule: TileRule, scale_element: str, floor: float,
+                     flags: LayoutFlags) -> Fp4Conventions:
+    """The FP4 conventions of the record's tile rule under ``flags`` (its settings read from the flags they name);
+    a rule rtp_ref.fp4 cannot state raises RtpRefError naming the layout."""
+    fp4 = rule.fp4
+    assert fp4 is not None, "only a tile rule with fp4 has FP4 conventions"
+    try:
+        traits = ScaleTraits(ScaleElement(scale_element), rule.tile, ScaleRounding(fp4.rounding),
+                             AmaxDivision(_setting(fp4.amax_division, flags)), (floor, fp4.ceiling))
+        return Fp4Conventions(record.name, traits, PayloadDivision(_setting(fp4.payload, flags)),
+                              NegativeZero(_setting(fp4.negative_zero, flags)), record.sources)
+    except ValueError as exc:
+        raise RtpRefError(f"layout {record.name}: its FP4 tile rule cannot be built: {exc}") from None
+
+
+def _tile_scale(record: LayoutRecord, scale: FieldRecord, flags: LayoutFlags) -> TileScale:
+    """The record's tile rule for scale field ``scale``, with the layout flags it names read from ``flags``."""
+    rule = record.tile_rule
+    assert rule is not None, "only a record with a tile rule has tile scales"
     scale_rule = rule.rule if isinstance(rule.rule, ScaleRule) else ScaleRule(getattr(flags, rule.rule))
 
     def number(value: float | str) -> float:
         return float(getattr(flags, value) if isinstance(value, str) else value)
 
-    return TileScale(rule.tile, scale_rule, number(rule.divisor), number(rule.floor))
+    divisor, floor = number(rule.divisor), number(rule.floor)
+    if rule.fp4 is None:
+        return TileScale(rule.tile, scale_rule, divisor, floor)
+    if divisor != E2M1_MAX:
+        raise RtpRefError(f"layout {record.name}: an FP4 tile rule divides amax by {E2M1_MAX:g} (E2M1's largest "
+                          f"value), not {divisor:g}")
+    if rule.fp4.non_finite_tile not in NON_FINITE_TILES:
+        raise RtpRefError(f"layout {record.name}: non_finite_tile {rule.fp4.non_finite_tile!r}; valid: "
+                          f"{', '.join(NON_FINITE_TILES)}")
+    return TileScale(rule.tile, scale_rule, divisor, floor, _fp4_conventions(record, rule, scale.element, floor, flags),
+                     rule.fp4.non_finite_tile)
 
 
-def _fields(record: LayoutRecord, r: int, p: int, tiles: int, flags: LayoutFlags, fmt: Fp8Format) -> tuple[Field, ...]:
-    """The record's field table at (R, P) with ``tiles`` tile scales; its tile-counted scale field computed by
-    the record's tile rule."""
+def _tile_counts(record: LayoutRecord, r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> dict[str, int]:
+    """Each tile-counted scale field's number of scales: ``count / tile`` of the value field it scales, or under
+    ``lora_alignment=round_up`` ``ceil(count / tile)``. A count that is not a multiple under ``strict`` raises
+    RtpRefError saying what to change."""
     rule = record.tile_rule
-    tile_scales = {} if rule is None else {f.name: _tile_scale(rule, flags) for f in record.fields
-                                           if f.source is Source.SCALE and f.count == "tiles"}
-    return place_fields(record.fields, {"R": r, "P": p, "tiles": tiles}, fmt, tile_scales)
+    if rule is None:
+        return {}
+    dims = {"R": r, "P": p}
+    counts: dict[str, int] = {}
+    for v in record.fields:
+        scale = next((f for f in record.fields if f.name == v.scale and f.count == "tiles"), None)
+        if scale is None:
+            continue
+        n = dims[v.count] if isinstance(v.count, str) else v.count
+        if n % rule.tile and flags.lora_alignment is LoraAlignment.STRICT:
+            raise _misaligned(record, (r, p), v, n, flags, fmt)
+        counts[scale.name] = math.ceil(n / rule.tile)
+    return counts
 
 
-def _tiles(record: LayoutRecord, r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> int:
-    """How many tile scales R gets: R / tile, or under ``lora_alignment=round_up`` ceil(R / tile); a rank that
-    is not a multiple under ``strict`` raises RtpRefError saying what to change."""
-    if record.tile_rule is None:
-        return 0
-    tile = record.tile_rule.tile
-    if r % tile == 0:
-        return r // tile
-    tiles = math.ceil(r / tile)
-    if flags.lora_alignment is LoraAlignment.ROUND_UP:
-        return tiles
-    rounded = sum(f.size for f in _fields(record, r, p, tiles, flags, fmt) if f.placement is not Placement.EXTERNAL)
+def _misaligned(record: LayoutRecord, dims: tuple[int, int], v: FieldRecord, n: int, flags: LayoutFlags,
+                fmt: Fp8Format) -> RtpRefError:
+    """The error of a value field whose count is not a multiple of the tile under ``lora_alignment=strict``."""
+    r, p = dims
+    tile = record.tile_rule.tile if record.tile_rule else 0
+    tiles = math.ceil(n / tile)
+    if v.source is not Source.KV_C:
+        return RtpRefError(
+            f"{v.name} of layout {record.name} holds {n} values, not a multiple of its {tile}-value tile (layout flag "
+            f"lora_alignment=strict); set --layout-flag lora_alignment=round_up to allocate ceil({n}/{tile}) = "
+            f"{tiles} scale(s)")
+    rounded = dataclasses.replace(flags, lora_alignment=LoraAlignment.ROUND_UP)
+    size = sum(f.size for f in _fields(record, r, p, rounded, fmt) if f.placement is not Placement.EXTERNAL)
     per_tensor = [rec.name for rec in MLA_LAYOUTS if any(f.placement is Placement.EXTERNAL for f in rec.fields)]
-    raise RtpRefError(
+    return RtpRefError(
         f"kv_lora_rank={r} is not a multiple of {tile}, so {record.name} cannot give each {tile}-value "
         "tile its own scale (layout flag lora_alignment=strict). To run this model, either: use a bf16/fp16 KV "
         f"cache (layout 'auto'); or set --layout-flag lora_alignment=round_up, which allocates "
-        f"ceil({r}/{tile}) = {tiles} scale(s), {rounded} bytes per token at rope_dim {p}; or use "
+        f"ceil({r}/{tile}) = {tiles} scale(s), {size} bytes per token at rope_dim {p}; or use "
         f"{' or '.join(repr(n) for n in per_tensor)} (any rank, one per-tensor scale)"
     )
+
+
+def _fields(record: LayoutRecord, r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> tuple[Field, ...]:
+    """The record's field table at (R, P); each tile-counted scale field sized for the value field it scales and
+    computed by the record's tile rule."""
+    counts = _tile_counts(record, r, p, flags, fmt)
+    fields = tuple(dataclasses.replace(f, count=counts[f.name]) if f.name in counts else f for f in record.fields)
+    tile_scales = {f.name: _tile_scale(record, f, flags) for f in record.fields if f.name in counts}
+    return place_fields(fields, {"R": r, "P": p}, fmt, tile_scales)
 
 
 def default_dims(name: str) -> tuple[int, int]:
@@ -342,10 +417,9 @@ def build_layout(
     """
     record = layout_record(name)
     _check_dims(name, kv_lora_rank, rope_dim)
-    tiles = _tiles(record, kv_lora_rank, rope_dim, flags, element_format)
-    fields = _fields(record, kv_lora_rank, rope_dim, tiles, flags, element_format)
+    fields = _fields(record, kv_lora_rank, rope_dim, flags, element_format)
     return MlaLayout(name, kv_lora_rank, rope_dim, fields, element_format, conversion_mode, flags, record.summary,
-                     record.kv_split, record.sources)
+                     record.kv_split, record.sources, record.non_finite)
 
 
 def layout_for_platform(

@@ -7,15 +7,17 @@ v_scale)``; per-head scales since vLLM #30141; rtp-llm ``MHAKVCacheSpec.h`` for 
 Contract: ``key`` and ``value`` are ``[T, H, D]`` (any strides); ``key_cache`` and ``value_cache`` are
 ``[num_blocks, block_size, H, D]`` views in NHD order, or the same index order over HND storage
 (``[num_blocks, H, block_size, D]`` permuted: the order is expressed through strides, as in vLLM). Token
-``t`` with ``slot_mapping[t] = s >= 0`` goes to block ``s // block_size``, row ``s % block_size``; a negative
-slot writes nothing; only the first ``slot_mapping.numel()`` tokens are written (vLLM pads key for CUDA
-graphs). ``auto`` copies the bits; ``fp8`` and ``fp8_e5m2`` store ``encode(x / scale)`` with the scale of
-the token's head (``k_scale``/``v_scale`` of shape ``[1]`` per tensor or ``[H]`` per head), the quotient in
-fp32 (vLLM's CUDA path divides: ``__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, ...)``).
+``t`` with ``slot_mapping[t] = s >= 0`` (int64, or int32 naming the same slots) goes to block
+``s // block_size``, row ``s % block_size``; a negative slot writes nothing; only the first
+``slot_mapping.numel()`` tokens are written (vLLM pads key for CUDA graphs). ``auto`` copies the bits (the
+caches' dtype is the inputs'); ``fp8`` and ``fp8_e5m2`` store ``encode(x / scale)`` with the scale of the token's
+head (``k_scale``/``v_scale`` of shape ``[1]`` or 0-D per tensor, ``[H]`` per head), the quotient in fp32 (vLLM's
+CUDA path divides: ``__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, ...)``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import torch
@@ -27,7 +29,14 @@ from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, is_fp8_element
 from rtp_ref.kv.mha_indexer_records import MHA_VARIANTS, variant_record
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.records import ELEMENT_FP8
-from rtp_ref.kv.validate import check_input_dtype, check_rows, check_slot_mapping, check_tensor, dtype_name
+from rtp_ref.kv.validate import (
+    SLOT_DTYPES,
+    check_input_dtype,
+    check_rows,
+    check_slot_mapping,
+    check_tensor,
+    dtype_name,
+)
 
 #: the cache dtypes of the op, as vLLM names them: the names of its variant records
 MHA_CACHE_DTYPES = tuple(r.name for r in MHA_VARIANTS)
@@ -102,9 +111,11 @@ def mha_layout(platform: FormatSource, kv_cache_dtype: str, num_kv_heads: int, h
 
 
 def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_cache: object, value_cache: object,
-                      slot_mapping: object, k_scale: object, v_scale: object, values: bool = True) -> None:
-    """Check one ``reshape_and_cache_flash`` call against ``layout`` (the module doc says what is valid); without
-    ``values``, metadata only (no device sync: the slots' values are not checked)."""
+                      slot_mapping: object, k_scale: object, v_scale: object, values: bool = True,
+                      slot_dtypes: Collection[torch.dtype] = tuple(SLOT_DTYPES.values())) -> None:
+    """Check one ``reshape_and_cache_flash`` call against ``layout`` (the module doc says what is valid; a slot
+    mapping of one of ``slot_dtypes``); without ``values``, metadata only (no device sync: the slots' values are not
+    checked)."""
     kc = check_tensor("key_cache", key_cache, None)
     device = kc.device
     vc = check_tensor("value_cache", value_cache, device)
@@ -121,7 +132,7 @@ def validate_mha_args(layout: MhaPagedLayout, key: object, value: object, key_ca
         if cache.dtype != want or cache.stride(-1) != 1:
             raise RtpRefError(f"{arg}: dtype {dtype_name(cache.dtype)}, strides {cache.stride()}; valid: "
                               f"{dtype_name(want)} for {layout.kv_cache_dtype}, a contiguous last dimension")
-    slots = check_slot_mapping(slot_mapping, device, kc.shape[0], kc.shape[1], values)
+    slots = check_slot_mapping(slot_mapping, device, kc.shape[0], kc.shape[1], values, slot_dtypes)
     for arg, x in (("key", k), ("value", v)):
         check_rows(arg, x, slots.numel(), (heads, size))
     if layout.element_format is None:

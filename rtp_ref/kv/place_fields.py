@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from rtp_ref.fp8.formats import Fp8Format
-from rtp_ref.kv.fields import Field, Placement, TileScale, element_size
+from rtp_ref.kv.fields import Field, Placement, TileScale, field_bytes
 from rtp_ref.kv.records import ELEMENT_FP8, FieldRecord
 
 
@@ -23,7 +23,7 @@ def place_fields(records: Iterable[FieldRecord], counts: Mapping[str, int], fp8_
     placed = []
     for f in records:
         element = fp8_format.name if f.element == ELEMENT_FP8 else f.element
-        size = (counts[f.count] if isinstance(f.count, str) else f.count) * element_size(element)
+        size = field_bytes(element, counts[f.count] if isinstance(f.count, str) else f.count)
         where = (f.area, f.placement)
         offset = 0 if f.placement is Placement.EXTERNAL else next_offset.get(where, 0)
         placed.append(Field(f.name, f.source, f.placement, offset, size, element, scale_field=f.scale,

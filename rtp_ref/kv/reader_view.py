@@ -16,7 +16,7 @@ import torch
 from rtp_ref.fp8 import decode
 from rtp_ref.kv.cache import gather_entries
 from rtp_ref.kv.entries import stored_tile_scales
-from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Source
+from rtp_ref.kv.fields import ELEMENT_FP32, Source, is_fp8_element
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.reader_convention import ReaderConvention
 
@@ -90,8 +90,9 @@ def reader_changes(layout: MlaLayout, kv_cache: torch.Tensor, slots: torch.Tenso
     if scale is not None and scale.tile_scale is not None and scale.element == ELEMENT_FP32:
         stored = stored_tile_scales(layout, entries)
         out.append(_change("tile scales", stored, scale_as_read(stored, reader.tile_scale), label))
+    # fp8 value fields: E2M1 codes (and their e4m3 scales, OCP on every platform) have one reading
     codes = [entries[:, layout.entry_offset(f): layout.entry_offset(f) + f.size]
-             for f in (nope, layout.value_field(Source.K_PE)) if f.element != ELEMENT_INPUT16]
+             for f in (nope, layout.value_field(Source.K_PE)) if is_fp8_element(f.element)]
     if codes:
         raw = torch.cat(codes, dim=1)
         out.append(_change("fp8 values", decode(raw, layout.element_format), decode(raw, reader.element_format),

@@ -43,26 +43,53 @@ class FieldRecord:
 
 
 @dataclass(frozen=True)
+class Fp4Rule:
+    """The parts of an FP4 layout's arithmetic contract beyond its tile rule (rtp_ref.fp4, docs/fp8.md "FP4"): how
+    the scale is rounded to its element (``rounding``, a ``rtp_ref.fp4.ScaleRounding`` value) and the largest
+    quotient (``ceiling``; the smallest is the tile rule's ``floor``), how ``amax / 6`` is formed (``amax_division``:
+    an ``AmaxDivision`` value), how a value is divided by its scale (``payload``: a ``PayloadDivision`` value) and
+    what a -0.0 quotient becomes (``negative_zero``: a ``NegativeZero`` value). Those three are values, or the
+    names of the layout flags holding them (rtp_ref.kv.flags), so that a writer's convention is an alternative the
+    suite can name. ``non_finite_tile``: what a tile holding NaN or +-inf stores, one of ``NON_FINITE_TILES``."""
+
+    rounding: str
+    ceiling: float
+    amax_division: str
+    payload: str = "fp4_value_quotient"
+    negative_zero: str = "fp4_negative_zero"
+    non_finite_tile: str = "undefined"
+
+
+#: what an FP4 tile holding NaN or +-inf stores: nothing a source defines (the writer refuses it), or its scale
+#: element's NaN and every code 0 (sglang's torch reference of V41_FP4: "A NaN element poisons its tile")
+NON_FINITE_TILES = ("undefined", "nan_scale_zero_codes")
+
+
+@dataclass(frozen=True)
 class TileRule:
     """How a layout's writer computes a tile scale and applies it (the arithmetic contract).
 
     ``s = max(amax / divisor, floor)``, for ``pow2_ceil`` then the next power of two; values are stored as
     ``fp8(x / s)``, the quotient correctly rounded in float32, a NaN stored as NaN. ``rule``, ``floor`` and
-    ``divisor`` are values, or names of the layout flags holding them (rtp_ref.kv.flags). When R is not a
-    multiple of ``tile``, layout flag ``lora_alignment`` decides: refuse, or a partial last tile.
+    ``divisor`` are values, or names of the layout flags holding them (rtp_ref.kv.flags). When a value field's
+    count is not a multiple of ``tile``, layout flag ``lora_alignment`` decides: refuse, or a partial last tile.
+    ``fp4``: the rest of the contract of a layout whose values are E2M1 (then ``divisor`` is 6, E2M1's largest
+    value, and the scale is ``fp4.rounding`` of the quotient clamped to ``[floor, fp4.ceiling]``).
     """
 
     tile: int
     rule: ScaleRule | str
     floor: float | str
     divisor: float | str = "fp8_max_divisor"
+    fp4: Fp4Rule | None = None
 
 
 @dataclass(frozen=True)
 class LayoutRecord:
     """One MLA layout: its name, field table, tile rule (None: no computed scale), the texts tables show, the
-    default (R, P), whether those are the only dims it supports, and the (R, P) the suite certifies it at
-    besides the default."""
+    default (R, P), whether those are the only dims it supports, the (R, P) the suite certifies it at besides the
+    default, and ``non_finite``: what its writer makes of NaN, +-inf and an all-zero tile, as its sources state it
+    ("undefined" for what none states; empty: not stated)."""
 
     name: str
     summary: str
@@ -73,6 +100,7 @@ class LayoutRecord:
     default_dims: tuple[int, int] = DEFAULT_DIMS
     fixed_dims: bool = False
     extra_certified_dims: tuple[tuple[int, int], ...] = ()
+    non_finite: str = ""
 
     @property
     def certified_dims(self) -> list[tuple[int, int]]:

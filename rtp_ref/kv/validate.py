@@ -6,6 +6,7 @@ runs before any byte is written. Device checks come before anything reads a tens
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import NoReturn
 
 import torch
@@ -15,6 +16,9 @@ from rtp_ref.kv.layouts import MlaLayout
 
 #: dtypes the writer takes for kv_c and k_pe.
 INPUT_DTYPES = (torch.bfloat16, torch.float16)
+#: dtypes the writers take for slot_mapping, by the names argument domains use (rtp_ref.cases.domain): vLLM passes
+#: int64; an int32 mapping names the same slots (a kernel that reads one at the other width writes other slots)
+SLOT_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 
 
 def _fail(arg: str, problem: str) -> NoReturn:
@@ -43,6 +47,19 @@ def check_input_dtype(arg: str, dtype: object) -> None:
     """RtpRefError naming ``arg`` unless ``dtype`` is bf16 or fp16."""
     if dtype not in INPUT_DTYPES:
         _fail(arg, f"dtype {dtype} is not supported; valid: {_valid_inputs()}")
+
+
+def accepted_slot_dtypes(domain: Mapping[str, Collection[object]]) -> tuple[torch.dtype, ...]:
+    """The slot_mapping dtypes a writer whose declared input domain (rtp_ref.cases.domain) is ``domain`` takes: those
+    it names under ``slot_mapping``, every one of ``SLOT_DTYPES`` when it names none."""
+    names = domain.get("slot_mapping", tuple(SLOT_DTYPES))
+    return tuple(dtype for name, dtype in SLOT_DTYPES.items() if name in names)
+
+
+def _check_slot_dtype(slots: torch.Tensor, accepted: Collection[torch.dtype]) -> None:
+    if slots.dim() != 1 or slots.dtype not in accepted:
+        valid = " or ".join(dtype_name(d) for d in accepted)
+        _fail("slot_mapping", f"{dtype_name(slots.dtype)} {list(slots.shape)}; valid: {valid} [num_tokens]")
 
 
 def cache_capacity(kv_cache: torch.Tensor) -> int:
@@ -122,12 +139,13 @@ def validate_scale(layout: MlaLayout, scale: object, device: torch.device, value
 
 def validate_write_args(
     layout: MlaLayout, kv_c: object, k_pe: object, kv_cache: object, slot_mapping: object, scale: object,
-    values: bool = True,
+    values: bool = True, slot_dtypes: Collection[torch.dtype] = tuple(SLOT_DTYPES.values()),
 ) -> None:
     """Check every argument of ``concat_and_cache_mla`` for ``layout``; raises before any byte is written.
 
     Rules: kv_c [N >= T, R] and k_pe [N' >= T, P] share a dtype in bf16/fp16, last dim contiguous
-    (row strides free); slot_mapping int64 [T]; kv_cache per ``validate_cache``; scale float32 [1];
+    (row strides free); slot_mapping [T] of one of ``slot_dtypes`` (int32 or int64 by default); kv_cache per
+    ``validate_cache`` (under ``auto`` its dtype is the inputs'); scale float32 of one element ([1] or 0-D);
     all on the cache's device; each slot negative (skip) or below the capacity, and no slot twice.
     Without ``values`` only metadata is checked (no device sync): the slots' and the scale's values are not
     (rtp_ref.kernels.input_flags says who checks them then).
@@ -145,8 +163,7 @@ def validate_write_args(
         )
     _check_value_input("kv_c", nope, layout.kv_lora_rank, "kv_lora_rank", layout)
     _check_value_input("k_pe", rope, layout.rope_dim, "rope_dim", layout)
-    if slots.dim() != 1 or slots.dtype != torch.int64:
-        _fail("slot_mapping", f"{dtype_name(slots.dtype)} {list(slots.shape)}; valid: int64 [num_tokens]")
+    _check_slot_dtype(slots, slot_dtypes)
     tokens = slots.shape[0]
     for arg, x in (("kv_c", nope), ("k_pe", rope)):
         if x.shape[0] < tokens:
@@ -203,13 +220,13 @@ def validate_read_args(
 
 
 def check_slot_mapping(slot_mapping: object, device: torch.device, num_blocks: int, block_size: int,
-                       values: bool = True) -> torch.Tensor:
-    """``slot_mapping`` as a 1-D int64 tensor on ``device`` whose slots fit a ``num_blocks x block_size`` cache
-    (check_write_slots, only with ``values``: it syncs); RtpRefError otherwise."""
+                       values: bool = True,
+                       slot_dtypes: Collection[torch.dtype] = tuple(SLOT_DTYPES.values())) -> torch.Tensor:
+    """``slot_mapping`` as a 1-D tensor of one of ``slot_dtypes`` (int32 or int64 by default) on ``device`` whose
+    slots fit a ``num_blocks x block_size`` cache (check_write_slots, only with ``values``: it syncs); RtpRefError
+    otherwise."""
     slots = check_tensor("slot_mapping", slot_mapping, device)
-    if slots.dim() != 1 or slots.dtype != torch.int64:
-        raise RtpRefError(f"slot_mapping: shape {tuple(slots.shape)}, dtype {dtype_name(slots.dtype)}; "
-                          f"valid: a 1-D int64 tensor")
+    _check_slot_dtype(slots, slot_dtypes)
     if values:
         check_write_slots(slots, num_blocks * block_size, num_blocks, block_size)
     return slots

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rtp_ref.cases.mha_indexer_cases import INDEXER_DOMAIN, indexer_specs
+from rtp_ref.cases.mha_indexer_cases import INDEXER_DOMAIN, indexer_launch, indexer_specs
 from rtp_ref.cases.mha_indexer_tiers import INDEXER_LARGE, indexer_graph_case
 from rtp_ref.cases.mha_indexer_write import MhaIndexerWriteCase, past_capacity
 from rtp_ref.cases.op_cases import OpCases, random_sample
@@ -15,5 +15,5 @@ OP = OpSpec(INDEXER_OP, "indexer", "scale_fmts", SCALE_FORMATS,
             "-indexer", reference_indexer_k_quant_and_cache,
             OpCases(INDEXER_OP, indexer_specs, MhaIndexerWriteCase, random_sample(indexer_specs),
                     past_capacity=past_capacity,
-                    large=INDEXER_LARGE, graph=indexer_graph_case, domain=INDEXER_DOMAIN),
+                    large=INDEXER_LARGE, graph=indexer_graph_case, domain=INDEXER_DOMAIN, launch=indexer_launch),
             reads=False, rank=2)

@@ -16,7 +16,7 @@ from rtp_ref.fp8.formats import ConversionMode, fp8_format
 from rtp_ref.kernels.protocol import KVCacheKernel
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.fields import ELEMENT_FP32, Placement, Source
-from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.layouts import MlaLayout, default_dims
 from rtp_ref.platform import MLA_LAYOUT_NAMES, load_platform
 
 #: every MLA layout record: each built-in kernel is tested on each
@@ -24,6 +24,11 @@ LAYOUTS = MLA_LAYOUT_NAMES
 #: the bundled layouts, written out by hand: the built-in kernels must claim at least these (a claim list
 #: read from the records would be compared with itself)
 BUNDLED = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+#: the bundled layouts the compiled kernels (triton, cuda) do not write, written out by hand: DeepSeek V4.1's, whose
+#: rope is tile-scaled and whose FP4 values are E2M1; the references and torch-eager write them
+NOT_COMPILED = ("V41", "V41_FP4")
+#: the layouts the compiled kernels claim and are tested on
+COMPILED = tuple(name for name in LAYOUTS if name not in NOT_COMPILED)
 #: the input dtypes the kernels take, by their short names
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -78,7 +83,7 @@ def make_case(c: WriteContract, layout_name: str, *, dims: tuple[int, int] | Non
     ``block_size + 1`` rows per block and is sliced to ``block_size`` (FlashMLA's padded blocks); the
     canary is random bytes. ``edge`` overwrites some values with ``EDGE_VALUES``.
     """
-    r, p = dims or ((448, 64) if layout_name == "fp8_model1_mla" else (512, 64))
+    r, p = dims or default_dims(layout_name)
     layout = c.layout(layout_name, r, p)
     g = torch.Generator().manual_seed(seed)
     rows = tokens + 3

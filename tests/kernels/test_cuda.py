@@ -14,7 +14,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.cuda_mla import CudaMlaKernel, unavailable_reason
 from rtp_ref.kernels.protocol import UnsupportedLayoutError, check_kernel
 from tests.kernels import cases
-from tests.kernels.cases import CONTRACTS, DTYPES, LAYOUTS, SHAPES, assert_bit_exact, contract, make_case
+from tests.kernels.cases import COMPILED, CONTRACTS, DTYPES, SHAPES, assert_bit_exact, contract, make_case
 
 KERNEL = CudaMlaKernel()
 needs_build = pytest.mark.skipif(unavailable_reason() is not None, reason=f"cuda kernel: {unavailable_reason()}")
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.cuda, needs_build]
 
 def test_kernel_satisfies_the_protocol() -> None:
     check_kernel(KERNEL, "test")
-    assert set(KERNEL.kv_cache_dtypes) == set(LAYOUTS)
+    assert set(KERNEL.kv_cache_dtypes) == set(COMPILED)
 
 
 def test_conversion_path_is_hardware_only_for_ocp_satfinite() -> None:
@@ -34,7 +34,7 @@ def test_conversion_path_is_hardware_only_for_ocp_satfinite() -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", COMPILED)
 @pytest.mark.parametrize("contract_id", ["cuda-sm90", "cuda-sm90/software", "rocm-gfx942", "e5m2fnuz-nonsat"])
 def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str) -> None:
     base, _, forced = contract_id.partition("/")
@@ -54,7 +54,7 @@ def test_bit_exact_on_odd_shapes(contract_id: str, layout: str, dims: tuple[int,
     assert_bit_exact(case, case.run(KERNEL.bind(c)), f"cuda {layout} {dims}")
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", COMPILED)
 def test_bit_exact_with_misaligned_inputs(layout: str) -> None:
     """Rows starting off a 16-byte boundary take the scalar path, with the same bytes."""
     c = contract("cuda-sm90")

@@ -3,8 +3,9 @@
 Byte maps are written by hand from the sources (docs/sources.md#mla-layouts-and-their-byte-maps: vLLM
 ``concat_and_cache_mla`` / ``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm
 ``concat_and_cache_ds_model1_kernel``; AITER's page-segmented ds3.2 cache from ``op_tests/test_mla_persistent.py``
-``split_3buffer_kv_cache``, docs/sources.md#what-aiters-mla-decode-reads); expected bytes are computed with numpy
-float32 arithmetic, ``math`` and ml_dtypes' fp8 casts. Nothing here imports the code under test.
+``split_3buffer_kv_cache``, docs/sources.md#what-aiters-mla-decode-reads; sglang's DeepSeek V4.1 ``KVLayout`` V41
+and V41_FP4, PR #39123); expected bytes are computed with numpy float32 arithmetic, ``math`` and ml_dtypes' fp8 and
+fp4 casts. Nothing here imports the code under test.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ import torch
 FLT_MIN = float(np.finfo(np.float32).tiny)
 ML_FP8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
 FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
-LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
+LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact", "V41", "V41_FP4")
+#: the layouts of DeepSeek V4's dims, 448 nope and 64 rope values (every other layout's default is 512 / 64)
+V4_DIMS = ("fp8_model1_mla", "V41", "V41_FP4")
+#: sglang's V4.1 records: (data bytes, scale bytes, values per scale) a token, from its KVLayout
+V41 = {"V41": (512, 16, 32), "V41_FP4": (256, 32, 16)}
 #: the described layouts: byte maps, reference writer and reader, but no op certifies them
 DESCRIBED = ("fp8_ds_mla_3buffer",)
 #: a described layout whose token entry (its fields in order) is another layout's: only where the bytes go differs
@@ -50,10 +55,21 @@ CONTRACTS = {
 }
 
 
+def default_dims(layout: str) -> tuple[int, int]:
+    """(R, P) a layout is stated at by its sources."""
+    return (448, 64) if layout in V4_DIMS else (512, 64)
+
+
 def byte_map(layout: str, r: int, p: int) -> dict[str, tuple[int, int]]:
     """Field -> (offset within the token's entry, size) from the sources; model1's trailing group
-    (7 ue8m0 + 1 pad) is listed after its 576 data bytes."""
+    (7 ue8m0 + 1 pad) is listed after its 576 data bytes, a V4.1 token's scale row after its data row."""
     layout = SAME_ENTRY.get(layout, layout)
+    if layout in V41:
+        assert (r, p) == (448, 64)
+        data, _, per = V41[layout]
+        nope = data * 448 // 512  # 448 of the 512 values, at one byte (V41) or half a byte (V41_FP4) each
+        return {"nope": (0, nope), "rope": (nope, data - nope), "nope_scale": (data, 448 // per),
+                "rope_scale": (data + 448 // per, 64 // per)}
     if layout == "auto":
         return {"nope": (0, 2 * r), "rope": (2 * r, 2 * p)}
     if layout in PER_TENSOR:
@@ -79,6 +95,10 @@ def block_position(layout: str, r: int, p: int, block_size: int, t: int, entry_b
     if layout == "fp8_model1_mla":
         # token data at t * 576; the token's 8 scale bytes after all block_size tokens' data
         return t * 576 + entry_byte if entry_byte < 576 else block_size * 576 + t * 8 + (entry_byte - 576)
+    if layout in V41:
+        # sglang's page: page_size data rows, then page_size scale rows
+        data, scales, _ = V41[layout]
+        return t * data + entry_byte if entry_byte < data else block_size * data + t * scales + (entry_byte - data)
     if layout == "fp8_ds_mla_3buffer":
         # AITER's page: [B x 512 fp8 | B x 4 fp32 | B x 64 bf16], each segment one field of every token
         assert (r, p) == (512, 64)
@@ -117,10 +137,43 @@ def tile_scale(tile: npt.NDArray[np.float32], rule: str, divisor: float, floor: 
     return np.float32(pow2_ceil(float(s))) if rule == "pow2_ceil" else np.float32(s)
 
 
+#: 1/6 rounded to float32: the constant of V41_FP4's ``amax * (1/6)``
+ONE_SIXTH = np.float32(1.0 / 6.0)
+
+
+def v41_fp4_tile(tile: npt.NDArray[np.float32]) -> tuple[Bytes, np.uint8]:
+    """One V41_FP4 tile of 16 values: its E2M1 codes (one a byte, 0..15) and its e4m3 scale byte, from sglang's
+    statement: ``scale = e4m3(clamp(amax * (1/6), 2^-9, 448))`` to nearest even, ``code = e2m1(x / scale)``."""
+    amax = np.float32(np.abs(tile).max())
+    q = np.float32(min(max(np.float32(amax * ONE_SIXTH), np.float32(2.0**-9)), np.float32(448.0)))
+    scale = np.array([q], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    codes: Bytes = (tile / scale.astype(np.float32)).astype(np.float32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    return codes, scale.view(np.uint8)[0]
+
+
+def _v41_entry(layout: str, c: Contract, x: npt.NDArray[np.float32]) -> Bytes:
+    """The V4.1 entry of one token's 512 values ``x`` (nope then rope): the data row, then the scale row."""
+    data, scales = [], []
+    per = V41[layout][2]
+    for start in range(0, 512, per):
+        tile = x[start : start + per]
+        if layout == "V41":
+            s = tile_scale(tile, "pow2_ceil", c.divisor, 1e-4)
+            data.append(_fp8(tile / s, c.fp8))
+            scales.append(np.array([math.frexp(float(s))[1] - 1 + 127], np.uint8))
+        else:
+            codes, scale = v41_fp4_tile(tile)
+            data.append((codes[0::2] | (codes[1::2] << 4)).astype(np.uint8))  # the even index in the low nibble
+            scales.append(np.array([scale], np.uint8))
+    return np.concatenate([*data, *scales])
+
+
 def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: float) -> Bytes:
     """The entry bytes of one token (``kv_c`` [R], ``k_pe`` [P] bf16/fp16), in byte-map order."""
     layout = SAME_ENTRY.get(layout, layout)
     x = kv_c.to(torch.float32).numpy()
+    if layout in V41:
+        return _v41_entry(layout, c, np.concatenate([x, k_pe.to(torch.float32).numpy()]))
     if layout == "auto":
         return np.concatenate([_bits16(kv_c), _bits16(k_pe)])
     if layout in PER_TENSOR:
@@ -158,6 +211,8 @@ def decode_entry(
 
     if layout == "auto":
         return bits16(fields["nope"]), bits16(fields["rope"])
+    if layout in V41:
+        return _v41_values(layout, c, fields, "nope"), _v41_values(layout, c, fields, "rope")
     values = fields["nope"].view(ML_FP8[c.fp8]).astype(np.float32)
     if layout in PER_TENSOR:
         s = np.float32(scale)
@@ -169,3 +224,17 @@ def decode_entry(
         scales = np.array([2.0 ** (int(b) - 127) for b in fields["nope_scale"]], np.float32)
     per_value = np.repeat(scales, tile_size)[: values.shape[0]]
     return values * per_value, bits16(fields["rope"])
+
+
+def _v41_values(layout: str, c: Contract, fields: dict[str, Bytes], name: str) -> npt.NDArray[np.float32]:
+    """A V4.1 value field's values: codes decoded (E2M1 nibbles, the low one first) times their tile's scale."""
+    raw = fields[name]
+    if layout == "V41":
+        values = raw.view(ML_FP8[c.fp8]).astype(np.float32)
+        scales = np.array([2.0 ** (int(b) - 127) for b in fields[f"{name}_scale"]], np.float32)
+    else:
+        codes = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(-1).astype(np.uint8)
+        values = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+        scales = fields[f"{name}_scale"].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    out: npt.NDArray[np.float32] = values * np.repeat(scales, V41[layout][2])
+    return out

@@ -51,7 +51,7 @@ def test_rocm_and_cuda_print_different_fp8_tables(capsys: pytest.CaptureFixture[
         assert list(by_name(document)) == list(oracle.LAYOUTS + oracle.DESCRIBED)
         assert [name for name, layout in by_name(document).items() if layout["described"]] == list(oracle.DESCRIBED)
         for name, layout in by_name(document).items():
-            r, p = (448, 64) if name == "fp8_model1_mla" else (512, 64)
+            r, p = oracle.default_dims(name)
             assert layout["bytes_per_token"] == oracle.bytes_per_token(name, r, p)
             assert layout["bytes_per_block"] == 64 * layout["bytes_per_token"]
     rocm_text = _text(capsys, "layouts", "--platform", "rocm-gfx942")

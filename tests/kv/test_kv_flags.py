@@ -22,6 +22,8 @@ FLAG_NAMES = [
     "fp8_max_divisor",
     "cache_fp8_format",
     "indexer_scale_apply",
+    "fp4_value_quotient",
+    "fp4_negative_zero",
 ]
 
 pytest_plugins = ["pytester"]
@@ -36,6 +38,8 @@ def test_the_registry_is_the_flags_dataclass() -> None:
         "number",
         "number",
         "number",
+        "choice",
+        "choice",
         "choice",
         "choice",
     ]
@@ -110,9 +114,11 @@ def test_override_syntax() -> None:
 
 @pytest.mark.parametrize("platform", all_platforms(), ids=lambda p: p.name)
 def test_every_platform_file_states_every_flag_without_a_default(platform: Platform) -> None:
-    # indexer_scale_apply has a default (division): a table states it only to differ (tests/certify/test_conventions.py)
+    # indexer_scale_apply and the FP4 flags have defaults (the sources' conventions): a table states them only to
+    # differ (tests/certify/test_conventions.py)
     assert list(platform.layout_flags) == [name for name in FLAG_NAMES if name not in FLAG_DEFAULTS]
-    assert list(FLAG_DEFAULTS) == ["indexer_scale_apply"]
+    assert FLAG_DEFAULTS == {"indexer_scale_apply": "divide", "fp4_value_quotient": "ieee_div",
+                             "fp4_negative_zero": "keep"}
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:

@@ -36,6 +36,16 @@ SOURCE_MAPS = {
         "per_token": [("nope", 0, 512, "fp8"), ("rope", 512, 64, "fp8")],
         "external": [("scale", 0, 4, "fp32")],
     },
+    # sglang's V4.1 records (PR #39123, KVLayout): a data row of 448 nope + 64 rope values quantized alike, then a
+    # scale row of 16 ue8m0 (one per 32) or 32 e4m3 (one per 16) scales, the nope's first
+    "V41": {
+        "per_token": [("nope", 0, 448, "fp8"), ("rope", 448, 64, "fp8")],
+        "block_trailing": [("nope_scale", 0, 14, "ue8m0"), ("rope_scale", 14, 2, "ue8m0")],
+    },
+    "V41_FP4": {
+        "per_token": [("nope", 0, 224, "e2m1"), ("rope", 224, 32, "e2m1")],
+        "block_trailing": [("nope_scale", 0, 28, "e4m3fn"), ("rope_scale", 28, 4, "e4m3fn")],
+    },
     # AITER's ds3.2 page: offsets count a token's bytes over the page segments (latent, scales, rope)
     "fp8_ds_mla_3buffer": {
         "page_segment": [("nope", 0, 512, "fp8"), ("nope_scale", 512, 16, "fp32"), ("rope", 528, 128, "bf16/fp16")],
@@ -43,13 +53,14 @@ SOURCE_MAPS = {
 }
 # Whether k + v covers the block, from the byte maps above: only layouts with no scale or pad inside.
 K_PLUS_V_IS_BLOCK = {"auto": True, "fp8": True, "fp8_ds_mla": False, "fp8_model1_mla": False, "fp8_rocm_compact": True,
-                     "fp8_ds_mla_3buffer": False}
+                     "V41": False, "V41_FP4": False, "fp8_ds_mla_3buffer": False}
 
 
 def _fields_by_placement(layout: MlaLayout, fp8: str) -> dict[str, list[tuple[str, int, int, str]]]:
     table: dict[str, list[tuple[str, int, int, str]]] = {}
     for f in layout.fields:
-        element = "fp8" if f.element == fp8 else f.element
+        # a value in the cache's fp8 format is "fp8"; V41_FP4's e4m3 scales are OCP e4m3 on every platform
+        element = "fp8" if f.element == fp8 and f.source is not Source.SCALE else f.element
         table.setdefault(f.placement.value, []).append((f.name, f.offset, f.size, element))
     return {k: sorted(v, key=lambda row: row[1]) for k, v in table.items()}
 
@@ -76,7 +87,7 @@ def test_byte_counts_are_the_sum_of_the_byte_map(name: str) -> None:
     assert layout.bytes_per_block(16) == 16 * sum(size.values())
     assert layout.k_bytes_per_token == size["nope"]
     assert layout.v_bytes_per_token == size["rope"]
-    assert layout.scale_bytes_per_token == size.get("nope_scale", 0)
+    assert layout.scale_bytes_per_token == size.get("nope_scale", 0) + size.get("rope_scale", 0)
     assert layout.pad_bytes_per_token == size.get("pad", 0)
 
 
@@ -95,7 +106,7 @@ def test_k_plus_v_statement(name: str) -> None:
 def test_platform_layout_bytes_agree_with_the_reference(platform: Platform) -> None:
     assert set(platform.layout_bytes) == set(platform.supported_layouts)
     for name, stated in platform.layout_bytes.items():
-        r, p = (448, 64) if name == "fp8_model1_mla" else (512, 64)
+        r, p = oracle.default_dims(name)
         assert stated == layout_for_platform(platform, name).bytes_per_token == oracle.bytes_per_token(name, r, p)
 
 
@@ -142,7 +153,8 @@ def test_any_layout_builds_on_any_platform() -> None:
     for platform in all_platforms():
         for name in MLA_LAYOUT_NAMES:
             layout = layout_for_platform(platform, name)
-            fp8_fields = [f for f in layout.fields if f.element in ("e4m3fn", "e4m3fnuz")]
+            fp8_fields = [f for f in layout.fields
+                          if f.element in ("e4m3fn", "e4m3fnuz") and f.source is not Source.SCALE]
             assert all(f.element == platform.element_format.name for f in fp8_fields)
 
 

@@ -81,14 +81,14 @@ BAD_CALLS: list[tuple[str, Callable[[Call], Call], str]] = [
         r"k_pe: has 2 rows but slot_mapping has 3 tokens; valid: >= 3 rows",
     ),
     (
-        "slot_mapping int32",
-        lambda c: replace(c, slot_mapping=torch.tensor([5, -1, 2], dtype=torch.int32)),
-        r"slot_mapping: int32 \[3\]; valid: int64 \[num_tokens\]",
+        "slot_mapping int16",
+        lambda c: replace(c, slot_mapping=torch.tensor([5, -1, 2], dtype=torch.int16)),
+        r"slot_mapping: int16 \[3\]; valid: int32 or int64 \[num_tokens\]",
     ),
     (
         "slot_mapping 2 dims",
         lambda c: replace(c, slot_mapping=torch.tensor([[5, -1, 2]])),
-        r"slot_mapping: int64 \[1, 3\]; valid: int64",
+        r"slot_mapping: int64 \[1, 3\]; valid: int32 or int64",
     ),
     (
         "slot beyond capacity",

@@ -8,7 +8,7 @@ at the wrapped offset, inside the large case's buffer before the cache; the tier
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -50,6 +50,8 @@ class CudaInt32ByteOffsets(Int32RowCopy):
 
     name = "mutant-large-cuda-int32-offsets"
     devices = ("cuda",)  # type: ignore[assignment]
+    #: its kernel reads int64 slots (``data_ptr<int64_t>`` refuses an int32 mapping before launching)
+    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"slot_mapping": ("int64",)}
 
     def copy(self, rows: torch.Tensor, dst: torch.Tensor, slots: torch.Tensor, block_size: int) -> None:
         _module().copy_rows(rows, dst, slots, rows.shape[1], dst.stride(0), dst.stride(1), block_size)

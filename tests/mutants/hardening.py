@@ -21,7 +21,7 @@ from tests.mutants.mha_indexer_mutants import MhaMutant
 
 
 class NoSlotCheck(Mutant):
-    """Validates nothing: slot == capacity is written where its address points, one block past the cache
+    """Validates no slot: slot == capacity is written where its address points, one block past the cache
     (as a GPU kernel's unchecked pointer arithmetic does). Otherwise a correct writer."""
 
     name = "hardening-no-slot-check"
@@ -32,6 +32,7 @@ class NoSlotCheck(Mutant):
         if kv_cache_dtype not in self.kv_cache_dtypes or self.contract is None:
             raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
         layout = self.contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        self.check_cache_dtype(layout, kv_c, kv_cache)
         self.write(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
 
     def write(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
@@ -166,7 +167,7 @@ class MhaSameScaleShapes(MhaMutant):
 
     name = "hardening-mha-same-scale-shapes"
     kv_cache_dtypes = ("fp8",)
-    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"scales": ("tensor", "head")}
+    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"scales": ("tensor", "head", "0d")}
 
     def write(self, layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
               value_cache: torch.Tensor, slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:

@@ -28,7 +28,8 @@ ALL = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
 
 
 class Mutant:
-    """The reference writer, validation skipped, with one fault injected by a subclass."""
+    """The reference writer, validation skipped, with one fault injected by a subclass. It refuses, as the contract
+    says, a cache whose dtype is not the one ``auto`` stores (``check_cache_dtype``)."""
 
     name: ClassVar[str]
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ALL
@@ -49,11 +50,17 @@ class Mutant:
         if kv_cache_dtype not in self.kv_cache_dtypes or self.contract is None:
             raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
         layout = self.contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        self.check_cache_dtype(layout, kv_c, kv_cache)
         capacity = kv_cache.shape[0] * kv_cache.shape[1]
         if slot_mapping.numel() and int(slot_mapping.max()) >= capacity:
             raise IndexError(f"{self.name}: slot {int(slot_mapping.max())} is outside the cache")
         tokens = slot_mapping.shape[0]
         self.write(layout, kv_c[:tokens], k_pe[:tokens], kv_cache, slot_mapping, scale)
+
+    def check_cache_dtype(self, layout: MlaLayout, kv_c: torch.Tensor, kv_cache: torch.Tensor) -> None:
+        if kv_cache.dtype != layout.cache_dtype(kv_c.dtype):
+            raise ValueError(f"{self.name}: kv_cache is {kv_cache.dtype}; {layout.name} needs "
+                             f"{layout.cache_dtype(kv_c.dtype)}")
 
     def write(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
               slots: torch.Tensor, scale: torch.Tensor) -> None:
@@ -282,6 +289,49 @@ class Model1ScalesInTokenData(Mutant):
         kv_cache[s // block_size, s % block_size] = entries  # 584-byte rows: data then scales, inline
 
 
+class Int32SlotsReadAsInt64(Mutant):
+    """Reads an int32 slot_mapping through an int64 pointer (AITER #4697): token i takes the int64 that the int32
+    slots 2i and 2i + 1 make together, and the tokens past half the mapping read what follows it (padding here).
+    A slot it reads outside the cache it skips, as a device-side bound check would. Given int64 slots it is right."""
+
+    name = "mutant-int32-slots-as-int64"
+    kv_cache_dtypes = ("auto",)
+
+    def write(self, layout, kv_c, k_pe, kv_cache, slots, scale):  # type: ignore[no-untyped-def]
+        if slots.dtype == torch.int32:
+            pairs = slots[: slots.numel() // 2 * 2].view(torch.int64)  # little-endian: slot 2i low, 2i + 1 high
+            read = torch.full(slots.shape, -1, dtype=torch.int64)
+            read[: pairs.numel()] = pairs
+            read[read >= kv_cache.shape[0] * kv_cache.shape[1]] = -1
+            slots = read
+        super().write(layout, kv_c, k_pe, kv_cache, slots, scale)
+
+
+class Int64SlotsReadAsInt32(Mutant):
+    """Reads an int64 slot_mapping through an int32 pointer (vllm-ascend #16664): token 2j takes the low half of
+    slot j, token 2j + 1 its high half (0, or -1 for a padding slot), so half the tokens go to other slots and many
+    to slot 0."""
+
+    name = "mutant-int64-slots-as-int32"
+    kv_cache_dtypes = ("auto",)
+
+    def write(self, layout, kv_c, k_pe, kv_cache, slots, scale):  # type: ignore[no-untyped-def]
+        if slots.dtype == torch.int64:
+            slots = slots.view(torch.int32)[: slots.numel()].to(torch.int64)
+        super().write(layout, kv_c, k_pe, kv_cache, slots, scale)
+
+
+class BitCopiesMismatchedCache(Mutant):
+    """Under ``auto`` copies the inputs' bits into whatever cache it is given, its dtype unchecked: bf16 rows in an
+    fp16 cache (vLLM #54338). Right wherever the cache's dtype is the inputs'."""
+
+    name = "mutant-bit-copies-mismatched-cache"
+    kv_cache_dtypes = ("auto",)
+
+    def check_cache_dtype(self, layout: MlaLayout, kv_c: torch.Tensor, kv_cache: torch.Tensor) -> None:
+        """Checks nothing (the fault)."""
+
+
 class SilentFallback(Mutant):
     """Writes the right bytes through a fallback path: its launch counter never moves."""
 
@@ -308,6 +358,9 @@ EXPECTED: dict[type[Mutant], tuple[str, str]] = {
     IgnoresBlockStride: ("cpu", "layout.block_stride"),
     Model1ScalesInTokenData: ("cpu", "layout.block_scales"),
     SilentFallback: ("cpu", "support.kernel_ran"),
+    Int32SlotsReadAsInt64: ("cpu", "layout.slot_mapping"),
+    Int64SlotsReadAsInt32: ("cpu", "layout.slot_mapping"),
+    BitCopiesMismatchedCache: ("cpu", "support.mismatched_cache_raises"),
 }
 
 

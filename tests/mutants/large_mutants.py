@@ -49,6 +49,9 @@ class Int32ByteOffsets(_BoundMutant):
         if kv_cache_dtype not in self.kv_cache_dtypes or self.contract is None:
             raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
         layout = self.contract.layout(kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        if kv_cache.dtype != layout.cache_dtype(kv_c.dtype):
+            raise ValueError(f"{self.name}: kv_cache is {kv_cache.dtype}; {layout.name} needs "
+                             f"{layout.cache_dtype(kv_c.dtype)}")
         flat, base = _storage_bytes(kv_cache)
         itemsize = kv_cache.element_size()
         keep = slot_mapping >= 0
@@ -113,6 +116,8 @@ class Int32RowCopy(_BoundMutant, ABC):
                  kv_cache_dtype: str, scale: torch.Tensor) -> None:
         if kv_cache_dtype not in self.kv_cache_dtypes:
             raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
+        if kv_cache.dtype != kv_c.dtype:
+            raise ValueError(f"{self.name}: auto stores the inputs' {kv_c.dtype}; kv_cache is {kv_cache.dtype}")
         tokens = slot_mapping.numel()
         if tokens == 0:
             return

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import torch
 
+from rtp_ref.cases.launch_size import CPU_LAUNCH_TOKENS
 from rtp_ref.contract import WriteContract, default_contract
 from rtp_ref.fp8 import decode, encode
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
@@ -126,6 +127,49 @@ class TruncatingConversion(MhaMutant):
             cache[blocks, rows] = codes
 
 
+class MhaBitCopiesMismatchedCache(MhaMutant):
+    """Under ``auto`` copies the inputs' bits into whatever caches it is given, their dtype unchecked (it views them
+    as the inputs' dtype, as a kernel taking ``data_ptr()`` does): bf16 rows in fp16 caches (vLLM #54338)."""
+
+    name = "mutant-mha-bit-copies-mismatched-cache"
+    kv_cache_dtypes = ("auto",)
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        if layout.element_format is None:
+            key_cache, value_cache = key_cache.view(key.dtype), value_cache.view(key.dtype)
+        reference_reshape_and_cache_flash(layout, key, value, key_cache, value_cache, slots, k_scale, v_scale)
+
+
+class ZeroDimScaleReadPerHead(MhaMutant):
+    """Takes a 0-D k_scale or v_scale for one scale per head (its shape misread, as sglang #14550's 0-D scale was):
+    head h reads the float h places past the scale's address, which is not the scale."""
+
+    name = "mutant-mha-0d-scale-per-head"
+    kv_cache_dtypes = ("fp8",)
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        def per_head(scale: torch.Tensor) -> torch.Tensor:
+            return torch.as_strided(scale, (layout.num_kv_heads,), (1,)) if scale.dim() == 0 else scale
+
+        reference_reshape_and_cache_flash(layout, key, value, key_cache, value_cache, slots, per_head(k_scale),
+                                          per_head(v_scale))
+
+
+class DropsRowsPastGridLimit(MhaMutant):
+    """Puts its tokens on a grid dimension of at most 65,535 blocks (CUDA's grid.y: ik_llama.cpp #2367) and writes
+    only the tokens that fit; on the CPU the limit shrinks with the launch-size case (one token short of it)."""
+
+    name = "mutant-mha-drops-rows-past-grid-limit"
+    kv_cache_dtypes = ("auto",)
+
+    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        limit = 65_535 if key_cache.is_cuda else CPU_LAUNCH_TOKENS - 1
+        if slots.numel() > limit:
+            slots = slots.clone()
+            slots[limit:] = -1
+        reference_reshape_and_cache_flash(layout, key, value, key_cache, value_cache, slots, k_scale, v_scale)
+
+
 class IndexerMutant(_BoundMutant):
     """The indexer reference with one fault injected by a subclass (``write``)."""
 
@@ -209,4 +253,7 @@ MHA_INDEXER_EXPECTED: dict[type[MhaMutant] | type[IndexerMutant], tuple[str, str
     WholeTokenQuantBlock: ("cpu", "numerics.quant_block"),
     TruncatingConversion: ("cpu", "bit_exact.bytes"),
     SkipsSecondScale: ("cpu", "numerics.scale_positive"),
+    MhaBitCopiesMismatchedCache: ("cpu", "support.mismatched_cache_raises"),
+    ZeroDimScaleReadPerHead: ("cpu", "numerics.error_bound"),
+    DropsRowsPastGridLimit: ("cpu", "layout.slot_mapping"),
 }

@@ -16,6 +16,7 @@ from rtp_ref.cases.gather_cases import GatherCase
 from rtp_ref.cases.gather_grading import grade_gather, grade_indexer_gather
 from rtp_ref.cases.grading import MAX_DETAIL, Grading
 from rtp_ref.cases.indexer_gather_cases import IndexerGatherCase
+from rtp_ref.cases.invalid_calls import MUST_RAISE_KINDS
 from rtp_ref.cases.mha_indexer_cases import MhaIndexerSpec, build_mha_indexer_case
 from rtp_ref.cases.mha_indexer_grading import grade_mha_indexer_write
 from rtp_ref.contract import WriteContract
@@ -54,8 +55,9 @@ def _first_failing_case(cls: type, platform: str, check: str) -> Grading:
     kernel = cls().bind(contract)
     claims = getattr(kernel, "kv_cache_dtypes", None) or getattr(kernel, "scale_fmts", ())
     for variant in claims:
-        for spec in op_spec(op_name(kernel)).cases.specs(variant):
-            if spec.tokens >= 5:
+        # every regular case on the CPU (the launch-size one included), but the calls a kernel must refuse
+        for spec in op_spec(op_name(kernel)).cases.keys(variant, "cpu"):
+            if spec.tokens >= 5 and spec.kind not in MUST_RAISE_KINDS:
                 grading = _graded(kernel, spec, contract)
                 if check in grading.failed:
                     return grading

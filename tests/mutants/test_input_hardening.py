@@ -126,6 +126,6 @@ def test_declared_domains(tmp_path: Path) -> None:
         domain["checks"]["support.declared_domain"]
     # a write op's domain: vLLM's MHA write refuses k and v scales of different shapes
     row = rows[("hardening-mha-same-scale-shapes", "fp8")]
-    assert (row["verdict"], row["domain"]) == ("certified", "scales head/tensor")
-    assert row["refused"] == ["random (scales mixed, declared head/tensor)"]
+    assert (row["verdict"], row["domain"]) == ("certified", "scales 0d/head/tensor")
+    assert row["refused"] == ["random (scales mixed, declared 0d/head/tensor)"]
     assert report["_exit_code"] == 1

@@ -128,8 +128,9 @@ def test_cuda_kernels_are_certified_on_an_h200(installed: Path, tmp_path: Path) 
         # no slot validation, on purpose: the out-of-range slot is reported, not failed
         assert good[layout]["input_checks"] == "unchecked", (layout, good[layout])
         # its vector loads need aligned rows: declared, and the element-aligned cases refused as declared
-        assert good[layout]["refused"] == ["elem_aligned (aligned16)", "noncontig (aligned16)"], good[layout]
-        assert good[layout]["domain"] == "aligned16 inputs", good[layout]
+        assert good[layout]["refused"] == ["elem_aligned (aligned16)", "noncontig (aligned16)",
+                                           "random (slot_mapping int32, declared int64)"], good[layout]
+        assert good[layout]["domain"] == "slot_mapping int64, aligned16 inputs", good[layout]
         # it launches nothing for 0 tokens
         assert good[layout]["hardening"] == "clean", good[layout]
 

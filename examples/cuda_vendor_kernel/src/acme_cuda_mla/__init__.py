@@ -4,11 +4,12 @@ Two kernels, both claiming ``auto`` (a bf16/fp16 copy) and ``fp8`` (per-tensor s
 saturating), on CUDA GPUs only:
 
 * ``acme-cuda``: the CUDA kernel written like a production kernel (csrc/cache_kernels.cu says what
-  that means: 16-byte vector loads, no slot validation), with the two host-side habits that make it
-  certifiable, both from tensor metadata alone (no device sync, so it stays capturable in a CUDA
+  that means: 16-byte vector loads, no slot validation), with the host-side habits that make it
+  certifiable, all from tensor metadata alone (no device sync, so it stays capturable in a CUDA
   graph): it declares ``input_requirements = ("aligned16",)`` and refuses inputs its vector loads
-  cannot read, and it launches nothing for 0 tokens. It raises ``NotImplementedError`` for a layout
-  it does not claim, before touching memory.
+  cannot read, it declares ``input_domain`` (the int64 slot mappings its kernel reads), it refuses
+  under ``auto`` a cache of another dtype than the inputs', and it launches nothing for 0 tokens. It
+  raises ``NotImplementedError`` for a layout it does not claim, before touching memory.
 * ``acme-cuda-crashy``: the same CUDA code called as production kernels were found calling it: an
   empty grid for 0 tokens, misaligned rows handed to the vector loads, and on ``fp8`` a write far
   outside the cache (the CUDA context dies: illegal memory access); asked for a layout it does not
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -80,6 +81,8 @@ class AcmeCudaKernel:
     devices = ("cuda",)
     #: rtp-ref's vocabulary (rtp_ref.kernels.protocol.INPUT_REQUIREMENTS): 16-byte aligned rows
     input_requirements = ("aligned16",)
+    #: the kernel reads slot_mapping as int64 (``data_ptr<int64_t>()`` refuses any other dtype before launching)
+    input_domain: ClassVar[dict[str, tuple[str, ...]]] = {"slot_mapping": ("int64",)}
 
     def __call__(
         self,
@@ -95,6 +98,10 @@ class AcmeCudaKernel:
                 f"{self.name} does not support kv_cache_dtype={kv_cache_dtype!r}; "
                 f"supported: {', '.join(self.kv_cache_dtypes)}"
             )
+        if kv_cache_dtype == "auto" and kv_cache.dtype != kv_c.dtype:
+            # the CUDA code copies bits: a bf16 row in an fp16 cache would read back as other numbers
+            raise ValueError(f"{self.name}: kv_cache_dtype 'auto' stores the inputs' own type; kv_cache is "
+                             f"{kv_cache.dtype}, kv_c {kv_c.dtype}")
         bad = [name for name, t in (("kv_c", kv_c), ("k_pe", k_pe)) if _misaligned(t)]
         if bad:
             raise ValueError(f"{self.name} reads rows with 16-byte loads: {', '.join(bad)} must have unit inner stride "

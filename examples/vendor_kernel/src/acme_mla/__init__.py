@@ -29,6 +29,9 @@ class AcmeMlaKernel:
     ) -> None:
         if kv_cache_dtype not in self.kv_cache_dtypes:
             raise NotImplementedError(f"acme-mla does not support kv_cache_dtype={kv_cache_dtype!r}")
+        if kv_cache_dtype == "auto" and kv_cache.dtype != kv_c.dtype:
+            # auto stores the inputs' own type: writing bf16 rows into an fp16 cache is an engine's bug to report
+            raise ValueError(f"acme-mla: kv_cache_dtype 'auto' needs a {kv_c.dtype} cache, got {kv_cache.dtype}")
         block_size = kv_cache.shape[1]
         capacity = kv_cache.shape[0] * block_size
         # Validate before touching the cache: a bad slot must not leave a half-written cache.
