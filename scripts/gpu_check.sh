@@ -54,14 +54,17 @@ set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
-site=/tmp/rtp-site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" . $(ls .whl/*.whl 2>/dev/null) \
+# installed as tox installs it: into the machine's own python environment (beside its torch, triton and pytest),
+# run through the console scripts, so the tests that spawn `rtp-ref` or read the install find what tox gives them
+B=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
+python3 -m pip install -q --no-index --no-deps --no-build-isolation . $(ls .whl/*.whl 2>/dev/null) \
   >"$reports/install.log" 2>&1 || { cat "$reports/install.log"; exit 1; }
-export PYTHONPATH="$site" PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 export TORCH_EXTENSIONS_DIR=/tmp/torch-ext TRITON_CACHE_DIR=/tmp/triton-cache
-# as tox -e cuda sets it: one torch thread per process
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-rtp() { python3 -m rtp_ref.cli "$@"; }
+# as tox -e cuda leaves it: no thread count (tests/conftest.py gives each unit-test worker one torch thread)
+RTP=$B/rtp-ref
+PYTEST=$B/pytest
+rtp() { "$RTP" "$@"; }
 python3 - <<'PY' | tee "$out/env.txt"
 import torch, triton
 print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)
@@ -70,7 +73,7 @@ PY
 rtp platforms detect
 
 # unit tests on the GPU: all workers share it (--platform cpu: no one-GPU-per-worker rule)
-unit_tests() { python3 -m pytest -q -n 8 --platform cpu -p no:cacheprovider "$@" 2>&1 | tee -a "$out/unit.log" | tail -2; }
+unit_tests() { "$PYTEST" -q -n 8 --platform cpu -p no:cacheprovider "$@" 2>&1 | tee -a "$out/unit.log" | tail -2; }
 # certify PLATFORM [certify options]: the log to $OUT, the reports under /tmp
 certify() {
   rtp certify --platform "$1" --report "$reports/$1" --case-timeout 300 "${@:2}" > "$reports/$1.log" 2>&1
@@ -97,10 +100,10 @@ for stage in "$@"; do
     # kernels), then the unit tests without the CPU large tests, each timed and bounded (SIGINT lets pytest print
     # its summary and the slowest tests even when it is cut off)
     start=$(date +%s)
-    { time timeout -s INT 280 python3 -m rtp_ref.cli certify --platform auto --tier all --report "$reports/auto"; } \
+    { time timeout -s INT 280 "$RTP" certify --platform auto --tier all --report "$reports/auto"; } \
       > "$out/gate-certify.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -40
-    { time timeout -s INT ${GATE_TESTS_BOUND:-270} python3 -m pytest -q -p no:cacheprovider -n auto --dist worksteal \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
         --platform cpu -m "not large" --durations=60 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
     grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -90
     echo "gate total: $(( $(date +%s) - start )) s"
@@ -108,14 +111,14 @@ for stage in "$@"; do
   verify)
     # every built-in kernel on every table on this GPU, then compute-sanitizer over every built-in GPU kernel of
     # every op on this GPU's table
-    { time timeout -s INT 330 python3 -m rtp_ref.cli certify --platform all --report "$reports/all"; } \
+    { time timeout -s INT 330 "$RTP" certify --platform all --report "$reports/all"; } \
       > "$out/certify-all.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -50
-    { time timeout -s INT 150 python3 -m rtp_ref.cli memcheck --kernel triton --kernel cuda --platform auto \
+    { time timeout -s INT 150 "$RTP" memcheck --kernel triton --kernel cuda --platform auto \
         --case-timeout 120 --report "$reports/memcheck"; } > "$out/memcheck.log" 2>&1
     echo "memcheck exit $?"; grep -vE "  clean$" "$out/memcheck.log" | tail -20
     # the other ops' GPU kernels: their kernel tests under the sanitizer
-    { time timeout -s INT 200 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q \
+    { time timeout -s INT 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$PYTEST" -q \
         -p no:cacheprovider --platform cpu tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py \
         -k "cuda or triton"; } > "$out/sanitizer.log" 2>&1
     echo "compute-sanitizer exit $?"; grep -E "ERROR SUMMARY|passed|failed|^real" "$out/sanitizer.log" | tail -8
@@ -125,16 +128,16 @@ for stage in "$@"; do
     # auto --tier all: every tier, the stream tier included, then the unit tests), each timed; then certify
     # --platform all (every table on this GPU) in what is left of GATE_ALL_BOUND
     start=$(date +%s)
-    { time timeout -s INT ${GATE_CERTIFY_BOUND:-170} python3 -m rtp_ref.cli certify --platform auto --tier all \
-        --report "$reports/auto"; } > "$out/gate-certify.log" 2>&1
-    echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -30
-    { time timeout -s INT ${GATE_TESTS_BOUND:-200} python3 -m pytest -q -p no:cacheprovider -n auto --dist worksteal \
+    { time timeout -s INT ${GATE_CERTIFY_BOUND:-170} "$RTP" certify --platform auto --tier all \
+        --report "$reports/auto" -- --durations=12; } > "$out/gate-certify.log" 2>&1
+    echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -45
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
         --platform cpu -m "not large" --durations=25 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
     echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real" "$out/gate-tests.log" | tail -40
     echo "gate total: $(( $(date +%s) - start )) s"
     left=$(( ${GATE_ALL_BOUND:-480} - ($(date +%s) - start) ))
     if [ "$left" -gt 30 ]; then
-      { time timeout -s INT "$left" python3 -m rtp_ref.cli certify --platform all --report "$reports/all"; } \
+      { time timeout -s INT "$left" "$RTP" certify --platform all --report "$reports/all"; } \
         > "$out/certify-all.log" 2>&1
       echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -40
     fi
@@ -142,20 +145,20 @@ for stage in "$@"; do
   gateshort)
     # a short lease: certify --platform auto --tier all (tox -e cuda's first command, every tier), then the GPU
     # tests of the kernels and tiers changed since the last GPU run, each bounded
-    { time timeout -s INT ${GATE_CERTIFY_BOUND:-140} python3 -m rtp_ref.cli certify --platform auto --tier all \
+    { time timeout -s INT ${GATE_CERTIFY_BOUND:-140} "$RTP" certify --platform auto --tier all \
         --report "$reports/auto"; } > "$out/gate-certify.log" 2>&1
     echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -40
-    { time timeout -s INT ${GATE_TESTS_BOUND:-100} python3 -m pytest -q -p no:cacheprovider -n 4 --platform cpu \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-100} "$PYTEST" -q -p no:cacheprovider -n 4 --platform cpu \
         tests/kernels/test_hardware_nan.py tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py \
         tests/mutants/test_stream_mutants.py; } > "$out/gate-tests.log" 2>&1
     echo "gpu tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real|^E " "$out/gate-tests.log" | tail -40
     ;;
   gatecertify)
     # tox -e cuda's second command (every tier on this host's own table), timed; then the cpu table on this host
-    { time timeout -s INT 240 python3 -m rtp_ref.cli certify --platform auto --tier all --report "$reports/auto"; } \
+    { time timeout -s INT 240 "$RTP" certify --platform auto --tier all --report "$reports/auto"; } \
       > "$out/certify-auto.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/certify-auto.log" | tail -60
-    { time timeout -s INT 120 python3 -m rtp_ref.cli certify --platform cpu --report "$reports/cpu"; } \
+    { time timeout -s INT 120 "$RTP" certify --platform cpu --report "$reports/cpu"; } \
       > "$out/certify-cpu.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/certify-cpu.log" | tail -30
     ;;
@@ -206,19 +209,19 @@ PY
     rtp certify --platform cuda-sm90 --kernel cuda --layout auto -n 3 --report "$reports/pin3" 2>&1 | tail -3
     ;;
   vendor)
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" ./examples/cuda_vendor_kernel \
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation ./examples/cuda_vendor_kernel \
       >>"$reports/install.log" 2>&1 || { tail -20 "$reports/install.log"; exit 1; }
     { time python3 -c "import acme_cuda_mla; acme_cuda_mla.build()"; } 2>&1 | tail -3 | tee -a "$out/vendor.log"
     { time rtp certify --platform cuda-sm90 --kernel acme-cuda --kernel acme-cuda-crashy --case-timeout 120 \
         --report "$out/vendor-report"; } > "$reports/vendor-certify.log" 2>&1
     echo "certify exit $?" | tee -a "$out/vendor.log"; tail -16 "$reports/vendor-certify.log" | tee -a "$out/vendor.log"
-    python3 -m pytest -q -p no:cacheprovider --platform cpu tests/vendor/test_cuda_example_package.py 2>&1 \
+    "$PYTEST" -q -p no:cacheprovider --platform cpu tests/vendor/test_cuda_example_package.py 2>&1 \
       | tail -15 | tee -a "$out/vendor.log"
     memcheck acme-cuda acme-cuda-crashy | tee -a "$out/vendor.log"
     ;;
   families)
     unit_tests tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_triton.py tests/kernels/test_cuda.py
-    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$PYTEST" -q -p no:cacheprovider --platform cpu \
       tests/kernels/test_mha_indexer_kernels.py -k "HND or indexer" 2>&1 | tail -6 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     fam=(--kernel reference-mha --kernel torch-eager-mha --kernel triton-mha --kernel cuda-mha
@@ -257,7 +260,7 @@ PY
 for c in d['cases']:
     print(c['kernel'], c['layout'], c.get('grade'), c.get('duration_s'), c.get('failed_checks'))" | tee -a "$out/certify.log"
     # the Triton mutant whose row offset is an int32 (tests/mutants/large_mutants.py) must fail it
-    RTP_REF_KERNELS=tests.mutants.large_mutants:large_mutants PYTHONPATH="$site:$PWD" rtp certify --platform cuda-sm90 \
+    RTP_REF_KERNELS=tests.mutants.large_mutants:large_mutants PYTHONPATH="$PWD" "$RTP" certify --platform cuda-sm90 \
       --tier large --report "$reports/large-mutant" --kernel mutant-large-triton-int32-offsets > "$reports/large-mutant.log" 2>&1
     echo "large tier, triton int32 mutant: exit $? (1: caught)" | tee -a "$out/certify.log"
     python3 -c "import json; d = json.load(open('$reports/large-mutant/report.json'))
@@ -266,7 +269,7 @@ for c in d['cases']:
     ;;
   cudamutant)
     # the large tier's CUDA C++ int32-offset mutant (tests/mutants/cuda_large_mutant.py), built at first use
-    RTP_REF_KERNELS=tests.mutants.cuda_large_mutant:mutants PYTHONPATH="$site:$PWD" rtp certify --platform cuda-sm90 \
+    RTP_REF_KERNELS=tests.mutants.cuda_large_mutant:mutants PYTHONPATH="$PWD" "$RTP" certify --platform cuda-sm90 \
       --tier large --report "$reports/large-cuda-mutant" --kernel mutant-large-cuda-int32-offsets \
       > "$reports/large-cuda-mutant.log" 2>&1
     echo "large tier, cuda int32 mutant: exit $? (1: caught)" | tee -a "$out/certify.log"
@@ -285,7 +288,7 @@ for c in d['cases']:
     ;;
   mhaperf)
     unit_tests tests/kernels/test_mha_indexer_kernels.py
-    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$PYTEST" -q -p no:cacheprovider --platform cpu \
       tests/kernels/test_mha_indexer_kernels.py -k "cuda and mha" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     certify cuda-sm90 --kernel cuda-mha --tier all
@@ -295,13 +298,13 @@ for c in d['cases']:
   famperf)
     # the MHA and indexer kernels after a change: tests, sanitizer, certify (all tiers natively), the sweeps, the bench
     unit_tests tests/kernels/test_mha_indexer_kernels.py
-    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$PYTEST" -q -p no:cacheprovider --platform cpu \
       tests/kernels/test_mha_indexer_kernels.py -k "cuda or triton" 2>&1 | tail -3 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     fam=(--kernel cuda-mha --kernel triton-mha --kernel cuda-indexer --kernel triton-indexer)
     certify cuda-sm90 "${fam[@]}" --tier all
     certify rocm-gfx942 "${fam[@]}"
-    PYTHONPATH="$site:$PWD" python3 -m tests.kernels.mha_indexer_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
+    PYTHONPATH="$PWD" python3 -m tests.kernels.mha_indexer_bandwidth --sweep 2>&1 | tee -a "$out/sweep.log"
     bench "${fam[@]}" --tokens 1 64 16384 2097152
     ;;
   final)
@@ -320,7 +323,7 @@ for c in d['cases']:
     metrics+=,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct
     metrics+=,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct
     metrics+=,smsp__warp_issue_stalled_drain_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct
-    PYTHONPATH="$site:$PWD" ncu --clock-control none -k "regex:indexer|reshape_and_cache|mha_paged" --metrics "$metrics" \
+    PYTHONPATH="$PWD" ncu --clock-control none -k "regex:indexer|reshape_and_cache|mha_paged" --metrics "$metrics" \
       python3 -m tests.kernels.mha_indexer_bandwidth 2097152 --once > "$out/ncu-families.log" 2>&1
     echo "ncu exit $?"
     # kernel lines whole, metric lines as name, unit and value
@@ -329,7 +332,7 @@ for c in d['cases']:
     ;;
   reader)
     unit_tests tests/kernels/test_gather_kernels.py
-    compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider --platform cpu \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$PYTEST" -q -p no:cacheprovider --platform cpu \
       tests/kernels/test_gather_kernels.py -k "cuda or triton" 2>&1 | tail -4 | tee -a "$out/sanitizer.log"
     echo "compute-sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/sanitizer.log"
     readers=(--kernel reference-gather --kernel triton-gather --kernel cuda-gather --kernel triton --kernel cuda
@@ -346,7 +349,7 @@ for c in d['cases']:
       certify "$platform" --tier graph "${gpu[@]}"
       echo "graph tier $platform: $((SECONDS - start)) s" | tee -a "$out/certify.log"
     done
-    PYTHONPATH="$site:$PWD" python3 -m pytest -q -p no:cacheprovider --platform cpu tests/mutants/test_graph_mutants.py \
+    PYTHONPATH="$PWD" "$PYTEST" -q -p no:cacheprovider --platform cpu tests/mutants/test_graph_mutants.py \
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)

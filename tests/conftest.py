@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import torch
 
+from rtp_ref.certify.cores import THREADS_VARIABLE
 from rtp_ref.pytest_plugin import activate
 
 DEVICES = [
@@ -19,8 +21,19 @@ def pytest_configure(config: pytest.Config) -> None:
     # rtp-ref's own suite: its markers, hypothesis profiles and one GPU per xdist worker (the plugin is inert
     # in every other project)
     activate(config)
+    if hasattr(config, "workerinput"):
+        _one_thread_per_worker()
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist: it prints the summary
         config.pluginmanager.register(SurveySummary(), "rtp_ref_survey_summary")
+
+
+def _one_thread_per_worker() -> None:
+    """An xdist worker shares the cores with the others: one torch thread for it and the processes its tests start
+    (certify runs), unless the run sets OMP_NUM_THREADS. A thread per core in each of 16 workers made the tests 20
+    times slower on a 16-core GPU host; tox sets no thread count, so certify, run alone, grades on every core."""
+    if THREADS_VARIABLE not in os.environ:
+        os.environ[THREADS_VARIABLE] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(params=DEVICES)

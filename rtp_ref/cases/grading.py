@@ -28,10 +28,9 @@ from rtp_ref.cases.cases import ALT_CANARY, CANARY, GUARD_BYTES, CaseInputs, cac
 from rtp_ref.cases.checks import Check, grade_reached, reaches
 from rtp_ref.cases.storage import StorageMap, field_places, kernel_text, slot_namer, slot_width_note, value_text
 from rtp_ref.cases.value_checks import MAX_EXAMPLES, ValueGrade, failing, first, fp8_value_checks, with_examples
-from rtp_ref.fp8 import decode
 from rtp_ref.fp8.elements import ANY_NAN, ElementTraits, NanPolicy, dtype_element, element_bits
 from rtp_ref.fp8.scales import ScaleRule
-from rtp_ref.kv.cache import gather_entries, reference_write
+from rtp_ref.kv.cache import gather_entries, reference_write_each
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, Source, field_element, is_fp8_element, value_bits
 from rtp_ref.kv.layouts import MlaLayout
 
@@ -67,24 +66,25 @@ def _cpu_inputs(inputs: CaseInputs) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return inputs.kv_c.cpu(), inputs.k_pe.cpu(), inputs.slot_mapping.cpu().to(torch.int64), inputs.scale.cpu()
 
 
-def _write_on(layout: MlaLayout, inputs: CaseInputs, canary: int, padded_rows: int) -> torch.Tensor:
+def _canary_storages(layout: MlaLayout, inputs: CaseInputs, canaries: tuple[int, ...],
+                     padded_rows: int) -> list[torch.Tensor]:
+    """CPU copies of the case's storage, one filled with each canary, each written by the reference (the tokens
+    encoded once for all of them)."""
     kv_c, k_pe, slots, scale = _cpu_inputs(inputs)
-    storage = torch.full_like(inputs.storage, canary, device="cpu")
+    storages = [torch.full_like(inputs.storage, canary, device="cpu") for canary in canaries]
     num_blocks, block_size = inputs.kv_cache.shape[:2]
-    view = cache_view(layout, storage, num_blocks, block_size, kv_c.dtype, padded_rows)
-    reference_write(layout, kv_c, k_pe, view, slots, scale)
-    return storage
+    views = [cache_view(layout, storage, num_blocks, block_size, kv_c.dtype, padded_rows) for storage in storages]
+    reference_write_each(layout, kv_c, k_pe, views, slots, scale)
+    return storages
 
 
 def reference_image(layout: MlaLayout, inputs: CaseInputs) -> ReferenceImage:
     """Run the reference writer on canary-filled copies of the case's storage (see module doc)."""
-    a = _write_on(layout, inputs, CANARY, inputs.padded_rows)
-    b = _write_on(layout, inputs, ALT_CANARY, inputs.padded_rows)
+    a, b = _canary_storages(layout, inputs, (CANARY, ALT_CANARY), inputs.padded_rows)
     footprint = (a != CANARY) | (b != ALT_CANARY)
     dense = None
     if inputs.padded_rows:
-        da = _write_on(layout, inputs, CANARY, 0)
-        db = _write_on(layout, inputs, ALT_CANARY, 0)
+        da, db = _canary_storages(layout, inputs, (CANARY, ALT_CANARY), 0)
         dense = (da != CANARY) | (db != ALT_CANARY)
     return ReferenceImage(a, footprint, dense)
 
@@ -277,9 +277,9 @@ class _NumericsCase:
         graded: ValueGrade = fp8_value_checks(
             self.f.name, self.codes, v, self.layout.element_format, self.layout.conversion_mode, self.max_ulp,
             lambda r, c, want: self._value_example(r, c, v, want))
-        ordinary = graded.ordinary
-        q = decode(self.codes, self.layout.element_format).double()
-        abs_err = ((q[ordinary] - v[ordinary]).abs() * s[ordinary]).max().item() if bool(ordinary.any()) else 0.0
+        ordinary, q = graded.ordinary, graded.decoded
+        error = (q - v).abs() * s
+        abs_err = float(error.max() if bool(ordinary.all()) else error[ordinary].max()) if bool(ordinary.any()) else 0.0
         return graded.checks, {"max_error_steps": graded.worst_steps, "max_abs_error": abs_err}
 
 

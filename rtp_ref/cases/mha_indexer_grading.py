@@ -233,10 +233,10 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
         checks.append(_head_order(targets, got, want, case.itemsize))
         if case.layout.element_format is None:
             for part in ("key", "value"):
+                places = images.map.field(part)
                 copied = torch.zeros_like(differ)
-                at = images.map.field(part).positions.flatten()
-                copied[at] = differ[at]
-                tokens = int(copied[images.map.field(part).positions[targets.slots]].any(dim=1).sum())
+                places.view_in(copied).copy_(places.view_in(differ))
+                tokens = int(places.bytes_in(differ)[targets.slots].any(dim=1).sum())
                 checks.append(failing(f"layout.{part}_exact", not bool(copied.any()),
                                       lambda part=part, copied=copied, tokens=tokens: with_examples(  # type: ignore[misc]
                                           f"{part}: {tokens} token(s) are not copied bit for bit{pinned_nan(nan)}",

@@ -65,8 +65,7 @@ class MhaIndexerWriteCase:
             return None
         if isinstance(case, MhaCase):
             return self._diagnose_mha(case, after, slots, keep)
-        at = case.storage_map().field("scale").positions[slots[keep]]
-        stored = after[at].contiguous().view(torch.float32)
+        stored = case.storage_map().field("scale").bytes_in(after)[slots[keep]].contiguous().view(torch.float32)
         return diagnose_scales(case.k.cpu()[keep], case.layout.quant_block_size, stored, case.layout.scale_divisor,
                                self.key.layout == "ue8m0")
 

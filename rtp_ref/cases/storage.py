@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -23,15 +24,25 @@ from rtp_ref.cases.value_checks import MAX_EXAMPLES
 from rtp_ref.fp8.elements import ANY_NAN, ElementTraits, NanPolicy, element_bits
 
 
-def byte_positions(view: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
-    """Where each byte of each element of ``view`` sits in ``storage``, a flat uint8 tensor ``view`` is a view of:
-    int64 ``[*view.shape, view.element_size()]`` (any strides, any dtype; CPU result)."""
+def _strided_positions(origin: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
+    """Storage positions of a byte-strided view at ``origin``: int64 ``shape`` (CPU)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if n > 0)
+    return origin + torch.as_strided(torch.arange(span), shape, strides)
+
+
+def _byte_layout(view: torch.Tensor, storage: torch.Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """``view`` as bytes of ``storage``: its first byte's position, and shape and byte strides with the element's
+    bytes as one more, innermost dimension."""
     item = view.element_size()
     origin = view.data_ptr() - storage.data_ptr()
     assert 0 <= origin <= storage.numel(), "the view does not start inside the storage"
-    span = 1 + sum((n - 1) * s for n, s in zip(view.shape, view.stride(), strict=True) if n > 0)
-    grid = torch.as_strided(torch.arange(span), tuple(view.shape), tuple(view.stride()))
-    return origin + grid[..., None] * item + torch.arange(item)
+    return origin, (*view.shape, item), (*(s * item for s in view.stride()), 1)
+
+
+def byte_positions(view: torch.Tensor, storage: torch.Tensor) -> torch.Tensor:
+    """Where each byte of each element of ``view`` sits in ``storage``, a flat uint8 tensor ``view`` is a view of:
+    int64 ``[*view.shape, view.element_size()]`` (any strides, any dtype; CPU result)."""
+    return _strided_positions(*_byte_layout(view, storage))
 
 
 @dataclass(frozen=True)
@@ -40,18 +51,48 @@ class FieldPlaces:
     slot sits in the storage. The field's elements lie there side by side, ``element.size`` bytes each, indexed by
     ``shape`` (``(heads, head_size)``: element ``k`` is head ``k // head_size``); ``labels`` names every index of
     ``shape`` but the last (``("head",)``). Of a format narrower than a byte, an "element" here is one unit, the
-    byte holding ``element.per_unit`` values (two E2M1 codes), and its index the unit's."""
+    byte holding ``element.per_unit`` values (two E2M1 codes), and its index the unit's.
+
+    The places are kept as the strided byte view they come from (``origin``, ``view_shape``, ``view_strides``:
+    slot dimensions first, the element's bytes last), so that a field's bytes of any storage-sized tensor are a view
+    (``bytes_in``) and ``positions`` is built only when asked for (a 65,536-token case has 75 million)."""
 
     name: str
     element: ElementTraits
-    positions: torch.Tensor
+    origin: int
+    view_shape: tuple[int, ...]
+    view_strides: tuple[int, ...]
+    slots: int
     shape: tuple[int, ...]
     labels: tuple[str, ...] = ()
+
+    @cached_property
+    def positions(self) -> torch.Tensor:
+        """int64 ``[slots, field bytes]``: the storage position of every byte of the field at every slot."""
+        return _strided_positions(self.origin, self.view_shape, self.view_strides).reshape(self.slots, -1)
+
+    def view_in(self, storage: torch.Tensor) -> torch.Tensor:
+        """The field's bytes of ``storage`` (any flat tensor as long as the storage, uint8 or a mask) as a view
+        shaped ``view_shape``: writing it writes ``storage``."""
+        return storage.as_strided(self.view_shape, self.view_strides, storage.storage_offset() + self.origin)
+
+    def bytes_in(self, storage: torch.Tensor) -> torch.Tensor:
+        """The field's bytes of ``storage`` as ``[slots, field bytes]`` (``positions``' order; a copy where the
+        field is not dense)."""
+        return self.view_in(storage).reshape(self.slots, -1)
 
     def element_bytes(self, slot: int, index: int) -> torch.Tensor:
         """The storage positions of element ``index`` (flat over ``shape``) at ``slot``."""
         size = self.element.size
-        return self.positions[slot, index * size:(index + 1) * size]
+        return torch.tensor([self._position(slot, index * size + k) for k in range(size)])
+
+    def _position(self, slot: int, byte: int) -> int:
+        """The storage position of byte ``byte`` of the field at ``slot`` (both flat, row-major)."""
+        pos, flat = self.origin, slot * math.prod(self.view_shape) // max(self.slots, 1) + byte
+        for n, stride in zip(reversed(self.view_shape), reversed(self.view_strides), strict=True):
+            flat, i = divmod(flat, n)
+            pos += i * stride
+        return pos
 
     def index_text(self, index: int) -> str:
         """``key head 2 [5]`` for flat element index ``index`` (``nope[5]`` for a one-dimensional field)."""
@@ -71,13 +112,13 @@ def field_places(name: str, view: torch.Tensor, storage: torch.Tensor, element: 
     """The places of field ``name``, given as ``view`` over ``storage``: its first ``slot_dims`` dimensions index the
     slot (``(block, row)``, slots counted block-major, or ``(row,)``), the others the field's elements at a slot. A
     uint8 view of a wider element counts bytes in its last dimension."""
-    pos = byte_positions(view, storage)
+    origin, shape, strides = _byte_layout(view, storage)
     slots = math.prod(view.shape[:slot_dims])
     inner = tuple(view.shape[slot_dims:])
     if view.element_size() != element.size:
         assert view.element_size() == 1 and inner[-1] % element.size == 0, f"{name}: bytes do not hold whole elements"
         inner = (*inner[:-1], inner[-1] // element.size)
-    return FieldPlaces(name, element, pos.reshape(slots, -1), inner, labels)
+    return FieldPlaces(name, element, origin, shape, strides, slots, inner, labels)
 
 
 def hex_bytes(raw: torch.Tensor) -> str:
@@ -118,14 +159,18 @@ class StorageMap:
         self.size, self.fields, self.areas, self.slot_name = size, list(fields), sorted(areas, key=lambda a: a[1]), \
             slot_name
         self.describe_gap = describe_gap
-        self._field = torch.full((size,), -1, dtype=torch.int64)
-        self._slot = torch.full((size,), -1, dtype=torch.int64)
-        self._byte = torch.full((size,), -1, dtype=torch.int64)
+
+    @cached_property
+    def _owners(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per storage byte: its field's index, slot and byte within the field there (-1: in no field). Built at the
+        first ``place``: only a failed check's examples ask."""
+        owner = torch.full((3, self.size), -1, dtype=torch.int64)
         for i, f in enumerate(self.fields):
             slots, width = f.positions.shape
-            self._field[f.positions] = i
-            self._slot[f.positions] = torch.arange(slots)[:, None].expand(slots, width)
-            self._byte[f.positions] = torch.arange(width)[None, :].expand(slots, width)
+            owner[0, f.positions] = i
+            owner[1, f.positions] = torch.arange(slots)[:, None].expand(slots, width)
+            owner[2, f.positions] = torch.arange(width)[None, :].expand(slots, width)
+        return owner[0], owner[1], owner[2]
 
     def field(self, name: str) -> FieldPlaces:
         """The field called ``name``."""
@@ -133,11 +178,12 @@ class StorageMap:
 
     def place(self, pos: int) -> Place | None:
         """The element storage byte ``pos`` belongs to, None for a byte in no field."""
-        i = int(self._field[pos])
+        owner, slot_of, byte_of = self._owners
+        i = int(owner[pos])
         if i < 0:
             return None
         f = self.fields[i]
-        slot, index = int(self._slot[pos]), int(self._byte[pos]) // f.element.size
+        slot, index = int(slot_of[pos]), int(byte_of[pos]) // f.element.size
         return Place(f, slot, index, f.element_bytes(slot, index))
 
     def at(self, name: str, slot: int, index: int) -> Place:
@@ -154,9 +200,9 @@ class StorageMap:
         for f in self.fields:
             if f.element.nan is None:
                 continue
-            elements = f.positions.reshape(-1, f.element.size)
-            at = elements[f.element.nan.is_nan(element_bits(want[elements]))]
-            if at.numel():
+            nan_at = f.element.nan.is_nan(element_bits(f.bytes_in(want).reshape(-1, f.element.size)))
+            if bool(nan_at.any()):
+                at = f.positions.reshape(-1, f.element.size)[nan_at]
                 accepted = nan.matches(f.element, element_bits(want[at]), element_bits(got[at]))
                 differ[at] = ~accepted[:, None].expand_as(at)
         return differ

@@ -34,9 +34,10 @@ def _as_mode(mode: ConversionMode | str) -> ConversionMode:
 
 
 def round_shift_right_half_even(value: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """``round(value / 2**shift)`` with ties to even, for int64 ``value >= 0`` and ``shift >= 0``.
+    """``round(value / 2**shift)`` with ties to even, for integer ``value >= 0`` and ``shift >= 0`` of one dtype.
 
-    ``shift`` must be at most 62; larger shifts of values below 2**62 give 0, callers clamp.
+    ``shift`` must stay below the dtype's bits minus one (30 for int32, 62 for int64); callers clamp, since every
+    larger shift of a value below ``2**shift / 2`` rounds it to 0 as well.
     """
     quotient = value >> shift
     remainder = value - (quotient << shift)
@@ -59,7 +60,8 @@ def encode(
     m = _as_mode(mode)
     if x.dtype not in _SUPPORTED_INPUTS:
         raise ValueError(f"encode: x has dtype {x.dtype}; supported: float32, bfloat16, float16")
-    bits = x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
+    # int32 throughout: a 24-bit significand, an exponent and a shift all fit, at half the memory traffic of int64
+    bits = x.to(torch.float32).contiguous().view(torch.int32)
     sign = (bits >> 31) & 1
     exp_field = (bits >> _F32_MAN_BITS) & _F32_EXP_MASK
     man = bits & _F32_MAN_MASK
@@ -71,7 +73,8 @@ def encode(
     exp = torch.where(normal, exp_field - 127, torch.full_like(exp_field, -126))
     emin = f.min_normal_exp
     target_exp = exp.clamp(min=emin)
-    shift = (_F32_MAN_BITS - f.man_bits + target_exp - exp).clamp(max=62)
+    # shifts past 30 would overflow int32; every one of them (as every shift from 25) rounds a 24-bit significand to 0
+    shift = (_F32_MAN_BITS - f.man_bits + target_exp - exp).clamp(max=30)
     q = round_shift_right_half_even(sig, shift)
     mag = ((target_exp - emin) << f.man_bits) + q
 

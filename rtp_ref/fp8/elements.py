@@ -52,9 +52,8 @@ class NanEncodings:
         """Elementwise ``contains`` over int64 patterns ``bits`` (``element_bits`` gives them)."""
         import torch
 
-        found = torch.zeros_like(bits, dtype=torch.bool)
-        if self.top is not None:
-            found |= (bits & self._magnitude_mask) > self.top
+        found = (bits & self._magnitude_mask) > self.top if self.top is not None else torch.zeros_like(bits,
+                                                                                                        dtype=torch.bool)
         for code in self.extra:
             found |= bits == code
         return found
@@ -107,8 +106,15 @@ def element_bits(raw: torch.Tensor) -> torch.Tensor:
     """The bit patterns of elements given as their little-endian bytes ``[n, size]`` (uint8): int64 ``[n]``."""
     import torch
 
+    size = raw.shape[1]
+    signed = {1: torch.int8, 2: torch.int16, 4: torch.int32}
+    if size in signed:
+        # the bytes reinterpreted as one signed integer, widened and masked back to the unsigned pattern (every host
+        # torch runs on is little-endian)
+        wide = raw.contiguous().view(signed[size]).reshape(-1).to(torch.int64)
+        return wide & ((1 << (8 * size)) - 1)
     wide = raw.to(torch.int64)
-    return sum((wide[:, i] << (8 * i) for i in range(1, raw.shape[1])), wide[:, 0])
+    return sum((wide[:, i] << (8 * i) for i in range(1, size)), wide[:, 0])
 
 
 def _fp8(fmt: Fp8Format) -> ElementTraits:
@@ -207,9 +213,12 @@ class NanPolicy:
             return want == got
         import torch
 
+        want_nan, same = element.nan.is_nan(want), want == got
+        if not bool(want_nan.any()):  # the common case, decided without looking for NaNs in got
+            return same
         pin = self.pinned(element)
         accepted = element.nan.is_nan(got) if pin is None else got == pin
-        return torch.where(element.nan.is_nan(want), accepted, want == got)
+        return torch.where(want_nan, accepted, same)
 
     def describe(self) -> str:
         """``the table pins NaN: e5m2 0x7f`` ("" without pins), for a failed check's detail."""

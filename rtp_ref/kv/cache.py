@@ -19,14 +19,14 @@ is the pure per-token part; ``read_slots`` decodes chosen slots back to float32.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.entries import decode_entries, encode_entries
-from rtp_ref.kv.fields import Source
+from rtp_ref.kv.fields import Field, Source
 from rtp_ref.kv.layouts import MlaLayout, layout_for_platform
 from rtp_ref.kv.validate import validate_read_args, validate_write_args
 
@@ -42,26 +42,28 @@ def _byte_view(kv_cache: torch.Tensor) -> torch.Tensor:
     return kv_cache if kv_cache.dtype == torch.uint8 else kv_cache.view(torch.uint8)
 
 
-def _entry_bytes(layout: MlaLayout, *, written_only: bool) -> torch.Tensor:
-    """Entry byte indices of the cache fields (without pad bytes when ``written_only``)."""
-    ranges = [
-        torch.arange(layout.entry_offset(f), layout.entry_offset(f) + f.size)
-        for f in layout.entry_fields
-        if not (written_only and f.source is Source.PAD)
+def _field_views(layout: MlaLayout, kv_cache: torch.Tensor) -> list[tuple[Field, int, torch.Tensor]]:
+    """Each cache field with its entry offset and a strided uint8 view ``[num_blocks, block_size, size]`` of the
+    cache's memory: ``view[b, t]`` holds token t of block b's bytes of the field (``MlaLayout.page_map``).
+
+    Whole-field views replace per-byte index tensors, so a 65,536-token case gathers in milliseconds. The
+    per-token stride of the cache is its entry (``validate_write_args`` checks it); the block stride may be padded.
+    """
+    view = _byte_view(kv_cache)
+    num_blocks, block_size = view.shape[0], view.shape[1]
+    return [
+        (p.field, layout.entry_offset(p.field),
+         torch.as_strided(view, (num_blocks, block_size, p.field.size), (view.stride(0), p.per_token, 1),
+                          view.storage_offset() + p.start))
+        for p in layout.page_map(block_size)
     ]
-    return torch.cat(ranges)
 
 
-def _locations(
-    layout: MlaLayout, kv_cache: torch.Tensor, slots: torch.Tensor, columns: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Index tensors (block, row, column) into the byte view for entry bytes ``columns`` of ``slots``."""
+def _block_rows(kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block, token-in-block) of each slot, as int64 on the cache's device."""
     block_size = kv_cache.shape[1]
-    columns = columns.to(slots.device)
-    positions = layout.block_byte_positions(slots % block_size, columns, block_size)
-    blocks = (slots // block_size).unsqueeze(1).expand_as(positions)
-    width = layout.bytes_per_token
-    return blocks, positions // width, positions % width
+    slots = slots.to(device=kv_cache.device, dtype=torch.int64)
+    return slots // block_size, slots % block_size
 
 
 def scatter_entries(layout: MlaLayout, entries: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor) -> None:
@@ -69,15 +71,20 @@ def scatter_entries(layout: MlaLayout, entries: torch.Tensor, kv_cache: torch.Te
 
     Pad bytes are skipped. No validation: callers check first (``validate_write_args``).
     """
-    columns = _entry_bytes(layout, written_only=True)
-    index = _locations(layout, kv_cache, slots, columns)
-    _byte_view(kv_cache)[index] = entries[:, columns.to(entries.device)]
+    blocks, rows = _block_rows(kv_cache, slots)
+    entries = entries.to(kv_cache.device)
+    for f, offset, field_bytes in _field_views(layout, kv_cache):
+        if f.source is not Source.PAD:
+            field_bytes[blocks, rows] = entries[:, offset: offset + f.size]
 
 
 def gather_entries(layout: MlaLayout, kv_cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """The entries stored at ``slots``: uint8 ``[n, bytes_per_token]`` (pad bytes as found in the cache)."""
-    columns = _entry_bytes(layout, written_only=False)
-    return _byte_view(kv_cache)[_locations(layout, kv_cache, slots, columns)]
+    blocks, rows = _block_rows(kv_cache, slots)
+    entries = torch.empty((blocks.shape[0], layout.bytes_per_token), dtype=torch.uint8, device=kv_cache.device)
+    for f, offset, field_bytes in _field_views(layout, kv_cache):
+        entries[:, offset: offset + f.size] = field_bytes[blocks, rows]
+    return entries
 
 
 def reference_write(
@@ -93,12 +100,27 @@ def reference_write(
     Validates everything first (``validate_write_args``): bad input raises RtpRefError and leaves
     the cache untouched. The resulting cache image is the expected output for the same call on a kernel.
     """
-    validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
+    reference_write_each(layout, kv_c, k_pe, (kv_cache,), slot_mapping, scale)
+
+
+def reference_write_each(
+    layout: MlaLayout,
+    kv_c: torch.Tensor,
+    k_pe: torch.Tensor,
+    kv_caches: Sequence[torch.Tensor],
+    slot_mapping: torch.Tensor,
+    scale: torch.Tensor,
+) -> None:
+    """``reference_write`` of one call into each of ``kv_caches``, encoding the tokens once (a grader's canary
+    images of a 65,536-token case). Every cache is validated before any is written."""
+    for kv_cache in kv_caches:
+        validate_write_args(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
     tokens = slot_mapping.shape[0]
     slots = slot_mapping.to(torch.int64)  # an int32 mapping names the same slots; offsets are computed in 64 bits
     keep = slots >= 0
     entries = encode_entries(layout, kv_c[:tokens][keep], k_pe[:tokens][keep], scale)
-    scatter_entries(layout, entries, kv_cache, slots[keep])
+    for kv_cache in kv_caches:
+        scatter_entries(layout, entries, kv_cache, slots[keep])
 
 
 def read_slots(

@@ -59,6 +59,24 @@ def test_byte_positions_of_a_permuted_16bit_view_follow_the_hnd_formula() -> Non
     assert got.shape == (s.num_blocks, s.block_size, s.heads, s.width, 2)
 
 
+def test_an_element_and_a_fields_bytes_of_a_permuted_view_follow_the_hnd_formula() -> None:
+    """``element_bytes`` (computed from strides, no position table) and ``bytes_in`` (a strided view) agree with
+    the formula and with the storage's own bytes there."""
+    case = _mha("auto", "HND")
+    s = case.spec
+    value = case.storage_map().field("value")
+    b, r, h, d = 1, 5, 3, 7
+    element = ((b * s.heads + h) * s.block_size + r) * s.width + d
+    start = 2 * GUARD_BYTES + case.cache_bytes + 2 * element
+    slot = b * s.block_size + r
+    assert value.element_bytes(slot, h * s.width + d).tolist() == [start, start + 1]
+    marked = torch.zeros_like(case.storage)
+    marked[start] = 7
+    row = value.bytes_in(marked)[slot]
+    assert row.nonzero().flatten().tolist() == [2 * (h * s.width + d)]
+    assert torch.equal(value.bytes_in(case.storage), case.storage[value.positions])
+
+
 def test_an_mha_byte_difference_names_token_slot_head_element_and_both_fp8_values() -> None:
     case = _mha("fp8", "HND")
     before = _write_reference(case)

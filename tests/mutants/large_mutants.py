@@ -17,7 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
+from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
+from rtp_ref.kernels.triton_fp8 import interpreted
 from rtp_ref.kv.entries import encode_entries
 from rtp_ref.kv.fields import Placement, Source
 from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
@@ -135,7 +137,11 @@ class TritonInt32ByteOffsets(Int32RowCopy):
     wrapped offset above. Runs on a GPU, or in Triton's interpreter."""
 
     name = "mutant-large-triton-int32-offsets"
-    devices = ("cuda", "cpu")  # type: ignore[assignment]
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        super().__init__(contract)
+        # as the built-in Triton kernels: the interpreter runs it on CPU tensors, a GPU build on CUDA ones only
+        self.devices = ("cpu",) if interpreted() else ("cuda",)  # type: ignore[assignment]
 
     def copy(self, rows: torch.Tensor, dst: torch.Tensor, slots: torch.Tensor, block_size: int) -> None:
         row_bytes = rows.shape[1]
