@@ -41,6 +41,8 @@
 #   scripts/gpu_check.sh verify        certify --platform all (every table, this host's GPU), then compute-sanitizer
 #                                      over every built-in GPU kernel of every op
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
+#   scripts/gpu_check.sh gatetests     the unit tests as tox -e cuda runs them, timed, the 40 slowest listed
+#   scripts/gpu_check.sh all           certify --platform all (every table on this host's GPU), timed
 #   scripts/gpu_check.sh gateshort     certify --platform auto --tier all, then the GPU tests of what changed lately
 #   scripts/gpu_check.sh gatecertify   certify --platform auto --tier all (tox -e cuda's second command), timed, then
 #                                      certify --platform cpu on this host
@@ -50,7 +52,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatecertify or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, gatecertify or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -141,6 +143,19 @@ for stage in "$@"; do
         > "$out/certify-all.log" 2>&1
       echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -40
     fi
+    ;;
+  gatetests)
+    # the unit tests as tox -e cuda runs them (after certify built the kernels, or building them), timed, bounded
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
+        --platform cpu -m "not large" --durations=40 --durations-min=4 tests; } > "$out/gate-tests.log" 2>&1
+    echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real|^user|^[0-9.]+s " "$out/gate-tests.log" | tail -60
+    ;;
+  all)
+    # certify --platform all (every table, this host's GPU), timed, bounded
+    { time timeout -s INT ${CERTIFY_ALL_BOUND:-330} "$RTP" certify --platform all --report "$reports/all"; } \
+      > "$out/certify-all.log" 2>&1
+    echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required|certified \(bit_exact\)" \
+      "$out/certify-all.log" | tail -50
     ;;
   gateshort)
     # a short lease: certify --platform auto --tier all (tox -e cuda's first command, every tier), then the GPU
@@ -353,7 +368,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatecertify or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, gatecertify or verify" >&2; exit 2
     ;;
   esac
 done

@@ -13,6 +13,8 @@ import ctypes
 import functools
 import hashlib
 import os
+import shutil
+import tempfile
 from importlib import resources
 
 import torch
@@ -52,16 +54,37 @@ def build_library(source: str, arch: str) -> ctypes.CDLL:
     name = f"rtp_ref_{stem}_sm{arch}_{digest.hexdigest()[:12]}"
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
     build_directory = os.path.join(root, name)
-    os.makedirs(build_directory, exist_ok=True)
+    staged = _staged_sources(directory, os.path.join(build_directory, "csrc"))
     cpp_extension.load(
         name=name,
-        sources=[os.path.join(directory, source)],
+        sources=[os.path.join(staged, source)],
         extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
-        extra_include_paths=[directory],
+        extra_include_paths=[staged],
         build_directory=build_directory,
         is_python_module=False,
     )
     return ctypes.CDLL(os.path.join(build_directory, f"{name}.so"))
+
+
+def _staged_sources(directory: str, staged: str) -> str:
+    """The sources of ``directory`` copied to ``staged`` (inside the build folder, whose name carries their digest),
+    each file once, with its modification time.
+
+    torch rebuilds an extension whose build arguments change, and the include path is one: two copies of rtp-ref
+    (the installed one certify runs, the checkout the unit tests import under tox) would rebuild every library for
+    each other, the unit tests' workers waiting on the build lock. Compiled from the staged copy, both name the same
+    paths and share the build.
+    """
+    os.makedirs(staged, exist_ok=True)
+    for file in sorted(os.listdir(directory)):
+        target = os.path.join(staged, file)
+        if not os.path.exists(target):
+            # copied beside the target, then renamed: a process compiling meanwhile never reads half a file
+            fd, partial = tempfile.mkstemp(dir=staged, prefix=f".{file}.")
+            os.close(fd)
+            shutil.copy2(os.path.join(directory, file), partial)
+            os.replace(partial, target)
+    return staged
 
 
 #: the fp8 conversions of the CUDA kernels (their p.hardware): the integer encoder, or cvt.rn.satfinite to one format
