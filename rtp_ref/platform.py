@@ -54,7 +54,7 @@ BACKENDS = ("cpu", "cuda", "rocm")
 SCALE_FORMATS = ("fp32", "ue8m0")
 #: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
 CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only", "mismatched_cache",
-              "launch")
+              "launch", "nan_padding")
 
 FlagValue = bool | int | float | str
 

@@ -43,6 +43,8 @@
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
 #   scripts/gpu_check.sh gatetests     the unit tests as tox -e cuda runs them, timed, the 40 slowest listed
 #   scripts/gpu_check.sh all           certify --platform all (every table on this host's GPU), timed
+#   scripts/gpu_check.sh padding       every built-in GPU writer certified natively under padding_slot=zero (every
+#                                      tier)
 #   scripts/gpu_check.sh gateshort     certify --platform auto --tier all, then the GPU tests of what changed lately
 #   scripts/gpu_check.sh gatecertify   certify --platform auto --tier all (tox -e cuda's second command), timed, then
 #                                      certify --platform cpu on this host
@@ -52,7 +54,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, gatecertify or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -156,6 +158,14 @@ for stage in "$@"; do
       > "$out/certify-all.log" 2>&1
     echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required|certified \(bit_exact\)" \
       "$out/certify-all.log" | tail -50
+    ;;
+  padding)
+    # the engine padding conventions natively (docs/conformance.md#padding-conventions): every built-in GPU writer
+    # certified with padding_slot=zero (slot 0 the reserved sink), every tier, timed, bounded
+    { time timeout -s INT ${PADDING_BOUND:-200} "$RTP" certify --platform auto --kernel triton --kernel triton-mha \
+        --kernel triton-indexer --kernel cuda --kernel cuda-mha --kernel cuda-indexer --tier all \
+        --layout-flag padding_slot=zero --report "$reports/padding"; } > "$out/padding.log" 2>&1
+    echo "padding zero exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/padding.log" | tail -30
     ;;
   gateshort)
     # a short lease: certify --platform auto --tier all (tox -e cuda's first command, every tier), then the GPU
@@ -368,7 +378,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, gatecertify or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify or verify" >&2; exit 2
     ;;
   esac
 done

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from rtp_ref.cases.padding_cases import NAN_PADDING_KIND, engine_slots, input_rows, padding_rows, poison
 from rtp_ref.kv.fields import Source
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.padding import NEGATIVE, first_real_slot, reserved_slot
 from rtp_ref.kv.validate import SLOT_DTYPES
 
 GUARD_BYTES = 256
@@ -71,6 +73,16 @@ class CaseInputs:
     storage: torch.Tensor
     kv_cache: torch.Tensor
     padded_rows: int
+    #: the slot mapping the kernel is given where it is not ``slot_mapping`` (the graded one, padding as -1): the
+    #: engine's padding sentinel in its place (rtp_ref.cases.padding_cases.engine_slots); None: the same tensor
+    engine_slot_mapping: torch.Tensor | None = None
+    #: the engine's reserved padding slot (rtp_ref.kv.padding.reserved_slot), named in failure examples
+    reserved_slot: int | None = None
+
+    @property
+    def call_slots(self) -> torch.Tensor:
+        """The slot mapping the kernel is called with."""
+        return self.slot_mapping if self.engine_slot_mapping is None else self.engine_slot_mapping
 
 
 def _values(g: torch.Generator, rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -131,15 +143,19 @@ def _edge_values(x: torch.Tensor, layout: MlaLayout, scale: float, source: Sourc
     return x
 
 
-def _slots(g: torch.Generator, spec: CaseSpec) -> torch.Tensor:
+def _slots(g: torch.Generator, spec: CaseSpec, first: int = 0) -> torch.Tensor:
+    """Distinct slots from ``first`` (the engine's first real slot: rtp_ref.kv.padding), about a fifth of them -1
+    (padding) from three tokens on; ``edge``: the edge rows written; ``nan_padding``: token 0 real, token 1 padding."""
     capacity = spec.num_blocks * spec.block_size
-    slots = torch.randperm(capacity, generator=g)[: spec.tokens].to(torch.int64)
+    slots = (torch.randperm(capacity - first, generator=g)[: spec.tokens] + first).to(torch.int64)
     if spec.kind == "padding_only":
         return torch.full((spec.tokens,), -1, dtype=torch.int64)
     if spec.tokens > 2:
         padding = torch.rand(spec.tokens, generator=g) < 0.2
         if spec.kind == "edge":
             padding[:EDGE_ROWS] = False
+        if spec.kind == NAN_PADDING_KIND:
+            padding[0], padding[1] = False, True
         slots[padding] = -1
     return slots
 
@@ -171,7 +187,7 @@ def _strided_inputs(spec: CaseSpec, g: torch.Generator, r: int, p: int,
     strided); ``elem_aligned``: a contiguous kv_c and a k_pe aligned to its element only (2 bytes: start 1
     element in, row stride P + 1); every other kind: contiguous.
     """
-    t, dtype = spec.tokens, spec.input_dtype
+    t, dtype = input_rows(spec.kind, spec.tokens), spec.input_dtype
     if spec.kind == "fused":
         out = _values(g, t, FUSED_Q_WIDTH + r + p, dtype).to(device)
         return out[:, FUSED_Q_WIDTH: FUSED_Q_WIDTH + r], out[:, FUSED_Q_WIDTH + r:]
@@ -189,12 +205,13 @@ def _strided_inputs(spec: CaseSpec, g: torch.Generator, r: int, p: int,
 STRIDED_KINDS = ("noncontig", "fused", "elem_aligned")
 
 
-def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, trailing_guard: int = GUARD_BYTES
-               ) -> CaseInputs:
+def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, trailing_guard: int = GUARD_BYTES,
+               padding_slot: str = NEGATIVE) -> CaseInputs:
     """Inputs and a canary-filled cache for ``spec`` on ``device``; identical for identical specs (seeded on
     the CPU); strided kinds are strided on the device itself; the slot mapping of the spec's dtype, the scale of its
     form, the cache made for the other input dtype in a ``MISMATCHED_CACHE_KIND`` case. ``trailing_guard``: bytes
-    after the cache."""
+    after the cache; ``padding_slot``: the engine's padding convention (rtp_ref.kv.padding: real slots from its
+    first, a ``nan_padding`` case's padding given as its sentinel)."""
     g = torch.Generator().manual_seed(spec.seed)
     r, p = layout.kv_lora_rank, layout.rope_dim
     kv_c, k_pe = _strided_inputs(spec, g, r, p, device)
@@ -207,14 +224,21 @@ def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, tr
     padded_rows = 1 if spec.kind == "padded" else 0
     storage, kv_cache = make_cache(layout, spec.num_blocks, spec.block_size, spec.cache_input_dtype, padded_rows,
                                    device, trailing_guard=trailing_guard)
+    slots = _slots(g, spec, first_real_slot(padding_slot))
+    if spec.kind == NAN_PADDING_KIND:  # after the scale was calibrated on the values
+        for x in (kv_c, k_pe):
+            poison(x, padding_rows(slots, x.shape[0]))
+    engine = engine_slots(spec.kind, slots, padding_slot)
     return CaseInputs(
         kv_c=kv_c,
         k_pe=k_pe,
-        slot_mapping=slot_tensor(_slots(g, spec), spec.slot_dtype, device),
+        slot_mapping=slot_tensor(slots, spec.slot_dtype, device),
         scale=scale_tensor(scale_value, spec.scale, device),
         storage=storage,
         kv_cache=kv_cache,
         padded_rows=padded_rows,
+        engine_slot_mapping=None if engine is None else slot_tensor(engine, spec.slot_dtype, device),
+        reserved_slot=reserved_slot(padding_slot),
     )
 
 

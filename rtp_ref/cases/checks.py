@@ -73,6 +73,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     _c("layout.block_stride", "layout", "stray bytes sit where entries would be if the padded block stride were "
        "ignored"),
     _c("layout.negative_slots", "layout", "anything changed although every slot was negative"),
+    _c("layout.reserved_slot", "layout", "under `padding_slot=zero`: a byte of slot 0, the engine's reserved padding "
+       "sink, changed (sglang #36207: MLA writers overwrote it)"),
     _c("layout.slot_mapping", "layout", "a target entry was never written (its token went elsewhere or nowhere)"),
     _c("layout.<field>_exact", "layout", "a 16-bit field (ds_mla/model1 rope, the whole `auto` entry) is not a "
        "bit-for-bit copy"),

@@ -122,7 +122,7 @@ def mla_storage_map(layout: MlaLayout, inputs: CaseInputs) -> StorageMap:
             else None
 
     return StorageMap(layer.numel(), fields, [("the cache", GUARD_BYTES, GUARD_BYTES + num_blocks * rows * entry)],
-                      slot_namer(inputs.slot_mapping), padding_row)
+                      slot_namer(inputs.slot_mapping, inputs.reserved_slot), padding_row)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class _Locator:
 
 
 def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref: ReferenceImage,
-                      loc: _Locator) -> list[Check]:
+                      loc: _Locator, reserved: int | None) -> list[Check]:
     changed = after != before
     stray = changed & ~ref.footprint
 
@@ -181,6 +181,9 @@ def _untouched_checks(kind: str, before: torch.Tensor, after: torch.Tensor, ref:
                             "(kv_cache.stride(0) ignored)"))
     if kind == "padding_only":
         checks.append(found("layout.negative_slots", changed, "byte(s) changed although every slot was negative"))
+    if reserved is not None:
+        checks.append(found("layout.reserved_slot", changed & loc.places.slot_mask(reserved),
+                            f"byte(s) of slot {reserved}, the engine's reserved padding slot, changed"))
     return checks
 
 
@@ -339,7 +342,7 @@ def grade_write(layout: MlaLayout, kind: str, inputs: CaseInputs, before: torch.
     num_blocks, block_size = inputs.kv_cache.shape[:2]
     loc = _Locator(layout, kv_c.dtype, list(zip(torch.nonzero(keep).flatten().tolist(), targets.tolist(), strict=True)),
                    mla_storage_map(layout, inputs), after, before)
-    checks = _untouched_checks(kind, before, after, ref, loc)
+    checks = _untouched_checks(kind, before, after, ref, loc, inputs.reserved_slot)
     views = [cache_view(layout, s, num_blocks, block_size, kv_c.dtype, inputs.padded_rows)
              for s in (after, ref.storage, before)]
     k_entries, r_entries, b_entries = (gather_entries(layout, v, targets) for v in views)

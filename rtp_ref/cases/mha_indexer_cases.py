@@ -29,6 +29,7 @@ from rtp_ref.cases.cases import (
 from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, ZERO_DIM_SOURCE, Dimension, Value
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
 from rtp_ref.cases.launch_size import LAUNCH_BLOCK_SIZE, LAUNCH_KIND, LAUNCH_SEED, launch_blocks, launch_tokens
+from rtp_ref.cases.padding_cases import NAN_PADDING_KIND, engine_slots, input_rows, padding_rows, poison
 from rtp_ref.cases.storage import StorageMap, field_places, slot_namer
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
@@ -37,6 +38,7 @@ from rtp_ref.fp8.elements import dtype_element, element_traits
 from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache, slice_scales
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
+from rtp_ref.kv.padding import first_real_slot, reserved_slot
 
 #: case kinds whose value inputs must not be contiguous (the suite checks they are not, before the call)
 STRIDED_MHA_INDEXER_KINDS = ("fused",)
@@ -130,6 +132,9 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     if variant == "auto":
         yield MhaIndexerSpec(variant, MISMATCHED_CACHE_KIND, 8, 16, num_blocks_for(8, 16), torch.bfloat16, seed + 2,
                              op=MHA_OP, width=128, heads=8)
+    # a batch padded with NaN rows in the engine's convention (rtp_ref.cases.padding_cases)
+    yield MhaIndexerSpec(variant, NAN_PADDING_KIND, 37, 16, num_blocks_for(37, 16), torch.bfloat16, seed + 3,
+                         op=MHA_OP, width=128, heads=8, order="HND", scales="head" if variant != "auto" else "tensor")
 
 
 def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
@@ -157,6 +162,9 @@ def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
                              width=dim, quant_block=quant)
     # an argument form engines pass (rtp_ref.cases.domain), alone on a random case
     yield MhaIndexerSpec(variant, "random", 20, 16, num_blocks_for(20, 16), torch.bfloat16, len(rows) + 1, "int32",
+                         op=INDEXER_OP, width=128, quant_block=64)
+    # a batch padded with NaN rows in the engine's convention (rtp_ref.cases.padding_cases)
+    yield MhaIndexerSpec(variant, NAN_PADDING_KIND, 37, 16, num_blocks_for(37, 16), torch.bfloat16, len(rows) + 2,
                          op=INDEXER_OP, width=128, quant_block=64)
 
 
@@ -201,22 +209,25 @@ def _edges(x: torch.Tensor, reach: float) -> torch.Tensor:
     return x
 
 
-def _slots(g: torch.Generator, spec: MhaIndexerSpec) -> torch.Tensor:
-    """Distinct slots, the cache's first and last among them; ``padded``: a fifth of them -1; edge tokens
-    0-3 always written."""
+def _slots(g: torch.Generator, spec: MhaIndexerSpec, first: int = 0) -> torch.Tensor:
+    """Distinct slots from ``first`` (the engine's first real slot: rtp_ref.kv.padding), the first and the cache's
+    last among them; ``padded`` and ``nan_padding``: a fifth of them -1 (``nan_padding``: token 1 among them); edge
+    tokens 0-3 always written."""
     capacity = spec.num_blocks * spec.block_size
     if spec.kind == "padding_only":
         return torch.full((spec.tokens,), -1, dtype=torch.int64)
-    perm = torch.randperm(capacity, generator=g).to(torch.int64)
+    perm = (torch.randperm(capacity - first, generator=g) + first).to(torch.int64)
     if spec.tokens < 6:
         slots = perm[: spec.tokens]
-    else:  # tokens 4 and 5 write the cache's first and last slot (away from the edge rows 0-3)
-        inner = perm[(perm != 0) & (perm != capacity - 1)]
-        ends = torch.tensor([0, capacity - 1])
+    else:  # tokens 4 and 5 write the first and the cache's last slot (away from the edge rows 0-3)
+        inner = perm[(perm != first) & (perm != capacity - 1)]
+        ends = torch.tensor([first, capacity - 1])
         slots = torch.cat([inner[:4], ends, inner[4: spec.tokens - 2]])
-    if spec.kind == "padded":
+    if spec.kind in ("padded", NAN_PADDING_KIND):
         padding = torch.rand(spec.tokens, generator=g) < 0.2
         padding[4:6] = False
+        if spec.kind == NAN_PADDING_KIND:
+            padding[1] = True
         slots[padding] = -1
     return slots
 
@@ -234,7 +245,31 @@ def _wide(g: torch.Generator, tokens: int, width: int, offset: int, dtype: torch
     return out[:, offset: offset + width]
 
 
-class MhaCase:
+class _SlottedCase:
+    """What the two ops' cases share: the slot mapping graded (``slot_mapping``, padding as -1) and the one the
+    kernel is given (``call_slots``: the engine's padding sentinel in a ``nan_padding`` case), and the engine's
+    reserved padding slot (rtp_ref.kv.padding)."""
+
+    slot_mapping: torch.Tensor
+    call_slots: torch.Tensor
+    reserved_slot: int | None
+
+    def _slots(self, g: torch.Generator, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
+               values: tuple[torch.Tensor, ...]) -> None:
+        """Draw the case's slots in the engine's padding convention; in a ``nan_padding`` case fill the padding
+        rows of ``values`` with NaN."""
+        padding_slot = contract.flags.padding_slot
+        slots = _slots(g, spec, first_real_slot(padding_slot))
+        if spec.kind == NAN_PADDING_KIND:
+            for x in values:
+                poison(x, padding_rows(slots, x.shape[0]))
+        self.slot_mapping = slot_tensor(slots, spec.slot_dtype, device)
+        engine = engine_slots(spec.kind, slots, padding_slot)
+        self.call_slots = self.slot_mapping if engine is None else slot_tensor(engine, spec.slot_dtype, device)
+        self.reserved_slot = reserved_slot(padding_slot)
+
+
+class MhaCase(_SlottedCase):
     """One MHA case on a device: key, value, the two caches (views into ``storage``), slots and scales."""
 
     def __init__(self, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
@@ -243,8 +278,9 @@ class MhaCase:
         self.layout: MhaPagedLayout = mha_layout(contract, spec.layout, spec.heads, spec.width)
         g = torch.Generator().manual_seed(spec.seed)
         heads, size, dtype = spec.heads, spec.width, spec.input_dtype
-        # ``padded``: the key and value are 3 tokens longer than the slot mapping (vLLM pads for CUDA graphs)
-        rows = spec.tokens + (3 if spec.kind == "padded" else 0)
+        # ``padded``: the key and value are 3 tokens longer than the slot mapping (vLLM pads for CUDA graphs);
+        # ``nan_padding`` too (rtp_ref.cases.padding_cases)
+        rows = input_rows(spec.kind, spec.tokens) + (3 if spec.kind == "padded" else 0)
         if spec.kind == "fused":  # views of one [T, (Hq + 2H) * D] QKV projection, as engines pass them
             qkv = _values(g, (rows, 4 * heads * size), dtype).to(device)
             self.key = qkv[:, 2 * heads * size: 3 * heads * size].view(rows, heads, size)
@@ -262,7 +298,7 @@ class MhaCase:
             self.k_scale, self.v_scale = (scale_tensor(float(x), "0d", device) for x in (k_scale, v_scale))
         else:
             self.k_scale, self.v_scale = k_scale.to(device), v_scale.to(device)
-        self.slot_mapping = slot_tensor(_slots(g, spec), spec.slot_dtype, device)
+        self._slots(g, spec, contract, device, (self.key, self.value))
         self.itemsize = 2 if self.layout.element_format is None else 1
         self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
         size_all = 3 * guard + 2 * self.cache_bytes
@@ -292,11 +328,11 @@ class MhaCase:
                   for name, cache in zip(("key", "value"), self.caches(layer), strict=True)]
         g, size = self.guard, self.cache_bytes
         areas = [("key_cache", g, g + size), ("value_cache", 2 * g + size, 2 * g + 2 * size)]
-        return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping))
+        return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping, self.reserved_slot))
 
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``reshape_and_cache_flash``."""
-        kernel(self.key, self.value, self.key_cache, self.value_cache, self.slot_mapping, self.spec.layout,
+        kernel(self.key, self.value, self.key_cache, self.value_cache, self.call_slots, self.spec.layout,
                self.k_scale, self.v_scale)
 
     def value_inputs(self) -> tuple[torch.Tensor, ...]:
@@ -329,7 +365,7 @@ class MhaCase:
         return out
 
 
-class IndexerCase:
+class IndexerCase(_SlottedCase):
     """One indexer case on a device: k, the cache (a view into ``storage``) and slots."""
 
     def __init__(self, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
@@ -340,11 +376,11 @@ class IndexerCase:
         if spec.kind == "fused":
             self.k = _wide(g, spec.tokens, spec.width, 64, spec.input_dtype, device)
         else:
-            k = _values(g, (spec.tokens, spec.width), spec.input_dtype)
+            k = _values(g, (input_rows(spec.kind, spec.tokens), spec.width), spec.input_dtype)
             if spec.kind == "edge":
                 k = _edges(k, 1e4)
             self.k = k.to(device)
-        self.slot_mapping = slot_tensor(_slots(g, spec), spec.slot_dtype, device)
+        self._slots(g, spec, contract, device, (self.k,))
         self.cache_bytes = spec.num_blocks * spec.block_size * self.layout.bytes_per_token
         self.storage = torch.full((2 * guard + self.cache_bytes,), CANARY, dtype=torch.uint8, device=device)
         self.kv_cache = self.cache(self.storage)
@@ -368,11 +404,11 @@ class IndexerCase:
                   field_places("scale", blocks[:, values: values + scales].view(s.num_blocks, s.block_size, -1),
                                layer, element_traits("fp32"), 2)]
         areas = [("kv_cache", self.guard, self.guard + self.cache_bytes)]
-        return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping))
+        return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping, self.reserved_slot))
 
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``indexer_k_quant_and_cache``."""
-        kernel(self.k, self.kv_cache, self.slot_mapping, self.spec.quant_block, self.spec.layout)
+        kernel(self.k, self.kv_cache, self.call_slots, self.spec.quant_block, self.spec.layout)
 
     def value_inputs(self) -> tuple[torch.Tensor, ...]:
         """The inputs a kernel's ``input_requirements`` speak of."""

@@ -92,6 +92,11 @@ def _untouched(case: MhaIndexerCase, images: _Images, footprint: torch.Tensor) -
         checks.append(failing("layout.negative_slots", not bool(changed.any()), lambda: with_examples(
             f"{int(changed.sum())} byte(s) changed although every slot was negative",
             images.differing(changed, "untouched"))))
+    if case.reserved_slot is not None:
+        sink = changed & images.map.slot_mask(case.reserved_slot)
+        checks.append(failing("layout.reserved_slot", not bool(sink.any()), lambda: with_examples(
+            f"{int(sink.sum())} byte(s) of slot {case.reserved_slot}, the engine's reserved padding slot, changed",
+            images.differing(sink, "untouched"))))
     return checks
 
 

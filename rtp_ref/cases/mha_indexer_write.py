@@ -66,8 +66,8 @@ class MhaIndexerWriteCase:
         if isinstance(case, MhaCase):
             return self._diagnose_mha(case, after, slots, keep)
         stored = case.storage_map().field("scale").bytes_in(after)[slots[keep]].contiguous().view(torch.float32)
-        return diagnose_scales(case.k.cpu()[keep], case.layout.quant_block_size, stored, case.layout.scale_divisor,
-                               self.key.layout == "ue8m0")
+        return diagnose_scales(case.k.cpu()[: slots.numel()][keep], case.layout.quant_block_size, stored,
+                               case.layout.scale_divisor, self.key.layout == "ue8m0")
 
     def _diagnose_mha(self, case: MhaCase, after: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor) -> str | None:
         fmt = case.layout.element_format

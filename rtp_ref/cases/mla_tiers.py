@@ -49,7 +49,7 @@ class MlaGraphCase:
     def __init__(self, spec: CaseSpec, contract: WriteContract, device: str) -> None:
         self.layout = contract.layout(spec.layout, *default_dims(spec.layout))
         self.spec = spec
-        self.case = build_case(spec, self.layout, device)
+        self.case = build_case(spec, self.layout, device, padding_slot=contract.flags.padding_slot)
 
     @property
     def storage(self) -> torch.Tensor:

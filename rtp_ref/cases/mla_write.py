@@ -75,7 +75,8 @@ class MlaWriteCase:
         self.key = key
         self.layout = contract.layout(key.layout, *key.dims)
         self.nan = contract.nan_policy
-        self.inputs = build_case(key.spec, self.layout, device, trailing_guard=trailing_guard)
+        self.inputs = build_case(key.spec, self.layout, device, trailing_guard=trailing_guard,
+                                 padding_slot=contract.flags.padding_slot)
 
     def check_as_built(self, device: str) -> None:
         """The inputs are on the device under test, and the strided kinds strided THERE (a CPU slice copied to a
@@ -94,7 +95,7 @@ class MlaWriteCase:
 
     def call(self, kernel: Callable[..., None]) -> None:
         i = self.inputs
-        kernel(i.kv_c, i.k_pe, i.kv_cache, i.slot_mapping, self.key.layout, i.scale)
+        kernel(i.kv_c, i.k_pe, i.kv_cache, i.call_slots, self.key.layout, i.scale)
 
     def value_inputs(self) -> tuple[torch.Tensor, ...]:
         return self.inputs.kv_c, self.inputs.k_pe

@@ -176,6 +176,14 @@ class StorageMap:
         """The field called ``name``."""
         return next(f for f in self.fields if f.name == name)
 
+    def slot_mask(self, slot: int) -> torch.Tensor:
+        """bool ``[size]``: the bytes of every field at ``slot`` (an entry's, per token and block-trailing)."""
+        mask = torch.zeros(self.size, dtype=torch.bool)
+        for f in self.fields:
+            width = math.prod(f.view_shape) // max(f.slots, 1)
+            mask[torch.tensor([f._position(slot, byte) for byte in range(width)])] = True
+        return mask
+
     def place(self, pos: int) -> Place | None:
         """The element storage byte ``pos`` belongs to, None for a byte in no field."""
         owner, slot_of, byte_of = self._owners
@@ -275,12 +283,15 @@ def slot_width_note(slot_mapping: torch.Tensor) -> str:
     return "; slot_mapping is int32 here: a kernel that reads it as int64 takes two slots for one (AITER #4697)"
 
 
-def slot_namer(slot_mapping: torch.Tensor) -> Callable[[int], str]:
+def slot_namer(slot_mapping: torch.Tensor, reserved: int | None = None) -> Callable[[int], str]:
     """Names slot ``s`` after the token that writes it (the last one, as a write leaves it): ``token 3 (slot 17)``,
-    or ``slot 9 (no token)``."""
+    or ``slot 9 (no token)``; the engine's ``reserved`` padding slot (rtp_ref.kv.padding) as ``slot 0 (the reserved
+    padding slot)``."""
     writer = {int(s): t for t, s in enumerate(slot_mapping.cpu().tolist()) if s >= 0}
 
     def name(slot: int) -> str:
+        if slot == reserved:
+            return f"slot {slot} (the reserved padding slot)"
         token = writer.get(slot)
         return f"slot {slot} (no token)" if token is None else f"token {token} (slot {slot})"
 

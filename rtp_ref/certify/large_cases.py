@@ -35,6 +35,7 @@ from rtp_ref.cases.cases import CaseSpec
 from rtp_ref.cases.tier_hooks import LargeTier, PoolCaches
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.padding import first_real_slot
 from rtp_ref.ops import MLA_OP, OPS, op_spec
 
 #: every byte of the buffer before the call
@@ -134,16 +135,17 @@ def memory_shortfall(device: str, need: int) -> str | None:
     return f"the large-address case needs {need / 2**30:.1f} GiB on {device}, {free / 2**30:.1f} GiB is free"
 
 
-def _target_slots(capacity: int, shape: PoolCaches, g: torch.Generator) -> list[int]:
-    """The first and last slots, both sides of each boundary, the first slot whose flat element index
-    ``slot * entry`` passes 2^31, and a few random ones; in increasing order, each once."""
+def _target_slots(capacity: int, shape: PoolCaches, g: torch.Generator, first_slot: int = 0) -> list[int]:
+    """The first real slot (``first_slot``: rtp_ref.kv.padding) and the last slot, both sides of each boundary,
+    the first slot whose flat element index ``slot * entry`` passes 2^31, and a few random ones; in increasing
+    order, each once."""
     stride = LAYERS * shape.block_bytes
 
     def offset(slot: int) -> int:
         block, row = divmod(slot, BLOCK_SIZE)
         return block * stride + row * shape.row_bytes
 
-    slots = {0, capacity - 1}
+    slots = {first_slot, capacity - 1}
     for boundary in BOUNDARIES:
         first = _first_slot_past(capacity, offset, boundary)
         slots |= {first - 1, first}
@@ -227,7 +229,7 @@ class LargeCase:
         self.stride_bytes = LAYERS * self.shape.block_bytes
         g = torch.Generator().manual_seed(spec.seed)
         capacity = self.num_blocks * BLOCK_SIZE
-        target = _target_slots(capacity, self.shape, g)
+        target = _target_slots(capacity, self.shape, g, first_real_slot(contract.flags.padding_slot))
         # one padding slot among them: a kernel must write nothing for it
         self.slots_cpu = torch.tensor([*target[:2], -1, *target[2:]], dtype=torch.int64)
         self.blocks = torch.unique(self.slots_cpu[self.slots_cpu >= 0] // BLOCK_SIZE)

@@ -20,6 +20,7 @@ from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
 from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
+from rtp_ref.kv.padding import as_negative
 from rtp_ref.kv.validate import accepted_slot_dtypes
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS, op_reference
 
@@ -82,6 +83,13 @@ class _MhaIndexerKernel:
         """What the device-side checks flagged since the last take (one sync per device), and clear it."""
         return self.input_flags.take()
 
+    def _negative(self, slot_mapping: torch.Tensor) -> torch.Tensor:
+        """``slot_mapping`` in the negative padding convention the writers follow (rtp_ref.kv.padding), from the
+        engine's convention of the bound contract (the device's table when unbound)."""
+        if self.contract is None and not isinstance(slot_mapping, torch.Tensor):
+            return slot_mapping  # the writer's checks name it
+        return as_negative(slot_mapping, self.contract_for(slot_mapping.device).flags.padding_slot)
+
     def _bound(self, layout: object, *args: Any) -> Launch:
         """The write of ``layout`` for a checked call: a lean writer's prepared launch (it takes the flag word of
         the device of the call's first tensor), or the writer itself with the layout bound."""
@@ -131,6 +139,8 @@ class MhaPagedKernel(_MhaIndexerKernel):
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                  v_scale: torch.Tensor) -> None:
+        slot_mapping = self._negative(slot_mapping)
+
         def checked_layout() -> MhaPagedLayout:
             if kv_cache_dtype not in self.kv_cache_dtypes:
                 raise UnsupportedLayoutError(f"{self.name}: kv_cache_dtype {kv_cache_dtype!r}; valid: "
@@ -178,6 +188,8 @@ class IndexerKernel(_MhaIndexerKernel):
 
     def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
                  scale_fmt: str) -> None:
+        slot_mapping = self._negative(slot_mapping)
+
         def checked_layout() -> IndexerLayout:
             if scale_fmt not in self.scale_fmts:
                 raise UnsupportedLayoutError(f"{self.name}: scale_fmt {scale_fmt!r}; valid: "

@@ -13,6 +13,7 @@ import torch
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.cache import KV_CACHE_DTYPE_ALIASES
+from rtp_ref.kv.padding import as_negative
 from rtp_ref.ops import MLA_OP, op_reference
 from rtp_ref.platform import MLA_LAYOUT_NAMES
 
@@ -43,4 +44,5 @@ class ReferenceKernel:
         if self.contract is None:
             raise UnsupportedLayoutError("reference: bind(contract) it to a platform contract before calling it")
         layout = self.contract.layout(name, kv_c.shape[-1], k_pe.shape[-1])
-        op_reference(MLA_OP)(layout, kv_c, k_pe, kv_cache, slot_mapping, scale)
+        op_reference(MLA_OP)(layout, kv_c, k_pe, kv_cache, as_negative(slot_mapping, self.contract.flags.padding_slot),
+                             scale)

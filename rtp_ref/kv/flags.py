@@ -26,6 +26,8 @@ PLATFORM_FORMAT = "platform"
 #: because loading a platform table imports no torch; tests/kv checks they agree)
 FP4_VALUE_QUOTIENTS = ("ieee_div", "reciprocal_mul")
 FP4_NEGATIVE_ZEROS = ("keep", "positive")
+#: the choices of ``padding_slot`` (rtp_ref.kv.padding): which slot values an engine's padding tokens carry
+PADDING_SLOTS = ("negative", "zero")
 
 
 class FlagSource(Protocol):
@@ -230,6 +232,19 @@ class LayoutFlags:
                 "decodes both as zero; default keep",
                 FP4_NEGATIVE_ZEROS,
                 stored_scale=True,
+            )
+        ),
+    )
+
+    padding_slot: str = field(
+        default="negative",
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "the engine's padding convention (rtp_ref.kv.padding): negative (a negative slot writes nothing: "
+                "vLLM, rtp-llm) or zero (slot 0 is also padding, a reserved sink no write may change, real tokens "
+                "from slot 1: sglang's store_cache reserved_skip_index=0, sglang #32477); default negative",
+                PADDING_SLOTS,
             )
         ),
     )

@@ -49,9 +49,9 @@ def call_case(kernel: KVCacheKernel, contract: WriteContract, key: str, device: 
     or the device error it left (``DeviceError``)."""
     layout_name, case = split_key(key)
     spec, dims = layout_cases(layout_name)[case]
-    inputs = build_case(spec, contract.layout(layout_name, *dims), device)
+    inputs = build_case(spec, contract.layout(layout_name, *dims), device, padding_slot=contract.flags.padding_slot)
     try:
-        kernel(inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.slot_mapping, layout_name, inputs.scale)
+        kernel(inputs.kv_c, inputs.k_pe, inputs.kv_cache, inputs.call_slots, layout_name, inputs.scale)
     # The kernel's exception is recorded, not a reason to stop: the next case still runs.
     except Exception as exc:
         return exc

@@ -24,6 +24,7 @@ FLAG_NAMES = [
     "indexer_scale_apply",
     "fp4_value_quotient",
     "fp4_negative_zero",
+    "padding_slot",
 ]
 
 pytest_plugins = ["pytester"]
@@ -38,6 +39,7 @@ def test_the_registry_is_the_flags_dataclass() -> None:
         "number",
         "number",
         "number",
+        "choice",
         "choice",
         "choice",
         "choice",
@@ -114,11 +116,11 @@ def test_override_syntax() -> None:
 
 @pytest.mark.parametrize("platform", all_platforms(), ids=lambda p: p.name)
 def test_every_platform_file_states_every_flag_without_a_default(platform: Platform) -> None:
-    # indexer_scale_apply and the FP4 flags have defaults (the sources' conventions): a table states them only to
-    # differ (tests/certify/test_conventions.py)
+    # indexer_scale_apply, the FP4 flags and padding_slot have defaults (the sources' conventions, vLLM's padding): a
+    # table states them only to differ (tests/certify/test_conventions.py)
     assert list(platform.layout_flags) == [name for name in FLAG_NAMES if name not in FLAG_DEFAULTS]
     assert FLAG_DEFAULTS == {"indexer_scale_apply": "divide", "fp4_value_quotient": "ieee_div",
-                             "fp4_negative_zero": "keep"}
+                             "fp4_negative_zero": "keep", "padding_slot": "negative"}
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:

@@ -38,7 +38,7 @@ class NoSlotCheck(Mutant):
     def write(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
               slots: torch.Tensor, scale: torch.Tensor) -> None:
         keep = slots >= 0
-        entries = self.entries(layout, kv_c[keep], k_pe[keep], scale)
+        entries = self.entries(layout, kv_c[: slots.numel()][keep], k_pe[: slots.numel()][keep], scale)
         blocks = int(slots.max()) // kv_cache.shape[1] + 1 if slots.numel() else 0
         # the cache's own strides, over as many blocks as the slots reach: no bounds, like a raw pointer
         reach = torch.as_strided(kv_cache, (max(blocks, kv_cache.shape[0]), *kv_cache.shape[1:]), kv_cache.stride(),

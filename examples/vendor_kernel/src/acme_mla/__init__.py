@@ -37,9 +37,11 @@ class AcmeMlaKernel:
         # Validate before touching the cache: a bad slot must not leave a half-written cache.
         if slot_mapping.numel() and int(slot_mapping.max()) >= capacity:
             raise ValueError(f"slot_mapping has slot {int(slot_mapping.max())}; valid: -1 (skip) or 0..{capacity - 1}")
+        # only the first len(slot_mapping) rows are tokens: an engine may pad the inputs past them
+        tokens = slot_mapping.numel()
         keep = slot_mapping >= 0
         slots = slot_mapping[keep]
-        entries = torch.cat([kv_c[keep], k_pe[keep]], dim=-1)
+        entries = torch.cat([kv_c[:tokens][keep], k_pe[:tokens][keep]], dim=-1)
         if kv_cache_dtype == "fp8":
             # Clamp first: torch's own cast does not saturate on every build. And write one canonical
             # NaN (0x7F): torch's cast keeps a NaN's sign, the contract does not.
