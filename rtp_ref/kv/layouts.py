@@ -207,25 +207,6 @@ class MlaLayout:
         """Shape of the cache tensor: ``(num_blocks, block_size, cache_entry)``."""
         return (num_blocks, block_size, self.cache_entry)
 
-    def block_byte_positions(
-        self, token_in_block: torch.Tensor, entry_bytes: torch.Tensor, block_size: int
-    ) -> torch.Tensor:
-        """Byte offset within its block of entry byte ``entry_bytes[j]`` of token ``token_in_block[i]``.
-
-        Returns int64 ``[len(token_in_block), len(entry_bytes)]``: the byte of field f at ``k`` bytes into the
-        field sits at ``start + t * per_token + k`` (``page_map``).
-        """
-        start = torch.empty(self.bytes_per_token, dtype=torch.int64)
-        step = torch.empty(self.bytes_per_token, dtype=torch.int64)
-        for position in self.page_map(block_size):
-            first = self.entry_offset(position.field)
-            span = slice(first, first + position.field.size)
-            start[span] = torch.arange(position.start, position.start + position.field.size)
-            step[span] = position.per_token
-        j = entry_bytes.to(torch.int64).cpu()
-        t = token_in_block.to(torch.int64).unsqueeze(1)
-        return start[j].to(t.device).unsqueeze(0) + t * step[j].to(t.device).unsqueeze(0)
-
 
 @dataclass(frozen=True)
 class PagePosition:

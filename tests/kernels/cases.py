@@ -158,6 +158,23 @@ def nan_scale_bytes(case: WriteCase, got: torch.Tensor) -> torch.Tensor:
     return mask
 
 
+def block_byte_positions(layout: MlaLayout, token_in_block: torch.Tensor, entry_bytes: torch.Tensor,
+                         block_size: int) -> torch.Tensor:
+    """Byte offset within its block of entry byte ``entry_bytes[j]`` of token ``token_in_block[i]``: int64
+    ``[len(token_in_block), len(entry_bytes)]``; the byte of field f at ``k`` bytes into the field sits at
+    ``start + t * per_token + k`` (``MlaLayout.page_map``)."""
+    start = torch.empty(layout.bytes_per_token, dtype=torch.int64)
+    step = torch.empty(layout.bytes_per_token, dtype=torch.int64)
+    for position in layout.page_map(block_size):
+        first = layout.entry_offset(position.field)
+        span = slice(first, first + position.field.size)
+        start[span] = torch.arange(position.start, position.start + position.field.size)
+        step[span] = position.per_token
+    j = entry_bytes.to(torch.int64).cpu()
+    t = token_in_block.to(torch.int64).unsqueeze(1)
+    return start[j].to(t.device).unsqueeze(0) + t * step[j].to(t.device).unsqueeze(0)
+
+
 def target_bytes(case: WriteCase) -> torch.Tensor:
     """Mask of the storage bytes the call may write: the entries of its non-negative slots (for
     fp8_model1_mla also their block-trailing scale bytes), pad bytes excluded."""
@@ -168,7 +185,7 @@ def target_bytes(case: WriteCase) -> torch.Tensor:
     block_size = case.cache.shape[1]
     columns = torch.cat([torch.arange(layout.entry_offset(f), layout.entry_offset(f) + f.size)
                          for f in layout.entry_fields if f.source is not Source.PAD])
-    positions = layout.block_byte_positions(slots % block_size, columns, block_size)
+    positions = block_byte_positions(layout, slots % block_size, columns, block_size)
     block_bytes = case.cache.stride(0) * case.cache.element_size()
     mask[(slots // block_size).unsqueeze(1) * block_bytes + positions] = True
     return mask

@@ -37,6 +37,7 @@ from tests.kernels.cases import (
     COMPILED,
     WriteCase,
     assert_bit_exact,
+    block_byte_positions,
     contract,
     full_bytes,
     make_case,
@@ -147,7 +148,7 @@ def fp8_value_bytes(case: WriteCase) -> torch.Tensor:
     if not columns or not slots.numel():
         return mask
     block_size = case.cache.shape[1]
-    positions = layout.block_byte_positions(slots % block_size, torch.cat(columns), block_size)
+    positions = block_byte_positions(layout, slots % block_size, torch.cat(columns), block_size)
     mask[(slots // block_size).unsqueeze(1) * case.cache.stride(0) * case.cache.element_size() + positions] = True
     return mask
 
