@@ -22,7 +22,7 @@ from rtp_ref.certify.large_cases import LargeSpec, large_ops, large_specs
 from rtp_ref.certify.quarantine import quarantine_reason
 from rtp_ref.certify.stream_cases import StreamSpec, scenario_device, stream_ops, stream_specs
 from rtp_ref.certify.tiers import declined_reason, runs_tier
-from rtp_ref.certify.verdict import XFAILED, Judgement, matching_deviation
+from rtp_ref.certify.verdict import UNDEFINED, XFAILED, Judgement, matching_deviation
 from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, OPS, op_spec
 
 from .matrix import KernelUnderTest, suite
@@ -385,6 +385,8 @@ def show(judgement: Judgement) -> None:
         pytest.fail(judgement.message, pytrace=False)
     if judgement.outcome == XFAILED:
         pytest.xfail(judgement.message)
+    if judgement.outcome == UNDEFINED:
+        pytest.skip(judgement.message)
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ BACKENDS = ("cpu", "cuda", "rocm")
 SCALE_FORMATS = ("fp32", "ue8m0")
 #: Kinds of conformance case (docs/conformance.md describes each; conformance/matrix.py generates them).
 CASE_KINDS = ("random", "edge", "noncontig", "fused", "elem_aligned", "padded", "padding_only", "mismatched_cache",
-              "launch", "nan_padding")
+              "launch", "nan_padding", "nonfinite_nan", "nonfinite_inf", "zero_tile")
 
 FlagValue = bool | int | float | str
 

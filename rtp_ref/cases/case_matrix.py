@@ -12,6 +12,7 @@ import torch
 
 from rtp_ref.cases.cases import MISMATCHED_CACHE_KIND, CaseSpec, num_blocks_for
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
+from rtp_ref.cases.non_finite_cases import NON_FINITE_KINDS
 from rtp_ref.cases.padding_cases import NAN_PADDING_KIND
 from rtp_ref.kv.fields import ELEMENT_INPUT16
 from rtp_ref.kv.layout_records import layout_record
@@ -30,7 +31,8 @@ def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
     many; block sizes 1, 16, 64; bf16 and fp16; edge kinds; strided, fused-projection and element-aligned inputs;
     an int32 slot mapping and a 0-D scale; for ``auto``, a cache of the other 16-bit dtype, which must be refused
     (rtp_ref.cases.invalid_calls); a batch padded with NaN rows in the engine's convention
-    (rtp_ref.cases.padding_cases). The launch-size case, sized by device, is the op's own
+    (rtp_ref.cases.padding_cases); for a layout with a non-finite policy, a case per class
+    (rtp_ref.cases.non_finite_cases). The launch-size case, sized by device, is the op's own
     (rtp_ref.cases.launch_size)."""
     seed = 0
 
@@ -63,3 +65,6 @@ def case_specs(layout: str) -> Iterator[tuple[CaseSpec, tuple[int, int]]]:
     if all(f.element == ELEMENT_INPUT16 for f in layout_record(layout).fields):
         yield spec(MISMATCHED_CACHE_KIND, 8, 16, "bf16"), dims[0]
     yield spec(NAN_PADDING_KIND, 37, 16, "bf16"), dims[0]
+    if layout_record(layout).non_finite is not None:  # a dynamic-scale layout: its non-finite policy, class by class
+        for kind in NON_FINITE_KINDS:
+            yield spec(kind, 8, 16, "bf16"), dims[0]

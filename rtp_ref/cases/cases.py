@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rtp_ref.cases.non_finite_cases import NON_FINITE_KINDS, with_class
 from rtp_ref.cases.padding_cases import NAN_PADDING_KIND, engine_slots, input_rows, padding_rows, poison
 from rtp_ref.kv.fields import Source
 from rtp_ref.kv.layouts import MlaLayout
@@ -152,7 +153,7 @@ def _slots(g: torch.Generator, spec: CaseSpec, first: int = 0) -> torch.Tensor:
         return torch.full((spec.tokens,), -1, dtype=torch.int64)
     if spec.tokens > 2:
         padding = torch.rand(spec.tokens, generator=g) < 0.2
-        if spec.kind == "edge":
+        if spec.kind == "edge" or spec.kind in NON_FINITE_KINDS:
             padding[:EDGE_ROWS] = False
         if spec.kind == NAN_PADDING_KIND:
             padding[0], padding[1] = False, True
@@ -228,6 +229,9 @@ def build_case(spec: CaseSpec, layout: MlaLayout, device: torch.device | str, tr
     if spec.kind == NAN_PADDING_KIND:  # after the scale was calibrated on the values
         for x in (kv_c, k_pe):
             poison(x, padding_rows(slots, x.shape[0]))
+    if spec.kind in NON_FINITE_KINDS:  # the same
+        for x in (kv_c, k_pe):
+            with_class(x, spec.kind)
     engine = engine_slots(spec.kind, slots, padding_slot)
     return CaseInputs(
         kv_c=kv_c,

@@ -247,7 +247,10 @@ class _NumericsCase:
             return []
         k, r = self.k_scales, self.r_scales
         name = self.scale_field.name
-        positive = torch.isfinite(k) & (k > 0)
+        # where the contract itself stores a NaN scale (a layout whose non-finite policy defines one for a tile
+        # holding NaN or inf: rtp_ref.kv.non_finite), the kernel's must be a NaN too
+        contract_nan = r.isnan() & k.isnan()
+        positive = (torch.isfinite(k) & (k > 0)) | contract_nan
         checks = [failing("numerics.scale_positive", bool(positive.all()), lambda: with_examples(
             f"{name}: {int((~positive).sum())} scale(s) are zero, negative, inf or NaN (e.g. a missing floor on an "
             f"all-zero tile)", [self._scale_example(*rc, contract=False) for rc in first(~positive)]))]
@@ -258,7 +261,7 @@ class _NumericsCase:
                 f"{name}: {int(bad.sum())} scale(s) are not powers of two; the platform's readers truncate them "
                 f"(rule pow2_ceil)", [self._scale_example(*rc) for rc in first(bad)])))
         # pow2_ceil scales are exact; amax_div allows the last bit (x * (1/d) versus x / d)
-        equal = k == r if spec.rule is ScaleRule.POW2_CEIL else (k - r).abs() <= r.abs() * 2.0**-22
+        equal = (k == r if spec.rule is ScaleRule.POW2_CEIL else (k - r).abs() <= r.abs() * 2.0**-22) | contract_nan
         ok = bool(equal.all())
         checks.append(failing("numerics.scale_value", ok, lambda: with_examples(
             f"{name}: {int((~equal).sum())} scale(s) differ from the contract ({spec.formula()})",

@@ -31,6 +31,7 @@ from rtp_ref.cases.input_checks import (
 from rtp_ref.certify.tiers import DECLINES, TIERS
 from rtp_ref.certify.verdict import failed_at, pair_verdict, verdict_head, weakest_grade
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.non_finite import NON_FINITE_CLASSES
 from rtp_ref.ops import MLA_OP, OPS
 
 #: what the execution words mean (the session that writes a report uses the same words)
@@ -76,6 +77,15 @@ def _recorded(case: Mapping[str, Any], field: str) -> str:
     if str(case.get("reason", "")).startswith("not run"):
         return "not run"
     return CRASHED  # no record: the worker died on the case
+
+
+def non_finite_cell(group: Sequence[Mapping[str, Any]]) -> str | None:
+    """The non-finite cell of one (kernel, layout) from its non-finite cases (rtp_ref.cases.non_finite_cases), class
+    by class: ``nan undefined, inf undefined, zero_tile exact``; None for a layout without a non-finite policy."""
+    found = dict(str(c["non_finite"]).split(": ", 1) for c in group if c.get("non_finite"))
+    if not found:
+        return None
+    return ", ".join(f"{cls} {found.get(cls, 'not run')}" for cls in NON_FINITE_CLASSES)
 
 
 def graph_safety(group: Sequence[Mapping[str, Any]]) -> str | None:
@@ -143,6 +153,7 @@ def summarise(cases: Sequence[Mapping[str, Any]], input_checks_required: bool = 
             "domain": next((c["domain"] for c in group if c.get("kind") == DOMAIN_KIND and c.get("domain")), None),
             "conventions": sorted({c["convention"] for c in group if c.get("convention")}),
             "graph_safe": graph_safety(group),
+            "non_finite": non_finite_cell(group),
             "refused": sorted({f"{c['kind']} ({c['refused']})" for c in group if c.get("refused")}),
         })
     return {"total": len(cases), "outcomes": {o: totals.get(o, 0) for o in OUTCOMES}, "by_kernel_layout": table}
@@ -205,6 +216,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     large_ran = any("large" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
     graph_ran = any(r.get("graph_safe") for r in report["summary"]["by_kernel_layout"])
     stream_ran = any("stream" in r.get("tiers", {}) for r in report["summary"]["by_kernel_layout"])
+    non_finite_ran = any(r.get("non_finite") for r in report["summary"]["by_kernel_layout"])
     p = report["platform"]
     env = report["environment"]
     run = report.get("run") or {}
@@ -229,15 +241,17 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         # the large-address, graph and stream tiers get their own columns when they ran
         "| kernel | layout | verdict | weakest grade | " + ("large tier | " if large_ran else "")
         + ("graph-safe | " if graph_ran else "") + ("stream tier | " if stream_ran else "")
+        + ("non-finite | " if non_finite_ran else "")
         + "input checks | hardening | execution | cases | failed checks |",
         "|---|---|---|---|" + ("---|" if large_ran else "") + ("---|" if graph_ran else "")
-        + ("---|" if stream_ran else "") + "---|---|---|---|---|",
+        + ("---|" if stream_ran else "") + ("---|" if non_finite_ran else "") + "---|---|---|---|---|",
     ]
     for r in report["summary"]["by_kernel_layout"]:
         refused = f" (refuses {'; '.join(r['refused'])}, as declared)" if r.get("refused") else ""
         large = f"{r.get('tiers', {}).get('large', 'not run')} | " if large_ran else ""
         large += f"{r.get('graph_safe') or 'not run'} | " if graph_ran else ""
         large += f"{r.get('tiers', {}).get('stream', 'not run')} | " if stream_ran else ""
+        large += f"{r.get('non_finite') or '-'} | " if non_finite_ran else ""
         lines.append(
             f"| {r['kernel']} | {r['layout']} | {verdict_with_domain(r['verdict'], r.get('domain'))}"
             f"{with_conventions(r.get('conventions'))}{refused} | "
@@ -258,6 +272,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += [f"- {c.get('kernel')}/{c.get('layout')} {c.get('case', '')}: "
                   + (f"{c['hardening']}: {c.get('hardening_detail', '')}" if c.get("hardening")
                      else str(c.get("reason", _recorded(c, "hardening")))) for c in hardened]
+    undefined = [c for c in report["cases"] if str(c.get("non_finite", "")).endswith(": undefined")]
+    if undefined:
+        lines += ["", "## Non-finite inputs the layout leaves undefined (what each kernel stored; neither pass nor "
+                  "failure)", ""]
+        lines += [f"- {c.get('kernel')}/{c.get('layout')} {c.get('case', '')}: {c.get('non_finite_stored', '')}"
+                  for c in undefined]
     lines += _diagnosis_lines(report)
     failures = [c for c in report["cases"] if c["outcome"] in ("failed", "error", "xpassed")]
     if failures:

@@ -30,6 +30,9 @@ from rtp_ref.certify.tiers import TIERS
 from rtp_ref.platform import Deviation, Platform
 
 PASSED, FAILED, XFAILED, XPASSED, REFUSED = "passed", "failed", "xfailed", "xpassed", "refused"
+#: a case of a non-finite class its layout leaves undefined (rtp_ref.cases.non_finite_cases): neither pass nor
+#: failure, shown as a skip with what the kernel stored
+UNDEFINED = "undefined"
 #: the grades a case can reach, weakest first, ``none`` (below ``layout``) included
 _REACHABLE = (grade_below(GRADES[0]), *GRADES)
 

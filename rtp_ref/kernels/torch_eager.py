@@ -66,6 +66,10 @@ def _e2m1_codes(q: torch.Tensor) -> torch.Tensor:
     return code.to(torch.uint8) | (torch.signbit(q).to(torch.uint8) << 3)
 
 
+#: the e4m3fn NaN an FP4 layout's tile scale holds for a tile with NaN or inf (its only NaN of positive sign)
+E4M3_NAN = 0x7F
+
+
 def _fp4(x: torch.Tensor, spec: TileScale, n_tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed E2M1 bytes [n, count / 2], e4m3 scale bytes [n, n_tiles]) of rows ``x`` under ``spec``'s FP4
     conventions (the layout requires ``count`` whole tiles of an even size)."""
@@ -80,8 +84,14 @@ def _fp4(x: torch.Tensor, spec: TileScale, n_tiles: int) -> tuple[torch.Tensor, 
     q = tiles / s if conventions.payload == "ieee_div" else tiles * (1.0 / s)
     if conventions.negative_zero == "positive":
         q = q + 0.0
-    codes = _e2m1_codes(q).reshape(x.shape[0], n_tiles * spec.tile)[:, : x.shape[1]]
-    return codes[:, 0::2] | (codes[:, 1::2] << 4), scale.view(torch.uint8)
+    codes = _e2m1_codes(q)
+    scale_bytes = scale.view(torch.uint8)
+    if spec.non_finite_tile == "nan_scale_zero_codes":  # a tile holding NaN or inf: e4m3's NaN, every code 0
+        poisoned = ~torch.isfinite(tiles).all(dim=-1)
+        codes = codes.masked_fill(poisoned.unsqueeze(-1), 0)
+        scale_bytes = scale_bytes.masked_fill(poisoned, E4M3_NAN)
+    codes = codes.reshape(x.shape[0], n_tiles * spec.tile)[:, : x.shape[1]]
+    return codes[:, 0::2] | (codes[:, 1::2] << 4), scale_bytes
 
 
 class TorchEagerKernel(PlannedKernel):

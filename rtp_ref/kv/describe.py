@@ -6,6 +6,7 @@ from typing import Any
 
 from rtp_ref.kv.fields import Field, Placement, TileScale
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.non_finite import NON_FINITE_CLASSES
 
 
 def field_as_dict(f: Field) -> dict[str, Any]:
@@ -67,7 +68,9 @@ def layout_as_dict(layout: MlaLayout, block_size: int) -> dict[str, Any]:
         "summary": layout.summary,
         "kv_split": layout.kv_split,
         "sources": layout.sources,
-        "non_finite": layout.non_finite,
+        "non_finite": None if layout.non_finite is None else {**{c: layout.non_finite.states(c) for c in
+                                                                 NON_FINITE_CLASSES},
+                                                              "source": layout.non_finite.source},
         "fields": [field_as_dict(f) for f in layout.fields],
         "page_map": [{"field": p.field.name, "start": p.start, "per_token": p.per_token, "size": p.field.size}
                      for p in layout.page_map(block_size)],
@@ -122,7 +125,7 @@ def layout_table(layout: MlaLayout, block_size: int) -> list[str]:
         f"+ scale {layout.scale_bytes_per_token} "
         f"+ pad {layout.pad_bytes_per_token} B/token; {layout.kv_split}",
         f"  sources: {layout.sources}",
-        *([f"  non-finite: {layout.non_finite}"] if layout.non_finite else []),
+        *([f"  non-finite: {layout.non_finite.text}"] if layout.non_finite else []),
         *field_table(layout.fields),
         *page_map_lines(layout, block_size),
     ]

@@ -14,7 +14,7 @@ Numerics (the contract the writer kernels are graded against):
 * an E2M1 field stores the codes and scale codes of ``rtp_ref.fp4.quantize_row`` under its tile scale's FP4
   conventions, two codes a byte (``rtp_ref.fp4.pack``: the even index in the low nibble); a tile holding NaN or
   +-inf stores what its tile rule's ``non_finite_tile`` says: its scale element's NaN and every code 0, or, where
-  that is ``undefined``, nothing: the writer raises RtpRefError naming the layout's ``non_finite``;
+  that is ``undefined``, nothing: the writer raises RtpRefError naming the layout's non-finite policy;
 * ``encode`` is ``rtp_ref.fp8.encode`` with the layout's element format and conversion mode, and
   every division is one correctly rounded float32 division;
 * pad bytes are 0 in an entry and are never written to a cache.
@@ -119,7 +119,8 @@ def encode_tiled(layout: MlaLayout, f: Field, x: torch.Tensor, scale_from: torch
         if spec.non_finite_tile == "undefined":
             row, tile = (int(i) for i in torch.nonzero(~defined)[0])
             raise RtpRefError(f"layout {layout.name}: token row {row} holds NaN or inf in tile {tile} of {f.name}; "
-                              f"the layout defines no bytes for it ({layout.non_finite or 'undefined'})")
+                              f"the layout defines no bytes for it "
+                              f"({layout.non_finite.text if layout.non_finite else 'undefined'})")
         # nan_scale_zero_codes: the scale element's NaN, every code of the tile 0
         scales = torch.where(defined, scales, _nan_code(scale_field.element))
         codes = torch.where(defined.repeat_interleave(spec.tile, dim=1), codes, torch.zeros_like(codes))

@@ -33,6 +33,7 @@ from rtp_ref.kv.fields import (
     Source,
 )
 from rtp_ref.kv.layout_table import load_layout_table
+from rtp_ref.kv.non_finite import UNDEFINED, NonFinitePolicy
 from rtp_ref.kv.records import (
     DEFAULT_DIMS as DEFAULT_DIMS,
 )
@@ -116,7 +117,12 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "k + v != block: the inline fp32 tile scales are part of the block but of neither k nor v "
         "(rtp-llm's spec reports k = R and v = P elements, 576 for 656-byte blocks)",
         "vLLM concat_and_cache_ds_mla_kernel; FlashMLA tests/quant.py (V32_FP8Sparse); rtp-llm MLAKVCacheSpec.h",
-        tile_rule=TileRule(128, "ds_mla_scale_rule", "ds_mla_scale_floor")),
+        tile_rule=TileRule(128, "ds_mla_scale_rule", "ds_mla_scale_floor"),
+        non_finite=NonFinitePolicy(
+            UNDEFINED, UNDEFINED,
+            "scale = ds_mla_scale_floor (under pow2_ceil the power of two at or above it), every value 0",
+            "neither vLLM's concat_and_cache_ds_mla_kernel nor FlashMLA tests/quant.py (V32) states what a NaN or inf "
+            "in a tile stores; the floor is the ds_mla_scale_floor flag (FLT_MIN in vLLM, 1e-4 in FlashMLA)")),
     LayoutRecord(
         "fp8_model1_mla", "per block: each token's nope fp8 (tiles of 64) and 16-bit rope, then every token's "
         "ue8m0 tile scales + 1 pad byte after the block's data",
@@ -129,7 +135,11 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "k + v != block: the block-trailing ue8m0 scales and pad bytes belong to the block but to neither k nor v",
         "FlashMLA tests/quant.py (MODEL1_FP8Sparse); rtp-llm concat_and_cache_ds_model1_kernel",
         tile_rule=TileRule(64, ScaleRule.POW2_CEIL, "model1_scale_floor"),
-        default_dims=MODEL1_DIMS, fixed_dims=True),
+        default_dims=MODEL1_DIMS, fixed_dims=True,
+        non_finite=NonFinitePolicy(
+            UNDEFINED, UNDEFINED, "scale = the power of two at or above model1_scale_floor as ue8m0 (2^-13 at 1e-4), "
+            "every value 0", "FlashMLA tests/quant.py (MODEL1) states nothing of NaN or inf; the floor is the "
+            "model1_scale_floor flag")),
     LayoutRecord(
         "fp8_rocm_compact", "rtp-llm's sparse fp8 MLA on ROCm: R + P fp8 bytes per token; the scale is external "
         "per-tensor", _PER_TENSOR_FP8,
@@ -144,9 +154,9 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "k + v != block: the block-trailing ue8m0 scales belong to the block but to neither k nor v", _V41_SOURCES,
         tile_rule=TileRule(32, ScaleRule.POW2_CEIL, 1e-4),
         default_dims=MODEL1_DIMS, fixed_dims=True,
-        non_finite="NaN or +-inf in a tile: undefined by its sources (sglang: 'NaN/inf inputs are not handled'); "
-                   "the reference stores ue8m0's NaN (0xFF) as the scale and NaN values, as for every fp8 tile rule "
-                   "here; an all-zero tile: scale 2^-13 (the 1e-4 floor, rounded up to a power of two), values 0"),
+        non_finite=NonFinitePolicy(
+            UNDEFINED, UNDEFINED, "scale 2^-13 (the 1e-4 floor, rounded up to a power of two), every value 0",
+            "undefined by its sources: sglang's V41 writer says 'NaN/inf inputs are not handled' (sglang PR #39123)")),
     LayoutRecord(
         "V41_FP4", "DeepSeek V4.1's FP4 cache: per block, each token's nope and rope as E2M1 codes (two a byte, the "
         "even index in the low nibble), then every token's 32 e4m3 scales, one per 16 values (28 nope, 4 rope)",
@@ -155,10 +165,12 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 2.0**-9, 6.0,
                            fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", non_finite_tile="nan_scale_zero_codes")),
         default_dims=MODEL1_DIMS, fixed_dims=True,
-        non_finite="NaN or +-inf in a tile: its scale NaN (e4m3 0x7F) and every code 0x0, as sglang's torch "
-                   "reference writes it ('A NaN element poisons its tile'; its kernel: 'NaN/inf inputs are not "
-                   "handled'); an all-zero tile: scale 2^-9 (the clamp), codes 0, a -0.0 value 0x8 (0x0 under "
-                   "fp4_negative_zero=positive)"),
+        non_finite=NonFinitePolicy(
+            "the tile's scale NaN (e4m3 0x7F) and every code of the tile 0x0",
+            "the tile's scale NaN (e4m3 0x7F) and every code of the tile 0x0",
+            "scale 2^-9 (the clamp), codes 0, a -0.0 value 0x8 (0x0 under fp4_negative_zero=positive)",
+            "sglang's torch reference, 'A NaN element poisons its tile' (sglang PR #39123; its kernel: 'NaN/inf "
+            "inputs are not handled')")),
 )
 
 

@@ -34,6 +34,7 @@ from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.kv.fields import ELEMENTS, MLA_SOURCES, Placement, Source
 from rtp_ref.kv.flags import FLAG_SPECS, FlagKind
+from rtp_ref.kv.non_finite import NON_FINITE_CLASSES, NonFinitePolicy
 from rtp_ref.kv.records import ELEMENT_FP8, NON_FINITE_TILES, FieldRecord, Fp4Rule, LayoutRecord, TileRule
 
 if sys.version_info >= (3, 11):
@@ -92,7 +93,7 @@ def _record(where: str, entry: object) -> LayoutRecord:
         tile_rule=None if rule is None else _tile_rule(f"{where} tile_rule", rule),
         default_dims=_dims(where, "default_dims", dims), fixed_dims=fixed,
         extra_certified_dims=tuple(_dims(where, "extra_certified_dims", d) for d in extra),
-        non_finite=_string(where, table, "non_finite") if "non_finite" in table else "")
+        non_finite=_non_finite(f"{where} non_finite", table["non_finite"]) if "non_finite" in table else None)
     _check_references(where, record)
     return record
 
@@ -118,6 +119,18 @@ def _check_references(where: str, record: LayoutRecord) -> None:
         if f.count == "tiles" and record.tile_rule is None:
             raise RtpRefError(f"{where}: field {f.name!r} counts tiles but the layout has no tile_rule; valid: "
                               "add tile_rule = { tile = ..., rule = ..., floor = ... }")
+    if (record.tile_rule is None) != (record.non_finite is None):
+        raise RtpRefError(f"{where}: non_finite is {'missing' if record.non_finite is None else 'given'} but the "
+                          f"layout has {'a' if record.tile_rule else 'no'} tile_rule; valid: a non_finite table "
+                          "(nan, inf, zero_tile, source; 'undefined' where no source states it) exactly when the "
+                          "layout computes scales (tile_rule)")
+
+
+def _non_finite(where: str, entry: object) -> NonFinitePolicy:
+    """A ``non_finite`` table: what the writer stores for each class (rtp_ref.kv.non_finite), and its source."""
+    keys = {*NON_FINITE_CLASSES, "source"}
+    table = _table(where, entry, keys, required=keys)
+    return NonFinitePolicy(*(_string(where, table, key) for key in (*NON_FINITE_CLASSES, "source")))
 
 
 def _field(where: str, entry: object) -> FieldRecord:

@@ -46,6 +46,7 @@ from rtp_ref.kv.fields import (
 )
 from rtp_ref.kv.flags import FLAG_SPECS, LayoutFlags, LoraAlignment, resolve_flags
 from rtp_ref.kv.layout_records import MLA_LAYOUTS, FieldRecord, LayoutRecord, TileRule, layout_record
+from rtp_ref.kv.non_finite import NonFinitePolicy
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.records import NON_FINITE_TILES
 
@@ -77,8 +78,9 @@ class MlaLayout:
     #: whether ``k + v == block`` holds for this layout, and why (a sentence stating it)
     kv_split: str
     sources: str
-    #: what the writer makes of NaN, +-inf and an all-zero tile, as the sources state it (the record's)
-    non_finite: str = ""
+    #: what the writer makes of NaN, +-inf and an all-zero tile, as the sources state it (the record's; None: the
+    #: layout has no computed scale)
+    non_finite: NonFinitePolicy | None = None
 
     def __post_init__(self) -> None:
         _check_fields(self)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.kv.fields import Placement, Source
+from rtp_ref.kv.non_finite import NonFinitePolicy
 
 #: DeepSeek V3's MLA: kv_lora_rank 512, rope 64
 DEFAULT_DIMS = (512, 64)
@@ -89,7 +90,7 @@ class LayoutRecord:
     """One MLA layout: its name, field table, tile rule (None: no computed scale), the texts tables show, the
     default (R, P), whether those are the only dims it supports, the (R, P) the suite certifies it at besides the
     default, and ``non_finite``: what its writer makes of NaN, +-inf and an all-zero tile, as its sources state it
-    ("undefined" for what none states; empty: not stated)."""
+    (rtp_ref.kv.non_finite: required of a layout with a tile rule, None for one without)."""
 
     name: str
     summary: str
@@ -100,7 +101,7 @@ class LayoutRecord:
     default_dims: tuple[int, int] = DEFAULT_DIMS
     fixed_dims: bool = False
     extra_certified_dims: tuple[tuple[int, int], ...] = ()
-    non_finite: str = ""
+    non_finite: NonFinitePolicy | None = None
 
     @property
     def certified_dims(self) -> list[tuple[int, int]]:

@@ -122,23 +122,31 @@ def test_merge_builds_one_scoreboard(tmp_path: Path) -> None:
 
 def test_the_suite_generates_exactly_the_case_kinds_deviations_may_name() -> None:
     """A deviation's ``cases`` list is checked against CASE_KINDS; the MLA write, which has every kind, must generate
-    each of them for its ``auto`` layout (the cache-dtype mismatch is ``auto``'s alone) and every other kind for every
-    layout, on the CPU and on a GPU, and besides them only the empty call, which is hardening: never graded, so no
-    deviation can name it. The other write ops' kinds are among them."""
+    each of them for its ``auto`` layout (the cache-dtype mismatch is ``auto``'s alone; the non-finite classes are the
+    dynamic-scale layouts' alone) and every other kind for every layout, on the CPU and on a GPU, and besides them only
+    the empty call, which is hardening: never graded, so no deviation can name it. The other write ops' kinds are
+    among them."""
     from rtp_ref.cases.cases import MISMATCHED_CACHE_KIND
     from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
+    from rtp_ref.cases.non_finite_cases import NON_FINITE_KINDS
+    from rtp_ref.kv.layout_records import layout_record
     from rtp_ref.ops import MLA_OP, OPS, WRITE_OPS
     from rtp_ref.platform import CASE_KINDS, MLA_LAYOUT_NAMES
 
     assert EMPTY_CALL_KIND not in CASE_KINDS
+    generated: set[str] = set()
     for device in ("cpu", "cuda"):
         for layout in MLA_LAYOUT_NAMES:
             kinds = {key.kind for key in OPS[MLA_OP].cases.keys(layout, device)}
+            generated |= kinds
             expected = {*CASE_KINDS, EMPTY_CALL_KIND} - ({MISMATCHED_CACHE_KIND} if layout != "auto" else set())
+            if layout_record(layout).non_finite is None:
+                expected -= set(NON_FINITE_KINDS)
             assert kinds == expected, layout
         for op in WRITE_OPS:
             for variant in OPS[op].variants:
                 assert {key.kind for key in OPS[op].cases.keys(variant, device)} <= {*CASE_KINDS, EMPTY_CALL_KIND}
+    assert generated == {*CASE_KINDS, EMPTY_CALL_KIND}
 
 
 def test_a_pair_whose_cases_did_not_all_run_is_incomplete_never_certified() -> None:

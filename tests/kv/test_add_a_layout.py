@@ -23,6 +23,7 @@ kv_split = "k + v != block: the inline scales belong to neither k nor v"
 sources = "a layout made up for tests/kv/test_add_a_layout.py"
 extra_certified_dims = [[256, 32]]
 tile_rule = { tile = 64, rule = "pow2_ceil", floor = 1e-4 }
+non_finite = { nan = "undefined", inf = "undefined", zero_tile = "scale 2^-13, values 0", source = "made up" }
 fields = [
   { name = "nope", source = "kv_c", element = "fp8", count = "R", scale = "nope_scale" },
   { name = "nope_scale", source = "scale", element = "fp32", count = "tiles", note = "one per 64 nope values" },

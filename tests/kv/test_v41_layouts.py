@@ -187,7 +187,8 @@ def test_a_tile_holding_nan_or_inf_stores_a_nan_scale_and_zero_codes() -> None:
         assert poisoned[row, 8 * tile: 8 * tile + 8].tolist() == [0] * 8
         others = [b for b in range(288) if b != 256 + tile and not 8 * tile <= b < 8 * tile + 8]
         assert torch.equal(poisoned[row, others], clean[row, others])
-    assert "undefined by its sources" in layout_for_platform(CPU, "V41").non_finite
+    policy = layout_for_platform(CPU, "V41").non_finite
+    assert policy is not None and not policy.defined("nan") and "undefined by its sources" in policy.text
 
 
 def test_layouts_lists_both_with_their_bytes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -239,12 +240,13 @@ def test_certified_on_a_table_that_lists_them(tmp_path: Path) -> None:
     rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]
             if r["kernel"] not in ("-", "(suite)")}
     for kernel in ("reference", "torch-eager", "reference-gather"):
-        assert rows[kernel, "V41"] == rows[kernel, "V41_FP4"] == "certified", rows
+        verdicts = (rows[kernel, "V41"], rows[kernel, "V41_FP4"])
+        assert verdicts == ("certified", "certified"), (kernel, verdicts)
     assert {rows[kernel, f"{layout} (unclaimed)"] for kernel in ("triton", "triton-gather")
             for layout in V41_LAYOUTS} == {"raises as required"}, rows
     cases = [c for c in report["cases"] if c.get("kernel") in mutants]
     for cls, (check, flag) in EXPECTED.items():
-        assert rows[cls.name, "V41_FP4"] == "failed", rows
+        assert rows[cls.name, "V41_FP4"] == "failed", (cls.name, rows)
         mine = [c for c in cases if c["kernel"] == cls.name]
         assert any(check in c.get("failed_checks", []) for c in mine), cls.name
         if flag is not None:
@@ -283,7 +285,7 @@ name = "my_v41_fp4"
 summary = "V41_FP4 stated out of tree"
 kv_split = "k + v != block: the scales belong to neither k nor v"
 sources = "sglang PR #39123"
-non_finite = "as V41_FP4"
+non_finite = { nan = "as V41_FP4", inf = "as V41_FP4", zero_tile = "as V41_FP4", source = "sglang PR #39123" }
 default_dims = [448, 64]
 fixed_dims = true
 tile_rule = { tile = 16, rule = "amax_div", floor = 0.001953125, divisor = 6.0FP4_RULE }
@@ -343,6 +345,7 @@ summary = "V41 at any dims"
 kv_split = "k + v != block: the scales belong to neither k nor v"
 sources = "sglang PR #39123"
 tile_rule = { tile = 32, rule = "pow2_ceil", floor = 1e-4 }
+non_finite = { nan = "undefined", inf = "undefined", zero_tile = "as V41", source = "sglang PR #39123" }
 fields = [
   { name = "nope", source = "kv_c", element = "fp8", count = "R", scale = "nope_scale" },
   { name = "rope", source = "k_pe", element = "fp8", count = "P", scale = "rope_scale" },
