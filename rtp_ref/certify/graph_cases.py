@@ -13,8 +13,10 @@ slots among them) with a second case of the same shapes and another seed giving 
   then replay three times, the cache restored to its canary before each: with the captured inputs, with new
   values copied into the input tensors in place, and with new slots and scales as well. Each replay must
   write exactly the reference's bytes for the inputs the tensors hold at replay time.
-* ``padding-warmup``: capture with every slot ``-1`` (an engine's warm-up batch); the replay must leave the
-  whole storage untouched; then the real slots are copied in and the replay must write the reference's bytes.
+* ``padding-warmup``: capture with every slot the engine's padding sentinel (an engine's warm-up batch: ``-1``, or
+  the reserved slot 0 under ``padding_slot=zero``, as sglang pads its graph batches: rtp_ref.kv.padding); the replay
+  must leave the whole storage untouched; then the real slots are copied in and the replay must write the
+  reference's bytes.
 
 Every comparison is of the whole storage (cache, padding rows and guards), byte for byte. A replay that
 wrote the bytes of the captured inputs instead of the new ones is named as such.
@@ -32,6 +34,7 @@ from rtp_ref.cases.cases import CaseSpec
 from rtp_ref.cases.tier_hooks import SLOTS_AND_SCALES, GraphCase
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.padding import padding_sentinel
 from rtp_ref.ops import OPS, op_spec
 
 #: the tier's scenarios (module doc), each a case of every op and variant
@@ -127,6 +130,7 @@ class GraphRun:
         self.fresh = _build(spec, contract, device, spec.seed + 1)
         self.initial = self.case.storage.cpu().clone()
         self.stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        self.sentinel = padding_sentinel(contract.flags.padding_slot)
 
     def run(self, kernel: Callable[..., None]) -> list[Step]:
         """Warm up, capture and replay (module doc); raises what the kernel or the capture raised."""
@@ -170,7 +174,7 @@ class GraphRun:
     def _padding(self, kernel: Callable[..., None]) -> list[Step]:
         slots = self.case.inputs()["slot_mapping"]
         real = slots.clone()
-        slots.fill_(-1)
+        slots.fill_(self.sentinel)
         graph = self._capture(kernel)
         after = self._replayed(graph)
         moved = torch.nonzero(after != self.initial).flatten()
