@@ -254,8 +254,8 @@ class _SlottedCase:
     call_slots: torch.Tensor
     reserved_slot: int | None
 
-    def _slots(self, g: torch.Generator, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
-               values: tuple[torch.Tensor, ...]) -> None:
+    def _draw_slots(self, g: torch.Generator, spec: MhaIndexerSpec, contract: WriteContract,
+                    device: torch.device | str, values: tuple[torch.Tensor, ...]) -> None:
         """Draw the case's slots in the engine's padding convention; in a ``nan_padding`` case fill the padding
         rows of ``values`` with NaN."""
         padding_slot = contract.flags.padding_slot
@@ -298,7 +298,7 @@ class MhaCase(_SlottedCase):
             self.k_scale, self.v_scale = (scale_tensor(float(x), "0d", device) for x in (k_scale, v_scale))
         else:
             self.k_scale, self.v_scale = k_scale.to(device), v_scale.to(device)
-        self._slots(g, spec, contract, device, (self.key, self.value))
+        self._draw_slots(g, spec, contract, device, (self.key, self.value))
         self.itemsize = 2 if self.layout.element_format is None else 1
         self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
         size_all = 3 * guard + 2 * self.cache_bytes
@@ -380,7 +380,7 @@ class IndexerCase(_SlottedCase):
             if spec.kind == "edge":
                 k = _edges(k, 1e4)
             self.k = k.to(device)
-        self._slots(g, spec, contract, device, (self.k,))
+        self._draw_slots(g, spec, contract, device, (self.k,))
         self.cache_bytes = spec.num_blocks * spec.block_size * self.layout.bytes_per_token
         self.storage = torch.full((2 * guard + self.cache_bytes,), CANARY, dtype=torch.uint8, device=device)
         self.kv_cache = self.cache(self.storage)

@@ -81,6 +81,11 @@ class FieldPlaces:
         field is not dense)."""
         return self.view_in(storage).reshape(self.slots, -1)
 
+    def slot_positions(self, slot: int) -> torch.Tensor:
+        """The storage positions of every byte of the field at ``slot``."""
+        width = math.prod(self.view_shape) // max(self.slots, 1)
+        return torch.tensor([self._position(slot, byte) for byte in range(width)])
+
     def element_bytes(self, slot: int, index: int) -> torch.Tensor:
         """The storage positions of element ``index`` (flat over ``shape``) at ``slot``."""
         size = self.element.size
@@ -180,8 +185,7 @@ class StorageMap:
         """bool ``[size]``: the bytes of every field at ``slot`` (an entry's, per token and block-trailing)."""
         mask = torch.zeros(self.size, dtype=torch.bool)
         for f in self.fields:
-            width = math.prod(f.view_shape) // max(f.slots, 1)
-            mask[torch.tensor([f._position(slot, byte) for byte in range(width)])] = True
+            mask[f.slot_positions(slot)] = True
         return mask
 
     def place(self, pos: int) -> Place | None:

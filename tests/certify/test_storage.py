@@ -77,6 +77,19 @@ def test_an_element_and_a_fields_bytes_of_a_permuted_view_follow_the_hnd_formula
     assert torch.equal(value.bytes_in(case.storage), case.storage[value.positions])
 
 
+def test_a_slots_positions_follow_the_hnd_formula() -> None:
+    """``slot_positions`` (what ``layout.reserved_slot`` masks): every head's values of one slot, from the formula."""
+    case = _mha("auto", "HND")
+    s = case.spec
+    b, r = 1, 5
+    slot = b * s.block_size + r
+    want = [2 * GUARD_BYTES + case.cache_bytes + 2 * (((b * s.heads + h) * s.block_size + r) * s.width + d) + k
+            for h in range(s.heads) for d in range(s.width) for k in range(2)]
+    assert case.storage_map().field("value").slot_positions(slot).tolist() == want
+    mask = case.storage_map().slot_mask(slot)
+    assert int(mask.sum()) == 2 * 2 * s.heads * s.width  # the key's and the value's bytes of the slot
+
+
 def test_an_mha_byte_difference_names_token_slot_head_element_and_both_fp8_values() -> None:
     case = _mha("fp8", "HND")
     before = _write_reference(case)
