@@ -1,8 +1,9 @@
 """The rules a bench figure must pass to be reported as a measurement, and the warnings a series earns.
 
-A figure is invalid when the cache did not hold the reference's bytes after one of its timed samples
-(rtp_ref.bench.verify), or when it moves its bytes faster than the copies measured in the same run allow
-(``speed_limit``): neither is a time of the write. ``rtp-ref bench`` fails naming every invalid figure.
+A figure is invalid when the cache (a reader's output rows) did not hold the reference's bytes after one of its timed
+samples (rtp_ref.bench.verify, rtp_ref.bench.read_verify), or when it moves its bytes faster than the copies measured
+in the same run allow (``speed_limit``): neither is a time of the op. ``rtp-ref bench`` fails naming every invalid
+figure.
 
 A series (one kernel and variant over the sizes) that gets faster with more tokens beyond its spread is
 reported as a warning: on a shared machine that is noise, and the series must be measured again before it is read.

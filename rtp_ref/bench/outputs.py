@@ -70,8 +70,9 @@ def _header(doc: dict[str, Any], rows: list[BenchRow]) -> list[str]:
     lines += [f"- timer `{t}`: {TIMER_MEANING[t]}" for t in sorted(timers) if t]
     lines += [f"- L2 `{s}`: {L2_MEANING[s]}" for s in sorted({r.l2 for r in rows}) if s]
     lines += [
-        "- INVALID: not a measurement of the write, so the command failed: the cache did not hold the reference's "
-        "bytes after a timed sample (it is poisoned before each one, and the calls take two input sets in turn), or "
+        "- INVALID: not a measurement of the op, so the command failed: the cache (a reader's output rows) did not "
+        "hold the reference's bytes after a timed sample (it is poisoned before each one, and the calls take two "
+        "input sets, or a reader two source caches, in turn), or "
         f"the figure moves its bytes more than {ROOF_ALLOWANCE:.2f} times as fast as the faster of the copy roof and "
         "a copy through the point's own buffers (rtp_ref/bench/integrity.py); why is under Invalid figures",
         "- `-`: not measured (a note says why)",

@@ -38,6 +38,6 @@ class BenchRow:
     #: (rtp_ref.bench.integrity ``speed_limit``)
     footprint: int = 0
     limit_bytes_per_s: float | None = None
-    #: why the eager or graph figure is not a measurement of the write ("" when it is one)
+    #: why the eager or graph figure is not a measurement of the op ("" when it is one)
     invalid: str = ""
     graph_invalid: str = ""

@@ -1,8 +1,9 @@
-"""``rtp-ref bench``: every kernel x variant x size of every op, eager and replayed in a CUDA graph, against the
-copy roof and the launch floor measured in the same run.
+"""``rtp-ref bench``: every kernel x variant x size of every op, the reads included, eager and replayed in a CUDA
+graph, against the copy roof and the launch floor measured in the same run.
 
-rtp_ref.bench.workloads builds each point's inputs and counts its bytes; rtp_ref.bench.measure times it;
-rtp_ref.bench.verify checks the cache after every timed sample and rtp_ref.bench.integrity judges each figure;
+rtp_ref.bench.workloads (a write) and rtp_ref.bench.read_workloads (a read) build each point's inputs and count its
+bytes; rtp_ref.bench.measure times it; rtp_ref.bench.verify (rtp_ref.bench.read_verify) checks the cache (the output
+rows) after every timed sample and rtp_ref.bench.integrity judges each figure;
 rtp_ref.bench.outputs writes bench.json, bench.md and the chart.
 """
 
@@ -18,13 +19,15 @@ import torch
 
 from rtp_ref.bench.integrity import invalid_figures, judge, l2_state, non_monotonic, speed_limit
 from rtp_ref.bench.measure import copy_roof, launch_floor, time_call, time_graph, timer_name
+from rtp_ref.bench.read_verify import ReadCheck
+from rtp_ref.bench.read_workloads import ReadWorkload, read_workload
 from rtp_ref.bench.rows import BenchRow
 from rtp_ref.bench.verify import CacheCheck
 from rtp_ref.bench.workloads import Workload, workload
 from rtp_ref.certify.environment import collect_environment, rtp_ref_build
 from rtp_ref.certify.session import run_command
 from rtp_ref.contract import WriteContract
-from rtp_ref.ops import claimed_variants, op_name
+from rtp_ref.ops import claimed_variants, op_name, op_spec
 from rtp_ref.platform import Platform
 
 SCHEMA_VERSION = 3
@@ -39,8 +42,12 @@ def _per_s(nbytes: int, seconds: float) -> float | None:
     return nbytes / seconds if seconds > 0 else None
 
 
-def bench_point(kernel: Callable[..., None], name: str, w: Workload, check: CacheCheck, device: torch.device,
-                roof: float, limit: float, l2: str) -> BenchRow:
+#: a bench point: a write's or a read's (rtp_ref.bench.workloads, rtp_ref.bench.read_workloads)
+Point = Workload | ReadWorkload
+
+
+def bench_point(kernel: Callable[..., None], name: str, w: Point, check: CacheCheck | ReadCheck,
+                device: torch.device, roof: float, limit: float, l2: str) -> BenchRow:
     """Time one kernel on one workload: its eager call, then (GPU) its graph replay, the cache poisoned before and
     checked after every timed sample (``check``) and each figure judged against ``limit`` (integrity.judge).
     A kernel that raises gives a row with its error; one whose capture fails gives its eager numbers and why."""
@@ -72,12 +79,12 @@ def bench_point(kernel: Callable[..., None], name: str, w: Workload, check: Cach
                    graph_seconds_high=graph.high, graph_invalid=judge(graph, w.nbytes, limit))
 
 
-def _time_point(w: Workload, timed: Sequence[tuple[str, Callable[..., None]]], device: torch.device, roof: float,
+def _time_point(w: Point, timed: Sequence[tuple[str, Callable[..., None]]], device: torch.device, roof: float,
                 limit: float, l2: str) -> list[BenchRow]:
     """A row per kernel of ``timed`` on workload ``w``; every row invalid, none timed, when the reference cannot
-    write the workload's inputs (then no figure could be shown to be a measurement of the write)."""
+    write (or read) the workload's inputs (then no figure could be shown to be a measurement of the op)."""
     try:
-        check = CacheCheck(w)
+        check: CacheCheck | ReadCheck = ReadCheck(w) if isinstance(w, ReadWorkload) else CacheCheck(w)
     except Exception as exc:  # a failing reference is rtp-ref's bug, named in each row and failing the command
         why = f"not timed: the reference could not write this point's inputs: {_failure(exc)}"
         return [BenchRow(n, w.op, w.layout, w.tokens, w.nbytes, None, None, None, note=why, invalid=why)
@@ -131,7 +138,8 @@ def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tup
             for tokens in sizes:
                 timed = [(n, k) for n, k in takers if n not in largest_only or tokens == max(sizes)]
                 if timed:
-                    w = workload(op, variant, tokens, contract, device)
+                    w: Point = (read_workload if op_spec(op).reads else workload)(op, variant, tokens, contract,
+                                                                                   device)
                     if w.footprint not in copies:
                         # a footprint past the roof's buffer is in the roof's cache state: nothing to add
                         copies[w.footprint] = (copy_roof(device, w.footprint // 2, graph=True)

@@ -28,14 +28,14 @@ from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.torch_eager import TorchEagerKernel, write_eager
 from rtp_ref.kernels.write_plan import PlannedKernel, WritePlan
 from rtp_ref.kv.flags import parse_overrides
-from rtp_ref.ops import WRITE_OPS, every_variant, supported_variants
+from rtp_ref.ops import OPS, every_variant, supported_variants
 from rtp_ref.platform import resolve_platform
 
 #: tokens per write, from one decode token to a 2M-token prefill (GPU); smaller on the CPU
 GPU_SIZES = (1, 64, 1_024, 16_384, 262_144, 2_097_152)
 CPU_SIZES = (64, 1_024)
 #: the built-in Triton kernels, which on the CPU run in Triton's interpreter: a correctness tool, not a contender
-INTERPRETED_ON_CPU = ("triton", "triton-mha", "triton-indexer")
+INTERPRETED_ON_CPU = ("triton", "triton-mha", "triton-indexer", "triton-gather", "triton-indexer-gather")
 COMPILED = "torch-eager+compile"
 
 
@@ -107,7 +107,7 @@ def _bench(args: argparse.Namespace) -> int:
     if unknown:
         raise RtpRefError(f"--layout {unknown[0]!r}: unknown layout; valid: {', '.join(valid)}")
     kernels = []
-    for name, entry in discover_kernels(args.kernel or None, ops=WRITE_OPS).items():
+    for name, entry in discover_kernels(args.kernel or None, ops=OPS).items():
         if name.startswith("reference") and not args.kernel:
             continue  # the references are specifications, not contenders
         bind = getattr(entry.kernel, "bind", None)
@@ -123,7 +123,7 @@ def _bench(args: argparse.Namespace) -> int:
     report = writable_dir("--report", args.report)
     sizes = args.tokens or (GPU_SIZES if device.type == "cuda" else CPU_SIZES)
     variants = {op: [v for v in supported_variants(platform, op) if not args.layout or v in args.layout]
-                for op in WRITE_OPS}
+                for op in OPS}
     try:
         doc = run_bench(platform, contract, kernels, variants, sizes, device,
                         progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})
@@ -141,7 +141,7 @@ def _bench(args: argparse.Namespace) -> int:
         print("rtp-ref: wrote " + ", ".join(str(p) for p in written))
     if doc["invalid"]:
         # written first, so that bench.md shows them beside the valid figures
-        print(f"rtp-ref: bench: {len(doc['invalid'])} figure(s) are not measurements of the write:", file=sys.stderr)
+        print(f"rtp-ref: bench: {len(doc['invalid'])} figure(s) are not measurements of the op:", file=sys.stderr)
         for line in doc["invalid"]:
             print(f"  {line}", file=sys.stderr)
         return 1

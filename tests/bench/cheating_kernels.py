@@ -1,7 +1,8 @@
-"""Kernels that do less than the write on the calls the bench times, loaded by ``rtp-ref bench`` through
+"""Kernels that do less than the op on the calls the bench times, loaded by ``rtp-ref bench`` through
 ``RTP_REF_KERNELS=tests.bench.cheating_kernels:kernels``: each writes what torch-eager writes on its first call,
-then not at all (``first-call-only``) or the first call's bytes again, its inputs unread (``replays-first-write``).
-Timed as they are, both would look many times faster than the write; the bench must reject their figures."""
+then not at all (``first-call-only``) or the first call's bytes again, its inputs unread (``replays-first-write``);
+the readers the same with the reference's read of the MLA gather (``first-read-only``, ``replays-first-read``).
+Timed as they are, all would look many times faster than the op; the bench must reject their figures."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
+from rtp_ref.ops import MLA_GATHER_OP, op_reference
 
 
 class FirstCallOnly:
@@ -50,6 +52,50 @@ class ReplaysFirstWrite(FirstCallOnly):
             kv_cache.copy_(self.first)
 
 
+class FirstReadOnly:
+    """The reference's MLA gather on the first call; every later call returns at once."""
+
+    name = "first-read-only"
+    op = MLA_GATHER_OP
+    kv_cache_dtypes = ("fp8",)
+    devices = ("cpu", "cuda")
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+        self.first: torch.Tensor | None = None
+
+    def bind(self, contract: WriteContract) -> FirstReadOnly:
+        return type(self)(contract)
+
+    def read(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
+             kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        assert self.contract is not None, "bound by the bench"
+        layout = self.contract.layout(kv_cache_dtype, 512, 64)
+        op_reference(MLA_GATHER_OP)(layout, kv_cache, dst, block_table, cu_seq_lens, scale, None)
+        self.first = dst.clone()
+
+    def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+                 cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
+                 seq_starts: torch.Tensor | None) -> None:
+        if self.first is None:
+            self.read(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale)
+
+
+class ReplaysFirstRead(FirstReadOnly):
+    """The reference's MLA gather on the first call; every later call copies that call's rows back, the cache
+    unread."""
+
+    name = "replays-first-read"
+
+    def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+                 cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
+                 seq_starts: torch.Tensor | None) -> None:
+        if self.first is None:
+            self.read(kv_cache, dst, block_table, cu_seq_lens, kv_cache_dtype, scale)
+        else:
+            dst.copy_(self.first)
+
+
 def kernels() -> list[object]:
     """The entry point for ``RTP_REF_KERNELS``."""
-    return [FirstCallOnly(), ReplaysFirstWrite()]
+    return [FirstCallOnly(), ReplaysFirstWrite(), FirstReadOnly(), ReplaysFirstRead()]

@@ -95,12 +95,46 @@ def test_a_kernel_that_skips_or_replays_its_write_fails_the_bench_naming_kernel_
     assert "a stale write" in invalid["replays-first-write"]
     assert invalid["torch-eager"] == ""
     lines = proc.stderr.splitlines()
-    assert lines[0] == "rtp-ref: bench: 2 figure(s) are not measurements of the write:"
+    assert lines[0] == "rtp-ref: bench: 2 figure(s) are not measurements of the op:"
     assert [line.split(":")[0] for line in lines[1:]] == [
         "  first-call-only concat_and_cache_mla fp8 at 64 tokens, eager",
         "  replays-first-write concat_and_cache_mla fp8 at 64 tokens, eager"]
     table = (tmp_path / "bench.md").read_text()
     assert table.count("| INVALID |") == 2 and "## Invalid figures" in table
+
+
+#: bytes per token each read op's bench read must move, from its shapes (docs/layouts.md: the fp8 MLA entry of 576
+#: bytes read, 576 bf16 values written; the indexer's 132-byte entry read and its 128 codes and one fp32 scale
+#: written), plus the int32 block table (16 blocks of 64 for a 1,024-token sequence) and cu_seq_lens (2 entries)
+READ_BYTES = {("gather_and_maybe_dequant_cache", "fp8"): 576 + 576 * 2,
+              ("cp_gather_indexer_k_quant_cache", "none"): 132 + 132}
+
+
+def test_bench_times_the_readers_and_counts_their_bytes(tmp_path: Path) -> None:
+    argv = ["bench", "--platform", "cpu", "--kernel", "reference-gather", "--kernel", "reference-indexer-gather",
+            "--layout", "fp8", "--layout", "none", "--tokens", "1024", "--report", str(tmp_path)]
+    proc = shared_zygote().run(argv, child_env(), tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    rows = {(r["op"], r["layout"]): r for r in doc["rows"]}
+    assert set(rows) == set(READ_BYTES)
+    for key, row in rows.items():
+        assert row["bytes"] == 1024 * READ_BYTES[key] + 16 * 4 + 2 * 4, row
+        assert row["seconds"] > 0 and row["invalid"] == "", row
+
+
+def test_a_reader_that_skips_or_replays_its_read_fails_the_bench(tmp_path: Path) -> None:
+    """The readers' cheats, timed beside the reference's read on the same source caches: the poison before each
+    sample catches the one that reads once, the two source caches taken in turn the one that replays its rows."""
+    argv = ["bench", "--platform", "cpu", "--kernel", "first-read-only", "--kernel", "replays-first-read",
+            "--kernel", "reference-gather", "--layout", "fp8", "--tokens", "2000", "--report", str(tmp_path)]
+    env = child_env(REPO, RTP_REF_KERNELS="tests.bench.cheating_kernels:kernels")
+    proc = shared_zygote().run(argv, env, tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    invalid = {r["kernel"]: r["invalid"] for r in json.loads((tmp_path / "bench.json").read_text())["rows"]}
+    assert "still hold the poison written before the sample" in invalid["first-read-only"]
+    assert "a stale read" in invalid["replays-first-read"]
+    assert invalid["reference-gather"] == ""
 
 
 def test_a_figure_faster_than_the_copies_of_its_run_is_impossible() -> None:
