@@ -15,7 +15,7 @@ import math
 import torch
 
 from rtp_ref.bench.read_workloads import ReadWorkload
-from rtp_ref.bench.verify import POISON
+from rtp_ref.bench.verify import POISON, compare_sets
 from rtp_ref.bench.workloads import BLOCK_SIZE
 
 #: sequences whose rows are compared after each sample
@@ -68,16 +68,11 @@ class ReadCheck:
         None when they are equal: how many bytes, how many still hold the poison, and whether the rows are another
         source cache's (a stale read)."""
         w = self.workload
-        want = self.expected[w.last]
-        got = [_rows_bytes(o.index_select(0, self.rows)) for o in w.outputs]
-        if all(torch.equal(g, e) for g, e in zip(got, want, strict=True)):
+        found = compare_sets([_rows_bytes(o.index_select(0, self.rows)) for o in w.outputs], self.expected, w.last)
+        if found is None:
             return None
-        stale = [i for i, other in enumerate(self.expected)
-                 if i != w.last and all(torch.equal(g, e) for g, e in zip(got, other, strict=True))]
-        differ = sum(int((g != e).sum()) for g, e in zip(got, want, strict=True))
-        poisoned = sum(int(((g != e) & (g == POISON)).sum()) for g, e in zip(got, want, strict=True))
-        checked = sum(g.numel() for g in got)
-        what = (f"they hold source cache {stale[0]}'s rows, read by an earlier call: a stale read" if stale else
-                f"{poisoned} of them still hold the poison written before the sample")
+        differ, checked, poisoned, stale = found
+        what = (f"they hold source cache {stale}'s rows, read by an earlier call: a stale read" if stale is not None
+                else f"{poisoned} of them still hold the poison written before the sample")
         return (f"after a timed sample, {differ} of {checked} checked output bytes differ from the reference's read "
                 f"of the last call's source cache (set {w.last}); {what}")

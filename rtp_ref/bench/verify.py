@@ -72,16 +72,26 @@ class CacheCheck:
         or None when they are equal: how many bytes, how many of them still hold the poison (not written since it
         was), and whether the blocks hold another input set's bytes instead (a stale write)."""
         w = self.workload
-        want = self.expected[w.last]
-        got = [_bytes(c, self.blocks) for c in w.caches]
-        if all(torch.equal(g, e) for g, e in zip(got, want, strict=True)):
+        found = compare_sets([_bytes(c, self.blocks) for c in w.caches], self.expected, w.last)
+        if found is None:
             return None
-        stale = [i for i, other in enumerate(self.expected)
-                 if i != w.last and all(torch.equal(g, e) for g, e in zip(got, other, strict=True))]
-        differ = sum(int((g != e).sum()) for g, e in zip(got, want, strict=True))
-        poisoned = sum(int(((g != e) & (g == POISON)).sum()) for g, e in zip(got, want, strict=True))
-        checked = sum(g.numel() for g in got)
-        what = (f"they hold input set {stale[0]}'s bytes, written by an earlier call: a stale write" if stale else
-                f"{poisoned} of them still hold the poison written before the sample")
+        differ, checked, poisoned, stale = found
+        what = (f"they hold input set {stale}'s bytes, written by an earlier call: a stale write" if stale is not None
+                else f"{poisoned} of them still hold the poison written before the sample")
         return (f"after a timed sample, {differ} of {checked} checked cache bytes differ from the reference's for the "
                 f"last call's inputs (set {w.last}); {what}")
+
+
+def compare_sets(got: list[torch.Tensor], expected: list[list[torch.Tensor]],
+                 last: int) -> tuple[int, int, int, int | None] | None:
+    """``got`` (the checked bytes) against ``expected[last]`` (the reference's for the input set of the latest call):
+    None when equal, else (bytes that differ, bytes checked, differing bytes that still hold ``POISON``, the other
+    input set whose expected bytes ``got`` equals, or None)."""
+    want = expected[last]
+    if all(torch.equal(g, e) for g, e in zip(got, want, strict=True)):
+        return None
+    stale = next((i for i, other in enumerate(expected)
+                  if i != last and all(torch.equal(g, e) for g, e in zip(got, other, strict=True))), None)
+    differ = sum(int((g != e).sum()) for g, e in zip(got, want, strict=True))
+    poisoned = sum(int(((g != e) & (g == POISON)).sum()) for g, e in zip(got, want, strict=True))
+    return differ, sum(g.numel() for g in got), poisoned, stale
