@@ -21,6 +21,7 @@ from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.kv.cache import KV_CACHE_DTYPE_ALIASES
 from rtp_ref.kv.flags import LayoutFlags, resolve_flags, with_values
 from rtp_ref.kv.layouts import MlaLayout, build_layout
+from rtp_ref.kv.padding import NEGATIVE
 
 if TYPE_CHECKING:
     from rtp_ref.platform import Platform
@@ -95,6 +96,16 @@ class DeviceContracts:
         if found is None:
             found = self._found[device] = default_contract(device)
         return found
+
+    def padding_slot(self, bound: WriteContract | None, slot_mapping: object) -> str:
+        """The engine padding convention (flag ``padding_slot``, rtp_ref.kv.padding) a built-in kernel follows for a
+        call: its ``bound`` contract's, else the table of the slots' device; ``negative`` for slots that are no
+        tensor (the kernel's checks then name them)."""
+        if bound is not None:
+            return bound.flags.padding_slot
+        if isinstance(slot_mapping, torch.Tensor):
+            return self.of(slot_mapping.device).flags.padding_slot
+        return NEGATIVE
 
 
 def check_call(kernel_name: str, layouts: Collection[str], devices: Collection[str], kv_cache_dtype: object,

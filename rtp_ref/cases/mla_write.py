@@ -18,13 +18,12 @@ from rtp_ref.cases.diagnosis import diagnose_contract
 from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, ZERO_DIM_SOURCE, Dimension, Value
 from rtp_ref.cases.grading import Grading, grade_write, mla_storage_map, reference_image
 from rtp_ref.cases.launch_size import LAUNCH_BLOCK_SIZE, LAUNCH_KIND, LAUNCH_SEED, launch_blocks, launch_tokens
-from rtp_ref.cases.non_finite_cases import NON_FINITE_KINDS
+from rtp_ref.cases.non_finite_cases import NON_FINITE_KINDS, NonFiniteCase
 from rtp_ref.cases.op_cases import PastCapacity
 from rtp_ref.cases.storage import kernel_text
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.fields import Source
 from rtp_ref.kv.layouts import default_dims
-from rtp_ref.kv.non_finite import NonFinitePolicy
 
 #: the arguments of the MLA write a kernel may narrow (``input_domain``: rtp_ref.cases.domain)
 MLA_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE, Dimension("kv_lora_rank", "the width of kv_c"),
@@ -108,22 +107,22 @@ class MlaWriteCase:
         """Grade the call; a non-finite class the layout leaves undefined against the reference of the inputs with
         its values zeroed, for the placement checks the engine keeps of it (no reference bytes exist for it)."""
         inputs = self.inputs
-        if self.non_finite is not None and not self.non_finite[1].defined(self.non_finite[0]):
+        if self.non_finite is not None and not self.non_finite.defined:
             inputs = replace(inputs, kv_c=torch.nan_to_num(inputs.kv_c, 0.0, 0.0, 0.0),
                              k_pe=torch.nan_to_num(inputs.k_pe, 0.0, 0.0, 0.0))
         return grade_write(self.layout, self.key.kind, inputs, before, after, reference_image(self.layout, inputs),
                            max_ulp, self.nan)
 
     @property
-    def non_finite(self) -> tuple[str, NonFinitePolicy] | None:
-        """The non-finite class of the case (rtp_ref.cases.non_finite_cases) and the layout's policy; None for a
-        case of another kind."""
+    def non_finite(self) -> NonFiniteCase | None:
+        """The non-finite class of the case (rtp_ref.cases.non_finite_cases), the layout's policy and what the
+        kernel stored; None for a case of another kind."""
         cls = NON_FINITE_KINDS.get(self.key.kind)
         if cls is None or self.layout.non_finite is None:
             return None
-        return cls, self.layout.non_finite
+        return NonFiniteCase(cls, self.layout.non_finite, self._stored)
 
-    def stored(self, before: torch.Tensor, after: torch.Tensor) -> str:
+    def _stored(self, before: torch.Tensor, after: torch.Tensor) -> str:
         """What the kernel stored for the non-finite values of tokens 0 and 1 of a non-finite case: the nope element
         that held each, and its tile's scale."""
         nope = self.layout.value_field(Source.KV_C)

@@ -10,15 +10,34 @@ byte outside the tokens' entries); the bytes it stored there are reported, ``und
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from rtp_ref.cases.checks import Check
+from rtp_ref.kv.non_finite import NonFinitePolicy
 
 #: the kind of each class's case
 NON_FINITE_KINDS = {"nonfinite_nan": "nan", "nonfinite_inf": "inf", "zero_tile": "zero_tile"}
 #: the checks an undefined class is still judged by: where the kernel wrote, not what
 PLACEMENT_CHECKS = ("layout.untouched_bytes", "layout.entry_bounds", "layout.block_stride", "layout.reserved_slot",
                     "support.kernel_ran")
+
+
+@dataclass(frozen=True)
+class NonFiniteCase:
+    """What the engine needs of a built case of a non-finite kind (its ``non_finite``): the class, the layout's
+    policy, and ``stored(before, after)``: what the kernel stored for the class's values, for the report."""
+
+    cls: str
+    policy: NonFinitePolicy
+    stored: Callable[[torch.Tensor, torch.Tensor], str]
+
+    @property
+    def defined(self) -> bool:
+        """Whether the policy defines the class's bytes."""
+        return self.policy.defined(self.cls)
 
 
 def with_class(x: torch.Tensor, kind: str) -> None:

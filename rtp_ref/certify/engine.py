@@ -23,14 +23,14 @@ from rtp_ref.cases.checks import Check, grade_reached, reaches
 from rtp_ref.cases.grading import Grading
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND, HARDENED, classify_empty_call
 from rtp_ref.cases.invalid_calls import MUST_RAISE_KINDS, refused_before_writing
-from rtp_ref.cases.non_finite_cases import placement_only
+from rtp_ref.cases.non_finite_cases import NonFiniteCase, placement_only
 from rtp_ref.cases.op_cases import BuiltCase, CaseKey, arguments_of
 from rtp_ref.certify.calls import CallResult, call_once
 from rtp_ref.certify.device_errors import describe_error
 from rtp_ref.certify.verdict import FAILED, PASSED, REFUSED, UNDEFINED, Judgement, judge, judge_hardening, not_covered
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import declared_refusal
-from rtp_ref.kv.non_finite import CLASS_TEXT, NonFinitePolicy
+from rtp_ref.kv.non_finite import CLASS_TEXT
 from rtp_ref.ops import op_spec
 from rtp_ref.platform import Convention, Platform
 
@@ -163,9 +163,10 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
         return CaseResult({**record, **fields, **outcome}, judgement)
     grading = with_ran_check(case.grade(before, after, platform.numerics_max_ulp), call,
                              expect_launch=key.tokens > 0)
-    non_finite: tuple[str, NonFinitePolicy] | None = getattr(case, "non_finite", None)
-    if non_finite is not None and not non_finite[1].defined(non_finite[0]):
-        return _undefined_class(subject, case, non_finite, grading, before, after, platform, deviation, record)
+    # a case of a non-finite kind says so (rtp_ref.cases.non_finite_cases); the other cases have no such attribute
+    non_finite: NonFiniteCase | None = getattr(case, "non_finite", None)
+    if non_finite is not None and not non_finite.defined:
+        return _undefined_class(subject, non_finite, grading, before, after, platform, deviation, record)
     convention = None
     if not reaches(grading.grade, platform.required_grade):
         found = _convention_grading(subject, key, contract, platform, call, before, after)
@@ -186,23 +187,23 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
     if convention is not None:
         record["convention"] = convention.name
     if non_finite is not None:
-        record["non_finite"] = f"{non_finite[0]}: {'exact' if judgement.outcome == PASSED else judgement.outcome}"
+        record["non_finite"] = f"{non_finite.cls}: {'exact' if judgement.outcome == PASSED else judgement.outcome}"
     return CaseResult(record, judgement)
 
 
-def _undefined_class(subject: Subject, case: BuiltCase, non_finite: tuple[str, NonFinitePolicy], grading: Grading,
-                     before: torch.Tensor, after: torch.Tensor, platform: Platform, deviation: int | None,
+def _undefined_class(subject: Subject, non_finite: NonFiniteCase, grading: Grading, before: torch.Tensor,
+                     after: torch.Tensor, platform: Platform, deviation: int | None,
                      record: dict[str, Any]) -> CaseResult:
     """A case of a non-finite class the layout's policy leaves undefined: a write outside the tokens' entries fails
-    it (``PLACEMENT_CHECKS``); otherwise it is ``undefined``, with what the kernel stored (the case's ``stored``)."""
-    cls, policy = non_finite
+    it (``PLACEMENT_CHECKS``); otherwise it is ``undefined``, with what the kernel stored."""
+    cls, policy = non_finite.cls, non_finite.policy
     kept = graded(placement_only(grading.checks))
     if kept.failed:
         judgement = judge(kept.grade, kept.checks, subject.name, platform, deviation)
         record.update(grade=kept.grade, failed_checks=sorted(kept.failed), outcome=judgement.outcome,
                       checks={c.name: c.detail for c in kept.checks if not c.passed}, non_finite=f"{cls}: failed")
         return CaseResult(record, judgement)
-    stored = str(case.stored(before, after)) if hasattr(case, "stored") else "not described"
+    stored = non_finite.stored(before, after)
     message = (f"{CLASS_TEXT[cls]}: undefined by the layout's non-finite policy ({policy.source}); nothing was "
                f"written outside the tokens' entries; {subject.name} stored: {stored}")
     record.update(outcome="skipped", reason=message, non_finite=f"{cls}: undefined", non_finite_stored=stored)

@@ -84,11 +84,8 @@ class _MhaIndexerKernel:
         return self.input_flags.take()
 
     def _negative(self, slot_mapping: torch.Tensor) -> torch.Tensor:
-        """``slot_mapping`` in the negative padding convention the writers follow (rtp_ref.kv.padding), from the
-        engine's convention of the bound contract (the device's table when unbound)."""
-        if self.contract is None and not isinstance(slot_mapping, torch.Tensor):
-            return slot_mapping  # the writer's checks name it
-        return as_negative(slot_mapping, self.contract_for(slot_mapping.device).flags.padding_slot)
+        """``slot_mapping`` in the negative padding convention the writers follow (rtp_ref.kv.padding)."""
+        return as_negative(slot_mapping, self._contracts.padding_slot(self.contract, slot_mapping))
 
     def _bound(self, layout: object, *args: Any) -> Launch:
         """The write of ``layout`` for a checked call: a lean writer's prepared launch (it takes the flag word of

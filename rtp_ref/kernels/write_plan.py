@@ -33,7 +33,7 @@ from rtp_ref.kv.fields import (
 )
 from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, LayoutRecord
 from rtp_ref.kv.layouts import MlaLayout
-from rtp_ref.kv.padding import NEGATIVE, as_negative
+from rtp_ref.kv.padding import as_negative
 from rtp_ref.kv.validate import accepted_slot_dtypes, validate_write_args
 
 
@@ -242,7 +242,7 @@ class PlannedKernel(ABC):
         """Write the tokens (see ``rtp_ref.kernels.protocol``); checks everything it checks before writing (a call
         with the metadata of an earlier checked one reuses its checked launch: rtp_ref.kernels.call_signature)."""
         # the engine's padding convention (rtp_ref.kv.padding): the kernel writes in the negative one
-        slot_mapping = as_negative(slot_mapping, self._padding_slot(slot_mapping))
+        slot_mapping = as_negative(slot_mapping, self._device_contracts.padding_slot(self.contract, slot_mapping))
         host = self.validation == "host"
         signature = None if host else call_signature(kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
         launch = self._launches.get(signature)
@@ -259,14 +259,6 @@ class PlannedKernel(ABC):
                                    self.input_flags.word(kv_cache.device))
             self._launches.put(signature, launch)
         launch(kv_c, k_pe, kv_cache, slot_mapping, scale)
-
-    def _padding_slot(self, slot_mapping: object) -> str:
-        """The engine's padding convention: the bound contract's, else the table of the slots' device."""
-        if self.contract is not None:
-            return self.contract.flags.padding_slot
-        if isinstance(slot_mapping, torch.Tensor):
-            return self._device_contracts.of(slot_mapping.device).flags.padding_slot
-        return NEGATIVE
 
     def take_input_errors(self) -> list[str]:
         """What the device-side checks flagged since the last take (one sync per device), and clear it."""

@@ -18,7 +18,6 @@ from rtp_ref.certify.verdict import FAILED, PASSED, UNDEFINED
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.reference import ReferenceKernel
 from rtp_ref.kv.layout_records import MLA_LAYOUTS
-from rtp_ref.kv.non_finite import NON_FINITE_CLASSES
 from rtp_ref.platform import load_platform
 from tests.mutants.kernels import BytePastEntry, NoScaleFloor
 
@@ -82,9 +81,6 @@ def test_a_defined_class_is_graded() -> None:
 
 def test_the_report_has_a_non_finite_cell_per_pair() -> None:
     records = [{**_run(ReferenceKernel(), "fp8_ds_mla", kind).record, "nodeid": kind} for kind in NON_FINITE_KINDS]
-    for r in records:
-        r.setdefault("outcome", "passed")
     (row,) = summarise(records)["by_kernel_layout"]
     assert row["non_finite"] == "nan undefined, inf undefined, zero_tile exact"
     assert row["verdict"] == "certified"
-    assert list(NON_FINITE_CLASSES) == ["nan", "inf", "zero_tile"]
