@@ -28,7 +28,7 @@ import torch
 from rtp_ref.contract import WriteContract
 from rtp_ref.fp8.scales import ScaleRule
 from rtp_ref.kernels.call_signature import Launch
-from rtp_ref.kernels.write_plan import PlannedKernel, ValueMode, WritePlan
+from rtp_ref.kernels.write_plan import PlanLimits, PlannedKernel, ValueMode, WritePlan
 from rtp_ref.kv.fields import ELEMENT_UE8M0, Field, Placement, Source, TileScale
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.platform import MLA_LAYOUT_NAMES
@@ -101,7 +101,7 @@ class TorchEagerKernel(PlannedKernel):
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cpu", "cuda")
     conversion_path: Literal["torch"] = "torch"
-    compiled_plan = False
+    plan_limits = PlanLimits(tiled_rope=True, fp4=True)
 
     def __init__(self, contract: WriteContract | None = None) -> None:
         # its boolean masking of padding slots reads the slots on the host: it validates there as well

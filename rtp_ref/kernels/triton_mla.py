@@ -40,6 +40,7 @@ from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import Validation
+from rtp_ref.kernels.triton_fp4 import fp4_constexprs, fp4_tile_quantize, fp4_unsupported
 from rtp_ref.kernels.triton_fp8 import (
     F32_2POW_M127_BITS,
     F32_NAN_BITS,
@@ -54,7 +55,15 @@ from rtp_ref.kernels.triton_fp8 import (
     ue8m0_ceil,
 )
 from rtp_ref.kernels.triton_launch import CompiledLaunch, has_backend
-from rtp_ref.kernels.write_plan import COMPILED_LAYOUT_NAMES, PlannedKernel, ValueMode, WritePlan, block_shift_of
+from rtp_ref.kernels.write_plan import (
+    TRITON_LAYOUT_NAMES,
+    TRITON_LIMITS,
+    PlannedKernel,
+    ValueMode,
+    WritePlan,
+    block_shift_of,
+)
+from rtp_ref.kv.layouts import MlaLayout
 
 
 @triton.jit
@@ -93,16 +102,19 @@ def _mla_cache_write(
     R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
     NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr, ROPE_OFF: tl.constexpr,
     DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr,
-    TILE: tl.constexpr, N_TILES: tl.constexpr, NT_PAD: tl.constexpr, POW2: tl.constexpr,
+    TILE: tl.constexpr, N_TILES: tl.constexpr, POW2: tl.constexpr,
     SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, SPLIT: tl.constexpr,
-    HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+    ROPE_N_TILES: tl.constexpr, ROPE_SCALE_OFF: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
+    MUL_SIXTH: tl.constexpr, BUMP: tl.constexpr, RECIPROCAL: tl.constexpr, NEG_ZERO_POSITIVE: tl.constexpr,
+    POISON: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
     SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
 ) -> None:
     """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
 
     ``cache`` is the cache's bytes; ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit
-    copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales (nope only). A slot at or past
+    copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales, 3 = E2M1 codes with per-tile e4m3
+    scales (rtp_ref.kernels.triton_fp4); a tile-scaled rope's scales sit beside the nope's. A slot at or past
     ``capacity`` writes nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
     """
     t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
@@ -126,7 +138,7 @@ def _mla_cache_write(
     if ROPE_MODE == 0:
         pbits = tl.load(k_pe.to(tl.pointer_type(tl.int16)) + psrc, mask=pload)
     else:
-        y = load_f32(k_pe, psrc, pload, IN_BF16, True)  # only divided
+        y = load_f32(k_pe, psrc, pload, IN_BF16, ROPE_MODE == 1)  # 1.0 where only divided, as the nope's
     if NOPE_MODE == 1 or ROPE_MODE == 1:
         tensor_scale = tl.load(scale_ptr)
 
@@ -148,41 +160,22 @@ def _mla_cache_write(
     # ---- nope (kv_c) ----
     if NOPE_MODE == 0:
         _store16(cache, row + NOPE_OFF, cols, nbits, nmask, SPLIT)
+    elif NOPE_MODE == 3:
+        sbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, SCALE_OFF,
+                            SCALE_TRAILING)
+        packed = fp4_tile_quantize(x, cache, sbase, valid, BLOCK_T, R_PAD, TILE, N_TILES, LOW, HIGH, MUL_SIXTH, BUMP,
+                                   RECIPROCAL, NEG_ZERO_POSITIVE, POISON)
+        bcols = tl.arange(0, R_PAD // 2)
+        tl.store(cache + row[:, None] + NOPE_OFF + bcols[None, :], packed.to(tl.uint8),
+                 mask=valid[:, None] & (bcols < R // 2)[None, :])
     else:
         if NOPE_MODE == 1:
             q = tl.math.div_rn(x, tensor_scale)
         else:
-            # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
-            x3 = tl.reshape(x, (BLOCK_T, NT_PAD, TILE))
-            # |x| as float32 bits orders like |x|, and every NaN's bits exceed inf's: one integer max
-            # gives the amax and whether the tile holds a NaN (then its amax is NaN, as torch's amax).
-            amax_bits = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
-            amax = tl.where(amax_bits > 0x7F800000, F32_NAN_BITS, amax_bits).to(tl.float32, bitcast=True)
-            raw = tl.math.div_rn(amax, divisor)
-            s = tl.where(raw < floor, floor, raw)  # max(raw, floor) that keeps a NaN raw
-            byte = ue8m0_ceil(s)
-            if POW2:
-                sbits = tl.where(byte == 0, F32_2POW_M127_BITS,
-                                 tl.where(byte == 0xFF, F32_NAN_BITS, byte << 23))
-                s = sbits.to(tl.float32, bitcast=True)
-                # x / 2**e == x * 2**-e exactly (both are the correctly rounded x * 2**-e), and 2**-e is
-                # built from the exponent: 2**(127 - byte), 2**-127 a subnormal for byte 254, NaN for 0xFF.
-                rbits = tl.where(byte == 254, F32_2POW_M127_BITS,
-                                 tl.where(byte == 0xFF, F32_NAN_BITS, (254 - byte) << 23))
-                q3 = x3 * rbits.to(tl.float32, bitcast=True)[:, :, None]
-            else:
-                q3 = tl.math.div_rn(x3, s[:, :, None])
-            q = tl.reshape(q3, (BLOCK_T, R_PAD))
-            tiles = tl.arange(0, NT_PAD)
-            smask = valid[:, None] & (tiles < N_TILES)[None, :]
-            if SCALE_TRAILING:
-                sbase = block * block_bytes + block_size * DATA_BYTES + offset * TRAIL_BYTES + SCALE_OFF
-            else:
-                sbase = row + SCALE_OFF
-            if SCALE_UE8M0:
-                tl.store(cache + sbase[:, None] + tiles[None, :], byte.to(tl.uint8), mask=smask)
-            else:
-                _store32(cache, sbase, tiles, s, smask, SPLIT)
+            sbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, SCALE_OFF,
+                                SCALE_TRAILING)
+            q = _tile_quantize(x, cache, sbase, valid, divisor, floor, BLOCK_T, R_PAD, TILE, N_TILES, POW2,
+                               SCALE_UE8M0, SPLIT)
         code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                          MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + NOPE_OFF + cols[None, :], code, mask=nmask)
@@ -190,11 +183,75 @@ def _mla_cache_write(
     # ---- rope (k_pe) ----
     if ROPE_MODE == 0:
         _store16(cache, row + ROPE_OFF, pcols, pbits, pmask, SPLIT)
+    elif ROPE_MODE == 3:
+        rbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, ROPE_SCALE_OFF,
+                            SCALE_TRAILING)
+        ppacked = fp4_tile_quantize(y, cache, rbase, valid, BLOCK_T, P_PAD, TILE, ROPE_N_TILES, LOW, HIGH, MUL_SIXTH,
+                                    BUMP, RECIPROCAL, NEG_ZERO_POSITIVE, POISON)
+        pbcols = tl.arange(0, P_PAD // 2)
+        tl.store(cache + row[:, None] + ROPE_OFF + pbcols[None, :], ppacked.to(tl.uint8),
+                 mask=valid[:, None] & (pbcols < P // 2)[None, :])
     else:
-        pq = tl.math.div_rn(y, tensor_scale)
+        if ROPE_MODE == 1:
+            pq = tl.math.div_rn(y, tensor_scale)
+        else:
+            # the rope's tiles follow the nope's: the same rule, their scales in the same area (WritePlan)
+            rbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, ROPE_SCALE_OFF,
+                                SCALE_TRAILING)
+            pq = _tile_quantize(y, cache, rbase, valid, divisor, floor, BLOCK_T, P_PAD, TILE, ROPE_N_TILES, POW2,
+                                SCALE_UE8M0, SPLIT)
         pcode = fp8_codes(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
-                     MAX_VALUE, CLAMP)
+                          MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
+
+
+@triton.jit
+def _scale_base(block: tl.tensor, block_bytes: tl.tensor, block_size: tl.tensor, offset: tl.tensor, row: tl.tensor,
+                DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr, SCALE_OFF: tl.constexpr,
+                SCALE_TRAILING: tl.constexpr) -> tl.tensor:
+    """Byte address of a token's first tile scale at ``SCALE_OFF``: in its block-trailing group, or in its row."""
+    if SCALE_TRAILING:
+        base = block * block_bytes + block_size * DATA_BYTES + offset * TRAIL_BYTES + SCALE_OFF
+    else:
+        base = row + SCALE_OFF
+    return base
+
+
+@triton.jit
+def _tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: tl.tensor, divisor: tl.tensor,
+                   floor: tl.tensor, BLOCK_T: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr,
+                   N_TILES: tl.constexpr, POW2: tl.constexpr, SCALE_UE8M0: tl.constexpr,
+                   SPLIT: tl.constexpr) -> tl.tensor:
+    """The quotients ``x / s_i`` of ``x`` [BLOCK_T, N_PAD] under per-``TILE`` scales ``s_i = max(amax_i / divisor,
+    floor)`` (the next power of two under ``POW2``); stores the ``N_TILES`` scales of each valid token at byte
+    ``sbase`` (ue8m0 bytes or float32)."""
+    # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
+    x3 = tl.reshape(x, (BLOCK_T, N_PAD // TILE, TILE))
+    # |x| as float32 bits orders like |x|, and every NaN's bits exceed inf's: one integer max
+    # gives the amax and whether the tile holds a NaN (then its amax is NaN, as torch's amax).
+    amax_bits = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    amax = tl.where(amax_bits > 0x7F800000, F32_NAN_BITS, amax_bits).to(tl.float32, bitcast=True)
+    raw = tl.math.div_rn(amax, divisor)
+    s = tl.where(raw < floor, floor, raw)  # max(raw, floor) that keeps a NaN raw
+    byte = ue8m0_ceil(s)
+    if POW2:
+        sbits = tl.where(byte == 0, F32_2POW_M127_BITS,
+                         tl.where(byte == 0xFF, F32_NAN_BITS, byte << 23))
+        s = sbits.to(tl.float32, bitcast=True)
+        # x / 2**e == x * 2**-e exactly (both are the correctly rounded x * 2**-e), and 2**-e is
+        # built from the exponent: 2**(127 - byte), 2**-127 a subnormal for byte 254, NaN for 0xFF.
+        rbits = tl.where(byte == 254, F32_2POW_M127_BITS,
+                         tl.where(byte == 0xFF, F32_NAN_BITS, (254 - byte) << 23))
+        q3 = x3 * rbits.to(tl.float32, bitcast=True)[:, :, None]
+    else:
+        q3 = tl.math.div_rn(x3, s[:, :, None])
+    tiles = tl.arange(0, N_PAD // TILE)
+    smask = valid[:, None] & (tiles < N_TILES)[None, :]
+    if SCALE_UE8M0:
+        tl.store(cache + sbase[:, None] + tiles[None, :], byte.to(tl.uint8), mask=smask)
+    else:
+        _store32(cache, sbase, tiles, s, smask, SPLIT)
+    return tl.reshape(q3, (BLOCK_T, N_PAD))
 
 
 def _pow2_at_least(n: int) -> int:
@@ -212,16 +269,19 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
     if ValueMode.COPY16 == plan.nope_mode == plan.rope_mode:
         # No fp8 field: one specialisation serves every contract (fewer compiles).
         hw, f = SW, FormatTraits.of(E4M3FN, ConversionMode.SATFINITE)
-    tile = plan.tile if plan.nope_mode is ValueMode.TILED else 1
+    tiled = (ValueMode.TILED, ValueMode.FP4)
+    tile = plan.tile if plan.nope_mode in tiled else 1
     r_pad = max(_pow2_at_least(r), tile)
+    p_pad = max(_pow2_at_least(p), tile if plan.rope_mode in tiled else 1)
     return {
-        "R": r, "P": p, "R_PAD": r_pad, "P_PAD": _pow2_at_least(p), "BLOCK_T": block_t,
+        "R": r, "P": p, "R_PAD": r_pad, "P_PAD": p_pad, "BLOCK_T": block_t,
         "NOPE_MODE": int(plan.nope_mode), "ROPE_MODE": int(plan.rope_mode),
         "NOPE_OFF": plan.nope_offset, "ROPE_OFF": plan.rope_offset,
         "DATA_BYTES": plan.data_bytes, "TRAIL_BYTES": plan.trailing_bytes,
-        "TILE": tile, "N_TILES": plan.n_tiles, "NT_PAD": r_pad // tile, "POW2": plan.pow2_scale,
+        "TILE": tile, "N_TILES": plan.n_tiles, "POW2": plan.pow2_scale,
         "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
-        "SPLIT": split, "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
+        "ROPE_N_TILES": plan.rope_n_tiles, "ROPE_SCALE_OFF": plan.rope_scale_offset, "SPLIT": split,
+        **fp4_constexprs(plan.fp4_tile), "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
         **f.triton_constexprs(),
     }
 
@@ -248,7 +308,8 @@ class TritonMlaKernel(PlannedKernel):
     """
 
     name = "triton"
-    kv_cache_dtypes: Collection[str] = COMPILED_LAYOUT_NAMES
+    kv_cache_dtypes: Collection[str] = TRITON_LAYOUT_NAMES
+    plan_limits = TRITON_LIMITS
 
     def __init__(self, contract: WriteContract | None = None,
                  conversion: ConversionChoice = "auto", *,
@@ -271,6 +332,14 @@ class TritonMlaKernel(PlannedKernel):
         """This kernel configured for ``contract`` (and optionally a forced conversion path)."""
         return TritonMlaKernel(contract, conversion or self.conversion, tokens_per_program=self.tokens_per_program,
                                num_warps=self.num_warps, validation=validation or self.validation)
+
+    def supports(self, layout: MlaLayout) -> str | None:
+        """None, or why this kernel does not write ``layout``: a tile-scaled rope whose scales are not beside the
+        nope's, or FP4 scales other than e4m3 rounded to nearest even (or bumped)."""
+        plan = WritePlan.of(layout, TRITON_LIMITS)
+        if plan.rope_mode in (ValueMode.TILED, ValueMode.FP4) and not plan.rope_beside_nope:
+            return f"the triton writer needs a tile-scaled rope's scales beside the nope's ({layout.name})"
+        return fp4_unsupported(plan.fp4_tile) if plan.fp4_tile is not None else None
 
     def conversion_path_for(self, contract: WriteContract) -> ConversionPath:
         """``hardware`` or ``software``: how fp8 values are converted under ``contract`` here."""

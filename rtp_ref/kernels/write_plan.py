@@ -29,9 +29,10 @@ from rtp_ref.kv.fields import (
     Field,
     Placement,
     Source,
+    TileScale,
     is_fp8_element,
 )
-from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, LayoutRecord
+from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, FieldRecord, LayoutRecord
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.padding import as_negative
 from rtp_ref.kv.validate import accepted_slot_dtypes, validate_write_args
@@ -46,8 +47,23 @@ class ValueMode(IntEnum):
     PER_TENSOR = 1
     #: fp8 of ``x / s_i`` with a scale per tile computed from the tile's amax
     TILED = 2
-    #: E2M1 codes of ``x / s_i`` under the tile scale's FP4 conventions (rtp_ref.fp4); no compiled kernel writes it
+    #: E2M1 codes of ``x / s_i`` under the tile scale's FP4 conventions (rtp_ref.fp4)
     FP4 = 3
+
+
+@dataclass(frozen=True)
+class PlanLimits:
+    """What a kernel's plan may hold beyond per-token 16-bit and fp8 fields with an external or nope tile scale:
+    a tile-scaled rope (its scales beside the nope's, the same tile rule), and E2M1 value fields."""
+
+    tiled_rope: bool = False
+    fp4: bool = False
+
+
+#: the CUDA C++ kernels and the compiled readers: the nope alone tile-scaled, no E2M1
+COMPILED_LIMITS = PlanLimits()
+#: the Triton writer: a tile-scaled rope too, and E2M1 (DeepSeek V4.1's V41 and V41_FP4)
+TRITON_LIMITS = PlanLimits(tiled_rope=True, fp4=True)
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,8 @@ class WritePlan:
     rope_offset: int
     data_bytes: int
     trailing_bytes: int
-    #: tile-scale parameters (meaningful when nope_mode is TILED)
+    #: tile-scale parameters (meaningful when nope_mode is TILED; a TILED rope shares them, its scales at
+    #: ``rope_scale_offset`` beside the nope's)
     tile: int
     n_tiles: int
     pow2_scale: bool
@@ -78,23 +95,37 @@ class WritePlan:
     scale_trailing: bool
     scale_offset: int
     traits: FormatTraits
+    #: a TILED or FP4 rope's tile scales where they sit beside the nope's (same element and placement): how many,
+    #: and their offset in that area (0 and 0 otherwise: ``rope_beside_nope`` False)
+    rope_n_tiles: int = 0
+    rope_scale_offset: int = 0
+    #: the nope's tile scale when it holds E2M1 codes (its FP4 conventions and non-finite tile policy), else None
+    fp4_tile: TileScale | None = None
+
+    @property
+    def rope_beside_nope(self) -> bool:
+        """Whether a tile-scaled (or FP4) rope's scales sit in the nope's scale area, so that one base address and
+        one store pattern serve both (what the Triton writer needs)."""
+        return self.rope_n_tiles > 0
 
     @classmethod
-    def of(cls, layout: MlaLayout, *, compiled: bool = True) -> WritePlan:
-        """The plan of ``layout``; a field table no built-in kernel handles raises UnsupportedLayoutError. With
-        ``compiled`` (the compiled kernels' plan), so does a tile-scaled rope or an FP4 value field: the tile
-        parameters describe the nope's tile scale alone, and no compiled kernel writes E2M1. Without it, the plan
-        names those modes and a kernel reads their fields from ``layout`` (torch-eager)."""
+    def of(cls, layout: MlaLayout, limits: PlanLimits = COMPILED_LIMITS) -> WritePlan:
+        """The plan of ``layout``; a field table no built-in kernel handles raises UnsupportedLayoutError, and so
+        does one outside ``limits`` (what the kernel asking writes; the CUDA C++ kernels' by default): a tile-scaled
+        rope or an FP4 value field. Where those modes are allowed the plan names them, and a kernel writing FP4
+        reads its fields from ``layout`` (torch-eager)."""
         nope = layout.value_field(Source.KV_C)
         rope = layout.value_field(Source.K_PE)
         nope_mode, nope_scale = _mode_of(layout, nope)
-        rope_mode, _ = _mode_of(layout, rope)
-        if compiled and rope_mode is ValueMode.TILED:
+        rope_mode, rope_scale = _mode_of(layout, rope)
+        if not limits.tiled_rope and rope_mode is ValueMode.TILED:
             raise UnsupportedLayoutError(
-                f"layout {layout.name}: the built-in kernels do not handle tile-scaled rope"
+                f"layout {layout.name}: this built-in kernel does not handle tile-scaled rope"
             )
-        if compiled and ValueMode.FP4 in (nope_mode, rope_mode):
+        if not limits.fp4 and ValueMode.FP4 in (nope_mode, rope_mode):
             raise UnsupportedLayoutError(f"layout {layout.name}: the compiled built-in kernels do not write E2M1")
+        beside = rope_scale is not None and rope_mode in (ValueMode.TILED, ValueMode.FP4) \
+            and _shares_area(nope_mode, rope_mode, nope_scale, rope_scale)
         tile = n_tiles = scale_offset = 0
         pow2 = ue8m0 = trailing = False
         divisor = floor = 1.0
@@ -124,6 +155,9 @@ class WritePlan:
             scale_trailing=trailing,
             scale_offset=scale_offset,
             traits=FormatTraits.of(layout.element_format, layout.conversion_mode),
+            rope_n_tiles=rope_scale.count if beside and rope_scale else 0,
+            rope_scale_offset=rope_scale.offset if beside and rope_scale else 0,
+            fp4_tile=nope_scale.tile_scale if nope_mode is ValueMode.FP4 and nope_scale else None,
         )
 
     def wide_fields_aligned(self, kv_cache: torch.Tensor) -> bool:
@@ -147,6 +181,13 @@ class WritePlan:
             (kv_cache.data_ptr() + offset) % size == 0 and step % size == 0 and block_bytes % size == 0
             for offset, step, size in wide
         )
+
+
+def _shares_area(nope_mode: ValueMode, rope_mode: ValueMode, nope_scale: Field | None, rope_scale: Field) -> bool:
+    """Whether a tile-scaled rope's scales sit where the plan's one scale area is: beside the nope's, of the same
+    mode, element and placement (so one base address and one store pattern serve both)."""
+    return (nope_mode is rope_mode and nope_scale is not None
+            and (nope_scale.element, nope_scale.placement) == (rope_scale.element, rope_scale.placement))
 
 
 def block_shift_of(block_size: int) -> int:
@@ -174,27 +215,48 @@ def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
     return ValueMode.TILED, scale
 
 
-def compiled_record(record: LayoutRecord) -> bool:
-    """Whether the compiled kernels' plan (``WritePlan.of`` with ``compiled``) takes layout ``record``, read from its
-    field records: every value field per token, 16-bit or fp8, scaled by the external scale, or (the nope alone) by
-    an fp32 or ue8m0 tile scale of an fp8 tile rule."""
+def compiled_record(record: LayoutRecord, limits: PlanLimits = COMPILED_LIMITS) -> bool:
+    """Whether a plan under ``limits`` (``WritePlan.of``) takes layout ``record``, read from its field records:
+    every value field per token, 16-bit, fp8 scaled by the external scale or by an fp32 or ue8m0 tile scale of an
+    fp8 tile rule, or (under ``limits.fp4``) E2M1 of an FP4 tile rule; a tile-scaled rope only under
+    ``limits.tiled_rope``, its scales placed as the nope's."""
     by_name = {f.name: f for f in record.fields}
     for f in record.fields:
         if f.source not in (Source.KV_C, Source.K_PE) or f.element == ELEMENT_INPUT16:
             continue
         scale = by_name.get(f.scale or "")
-        if f.placement is not Placement.PER_TOKEN or not (f.element == ELEMENT_FP8 or is_fp8_element(f.element)) \
-                or scale is None:
+        if f.placement is not Placement.PER_TOKEN or scale is None:
             return False
         tiled = scale.placement is not Placement.EXTERNAL
-        if tiled and (f.source is Source.K_PE or record.tile_rule is None or record.tile_rule.fp4 is not None
-                      or scale.element not in (ELEMENT_FP32, ELEMENT_UE8M0)):
+        fp4_rule = record.tile_rule is not None and record.tile_rule.fp4 is not None
+        if f.element == ELEMENT_E2M1:
+            kind_ok = limits.fp4 and tiled and fp4_rule
+        elif f.element == ELEMENT_FP8 or is_fp8_element(f.element):
+            kind_ok = not tiled or (record.tile_rule is not None and not fp4_rule
+                                    and scale.element in (ELEMENT_FP32, ELEMENT_UE8M0))
+        else:
+            kind_ok = False
+        if not kind_ok or (tiled and f.source is Source.K_PE and not _rope_beside_nope(record, limits, scale)):
             return False
     return True
 
 
-#: the MLA layouts the compiled built-in kernels (triton, cuda: writers and readers) claim, in the records' order
+def _rope_beside_nope(record: LayoutRecord, limits: PlanLimits, rope_scale: FieldRecord) -> bool:
+    """Whether ``limits`` take a tile-scaled rope whose scale field is ``rope_scale``: the nope tile-scaled too, of
+    the same element, its scales of the same element and placement."""
+    by_name = {f.name: f for f in record.fields}
+    nope = next(f for f in record.fields if f.source is Source.KV_C)
+    rope = next(f for f in record.fields if f.source is Source.K_PE)
+    nope_scale = by_name.get(nope.scale or "")
+    return (limits.tiled_rope and nope_scale is not None and nope_scale.placement is not Placement.EXTERNAL
+            and nope.element == rope.element
+            and (nope_scale.element, nope_scale.placement) == (rope_scale.element, rope_scale.placement))
+
+
+#: the MLA layouts the CUDA C++ writer and the compiled readers (triton, cuda) claim, in the records' order
 COMPILED_LAYOUT_NAMES: tuple[str, ...] = tuple(r.name for r in MLA_LAYOUTS if compiled_record(r))
+#: the MLA layouts the Triton writer claims: those, and the ones with a tile-scaled rope or E2M1 values (V41, V41_FP4)
+TRITON_LAYOUT_NAMES: tuple[str, ...] = tuple(r.name for r in MLA_LAYOUTS if compiled_record(r, TRITON_LIMITS))
 
 
 def check_value_inputs(kernel_name: str, kv_c: object, k_pe: object) -> None:
@@ -221,9 +283,9 @@ class PlannedKernel(ABC):
     validation: Validation = "device"
     #: device launches made by this object (the conformance suite's proof that the kernel itself ran)
     launch_count: int = 0
-    #: plan with the compiled kernels' limits (``WritePlan.of``); a kernel writing every per-token field table from
-    #: its layout (torch-eager) sets False
-    compiled_plan: bool = True
+    #: what this kernel's plan may hold (``WritePlan.of``); a kernel writing every per-token field table from its
+    #: layout (torch-eager) takes every mode
+    plan_limits: PlanLimits = COMPILED_LIMITS
 
     def _init_call_path(self, validation: str) -> None:
         self.validation = check_validation(validation)
@@ -272,7 +334,7 @@ class PlannedKernel(ABC):
         found = self._plans.get(key)
         if found is None:
             layout = contract.layout(kv_cache_dtype, kv_lora_rank, rope_dim)
-            found = self._plans[key] = (WritePlan.of(layout, compiled=self.compiled_plan), self.supports(layout))
+            found = self._plans[key] = (WritePlan.of(layout, self.plan_limits), self.supports(layout))
         return found
 
     def supports(self, layout: MlaLayout) -> str | None:

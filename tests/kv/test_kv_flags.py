@@ -171,8 +171,8 @@ def test_platform_file_with_a_bad_flag_or_byte_table_names_file_and_key(
 
 
 def test_layout_bytes_of_an_unsupported_layout_is_refused(tmp_path: Path) -> None:
-    path = _variant(tmp_path, ', "fp8_rocm_compact"]', "]")
-    with pytest.raises(RtpRefError, match=r"missing: none; not supported: fp8_rocm_compact"):
+    path = _variant(tmp_path, ', "V41_FP4"]', "]")
+    with pytest.raises(RtpRefError, match=r"missing: none; not supported: V41_FP4"):
         load_platform(str(path))
 
 

@@ -45,12 +45,10 @@ TIE_TILE = (5.625, 1.171875)
 
 
 def _v41_table(tmp_path: Path, conventions: str = "") -> Path:
-    """The CPU table under another name, listing V41 and V41_FP4 (their bytes stated by hand), plus
+    """The CPU table (which lists V41 and V41_FP4, their bytes stated by hand) under another name, plus
     ``conventions``."""
     text = (REPO / "platforms" / "cpu.toml").read_text().replace('name = "cpu"', 'name = "cpu-v41"')
-    text = text.replace('supported = ["auto",', 'supported = ["V41", "V41_FP4", "auto",')
-    text = text.replace('reads = ["auto",', 'reads = ["V41", "V41_FP4", "auto",')
-    text = text.replace("[layout_bytes]\n", "[layout_bytes]\nV41 = 528\nV41_FP4 = 288\n")
+    assert '"V41", "V41_FP4"]' in text and "V41 = 528" in text and "V41_FP4 = 288" in text
     path = tmp_path / "cpu-v41.toml"
     path.write_text(text + conventions)
     return path
@@ -204,11 +202,12 @@ def test_layouts_lists_both_with_their_bytes(capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.parametrize("layout", V41_LAYOUTS)
 def test_a_golden_file_per_format(tmp_path: Path, layout: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """``rtp-ref golden`` writes one call (its inputs, the cache before and after), which the reference and
-    torch-eager reproduce; a file whose expected cache has one written byte changed fails, naming the token's field."""
+    """``rtp-ref golden`` writes one call (its inputs, the cache before and after), which the reference, torch-eager
+    and the Triton writer reproduce; a file whose expected cache has one written byte changed fails, naming the
+    token's field."""
     table, golden = _v41_table(tmp_path), tmp_path / f"{layout}.safetensors"
     assert main(["golden", "--layout", layout, "--platform", str(table), "--out", str(golden)]) == 0
-    for kernel in ("reference", "torch-eager"):
+    for kernel in ("reference", "torch-eager", "triton"):
         assert main(["golden-check", str(golden), "--kernel", kernel]) == 0, capsys.readouterr()
     capsys.readouterr()
     raw = bytearray(golden.read_bytes())
@@ -225,9 +224,9 @@ def test_a_golden_file_per_format(tmp_path: Path, layout: str, capsys: pytest.Ca
 
 
 def test_certified_on_a_table_that_lists_them(tmp_path: Path) -> None:
-    """The reference, torch-eager and the reference gather certify both layouts bit-exact on a CPU table listing
-    them; the compiled kernels (Triton here) claim neither; each FP4 mutant fails by its check, its diagnosis naming
-    the convention it follows."""
+    """The reference, torch-eager, the Triton writer and the reference gather certify both layouts bit-exact on a
+    CPU table listing them; the compiled readers (Triton's here) claim neither; each FP4 mutant fails by its check,
+    its diagnosis naming the convention it follows."""
     env = child_env(REPO, RTP_REF_KERNELS="tests.mutants.fp4_mutants:mutants")
     mutants = [cls.name for cls in EXPECTED]
     argv = ["certify", "--platform", str(_v41_table(tmp_path)), "--report", str(tmp_path / "report")]
@@ -239,11 +238,10 @@ def test_certified_on_a_table_that_lists_them(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     rows = {(r["kernel"], r["layout"]): r["verdict"] for r in report["summary"]["by_kernel_layout"]
             if r["kernel"] not in ("-", "(suite)")}
-    for kernel in ("reference", "torch-eager", "reference-gather"):
+    for kernel in ("reference", "torch-eager", "triton", "reference-gather"):
         verdicts = (rows[kernel, "V41"], rows[kernel, "V41_FP4"])
         assert verdicts == ("certified", "certified"), (kernel, verdicts)
-    assert {rows[kernel, f"{layout} (unclaimed)"] for kernel in ("triton", "triton-gather")
-            for layout in V41_LAYOUTS} == {"raises as required"}, rows
+    assert {rows["triton-gather", f"{layout} (unclaimed)"] for layout in V41_LAYOUTS} == {"raises as required"}, rows
     cases = [c for c in report["cases"] if c.get("kernel") in mutants]
     for cls, (check, flag) in EXPECTED.items():
         assert rows[cls.name, "V41_FP4"] == "failed", (cls.name, rows)
