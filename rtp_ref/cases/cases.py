@@ -130,7 +130,9 @@ def _edge_values(x: torch.Tensor, layout: MlaLayout, scale: float, source: Sourc
         x[1, x.shape[1] // 2:] = finfo.smallest_normal / 4  # input-dtype subnormals
     f = layout.value_field(source)
     scale_field = layout.field(f.scale_field) if f.scale_field else None
-    per_tensor = scale_field is not None and scale_field.tile_scale is None
+    # an unscaled fp8 field is converted as it is: its edge values are a per-tensor field's at scale 1
+    per_tensor = (scale_field is not None and scale_field.tile_scale is None) or f.unscaled
+    scale = 1.0 if f.unscaled else scale
     if per_tensor and x.shape[0] > 2:
         fp8_max = layout.element_format.max_value
         row = torch.linspace(-4 * fp8_max * scale, 4 * fp8_max * scale, x.shape[1])

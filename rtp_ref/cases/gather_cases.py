@@ -178,11 +178,15 @@ class GatherCase:
             first = sequence_slots(table, cu, spec.block_size, None)[:4]
             finfo = torch.finfo(spec.input_dtype)
             for i, slot in enumerate(first.tolist()):
-                for t in (kv_c, k_pe):
+                for source, t in ((Source.KV_C, kv_c), (Source.K_PE, k_pe)):
                     if i == 0:
                         t[slot] = 0.0  # an all-zero token: floor scales
                     elif i == 1:
                         t[slot, ::2] = finfo.max  # saturated codes
+                    elif not _stores_non_finite(lay, source):
+                        # its tiles define no bytes for NaN or inf (rtp_ref.kv.non_finite): no writer defines that
+                        # cache, so no reader can be held to it
+                        continue
                     elif i == 2:
                         t[slot, :2] = torch.tensor([float("inf"), float("-inf")])
                     else:
@@ -276,3 +280,10 @@ def _with_format(layout: MlaLayout, fmt: Fp8Format) -> MlaLayout:
     return build_layout(layout.name, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim, flags=layout.flags,
                         element_format=fmt, conversion_mode=layout.conversion_mode)
 
+
+def _stores_non_finite(layout: MlaLayout, source: Source) -> bool:
+    """Whether the reference writer stores NaN and inf in ``source``'s field: every field but an E2M1 one whose
+    tile rule leaves a tile holding them undefined (rtp_ref.kv.entries raises there)."""
+    f = layout.value_field(source)
+    spec = layout.field(f.scale_field).tile_scale if f.scale_field else None
+    return spec is None or spec.fp4 is None or spec.non_finite_tile != "undefined"

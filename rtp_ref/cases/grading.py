@@ -213,14 +213,18 @@ class _NumericsCase:
         self.x = x.double()
         self.codes = _field_bytes(layout, k_entries, f)
         self.r_codes = _field_bytes(layout, r_entries, f)
-        self.scale_field = layout.field(f.scale_field or "")
-        self.tile = self.scale_field.tile_scale.tile if self.scale_field.tile_scale else f.count
-        if self.scale_field.placement is Placement.EXTERNAL:
-            self.k_scales = scale_arg.double().reshape(1, 1).expand(x.shape[0], 1)
+        # an unscaled field's values are the inputs converted: a scale of 1 (rtp_ref.kv.records.UNSCALED)
+        self.scale_field = None if f.unscaled else layout.field(f.scale_field or "")
+        spec = self.scale_field.tile_scale if self.scale_field else None
+        self.tile = spec.tile if spec else f.count
+        if self.scale_field is None or self.scale_field.placement is Placement.EXTERNAL:
+            one = torch.ones(1) if self.scale_field is None else scale_arg
+            self.k_scales = one.double().reshape(1, 1).expand(x.shape[0], 1)
             self.r_scales = self.k_scales
         else:
-            self.k_raw = _field_bytes(layout, k_entries, self.scale_field)
-            self.r_raw = _field_bytes(layout, r_entries, self.scale_field)
+            # scales in tile order (a field may store them in another: Field.order)
+            self.k_raw = self.scale_field.to_natural_order(_field_bytes(layout, k_entries, self.scale_field))
+            self.r_raw = self.scale_field.to_natural_order(_field_bytes(layout, r_entries, self.scale_field))
             self.k_scales = _scale_values(self.scale_field, self.k_raw).double()
             self.r_scales = _scale_values(self.scale_field, self.r_raw).double()
 
@@ -228,9 +232,11 @@ class _NumericsCase:
         return self.k_scales.repeat_interleave(self.tile, dim=1)[:, : self.f.count]
 
     def _scale_example(self, row: int, i: int, contract: bool = True) -> str:
-        """``token 3 (slot 17) nope_scale[1]: kernel 0.0123 (0x3c49ba5e) vs contract 0.015625 (...)``."""
+        """``token 3 (slot 17) nope_scale[1]: kernel 0.0123 (0x3c49ba5e) vs contract 0.015625 (...)``: the scale of
+        tile ``i``, wherever the field stores it."""
         s = self.scale_field
-        text = f"{self.loc.row(row)} {s.name}[{i}]: kernel {self.loc.kernel(s, row, i)}"
+        assert s is not None, "only a scaled field has scale examples"
+        text = f"{self.loc.row(row)} {s.name}[{i}]: kernel {self.loc.kernel(s, row, s.stored_index(i))}"
         return f"{text} vs contract {self.loc.value(s, _element(self.r_raw, s, row, i))}" if contract else text
 
     def _value_example(self, row: int, col: int, v: torch.Tensor, want: str | None = None) -> str:
@@ -242,8 +248,8 @@ class _NumericsCase:
                 f"{want}, x/stored scale {float(v[row, col]):.6g}")
 
     def scale_checks(self) -> list[Check]:
-        spec = self.scale_field.tile_scale
-        if spec is None:
+        spec = self.scale_field.tile_scale if self.scale_field else None
+        if spec is None or self.scale_field is None:
             return []
         k, r = self.k_scales, self.r_scales
         name = self.scale_field.name

@@ -134,7 +134,8 @@ class MlaWriteCase:
         parts = []
         for row, index in ((0, 5 % nope.count), (1, nope.count - 1)):
             value = kernel_text(places.at(nope.name, slots[row], index // per_unit), after, before)
-            tile_scale = kernel_text(places.at(scale.name, slots[row], index // tile), after, before)
+            tile_scale = kernel_text(places.at(scale.name, slots[row], scale.stored_index(index // tile)), after,
+                                     before)
             parts.append(f"token {row} {nope.name}[{index}] {value}, its tile's scale {tile_scale}")
         return "; ".join(parts)
 

@@ -155,6 +155,11 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
         record.update(grade=refusal.grade, failed_checks=refusal.failed,
                       checks={c.name: c.detail for c in refusal.checks if not c.passed}, outcome=judgement.outcome)
         return CaseResult(record, judgement)
+    # a case of a non-finite kind says so (rtp_ref.cases.non_finite_cases); the other cases have no such attribute
+    non_finite: NonFiniteCase | None = getattr(case, "non_finite", None)
+    if non_finite is not None and not non_finite.defined and call.error is not None and call.device_error is None \
+            and torch.equal(before, after):
+        return _refused_undefined(subject, non_finite, describe_error(call.error), record)
     settled = _settled(subject, case, call, before, after, not_covered(platform, deviation))
     if settled is not None:
         fields, judgement = settled
@@ -163,8 +168,6 @@ def run_case(subject: Subject, key: CaseKey, contract: WriteContract, platform: 
         return CaseResult({**record, **fields, **outcome}, judgement)
     grading = with_ran_check(case.grade(before, after, platform.numerics_max_ulp), call,
                              expect_launch=key.tokens > 0)
-    # a case of a non-finite kind says so (rtp_ref.cases.non_finite_cases); the other cases have no such attribute
-    non_finite: NonFiniteCase | None = getattr(case, "non_finite", None)
     if non_finite is not None and not non_finite.defined:
         return _undefined_class(subject, non_finite, grading, before, after, platform, deviation, record)
     convention = None
@@ -206,6 +209,17 @@ def _undefined_class(subject: Subject, non_finite: NonFiniteCase, grading: Gradi
     stored = non_finite.stored(before, after)
     message = (f"{CLASS_TEXT[cls]}: undefined by the layout's non-finite policy ({policy.source}); nothing was "
                f"written outside the tokens' entries; {subject.name} stored: {stored}")
+    record.update(outcome="skipped", reason=message, non_finite=f"{cls}: undefined", non_finite_stored=stored)
+    return CaseResult(record, Judgement(UNDEFINED, message))
+
+
+def _refused_undefined(subject: Subject, non_finite: NonFiniteCase, error: str, record: dict[str, Any]) -> CaseResult:
+    """A kernel that raised, writing nothing, on a non-finite class its layout leaves undefined: a clean refusal of
+    an input no contract defines, so the case is ``undefined`` (never a failure), with the kernel's words."""
+    cls = non_finite.cls
+    stored = f"nothing (it raised before writing: {error})"
+    message = (f"{CLASS_TEXT[cls]}: undefined by the layout's non-finite policy ({non_finite.policy.source}); "
+               f"{subject.name} stored: {stored}")
     record.update(outcome="skipped", reason=message, non_finite=f"{cls}: undefined", non_finite_stored=stored)
     return CaseResult(record, Judgement(UNDEFINED, message))
 

@@ -79,7 +79,11 @@ def _fp4(x: torch.Tensor, spec: TileScale, n_tiles: int) -> tuple[torch.Tensor, 
     amax = tiles.abs().amax(dim=-1)
     quotient = amax * (1.0 / 6.0) if conventions.scale.division == "mul_one_sixth" else amax / 6.0
     low, high = conventions.scale.clamp
-    scale = quotient.clamp(low, high).to(torch.float8_e4m3fn)
+    target = quotient.clamp(low, high)
+    scale = target.to(torch.float8_e4m3fn)
+    if conventions.scale.rounding == "bump":  # one code up where nearest-even rounding went below the target
+        bits = scale.view(torch.uint8)
+        scale = (bits + ((scale.float() < target) & (bits < 0x7E)).to(torch.uint8)).view(torch.float8_e4m3fn)
     s = scale.float().unsqueeze(-1)
     q = tiles / s if conventions.payload == "ieee_div" else tiles * (1.0 / s)
     if conventions.negative_zero == "positive":
@@ -101,7 +105,7 @@ class TorchEagerKernel(PlannedKernel):
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cpu", "cuda")
     conversion_path: Literal["torch"] = "torch"
-    plan_limits = PlanLimits(tiled_rope=True, fp4=True)
+    plan_limits = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True)
 
     def __init__(self, contract: WriteContract | None = None) -> None:
         # its boolean masking of padding slots reads the slots on the host: it validates there as well
@@ -113,12 +117,14 @@ class TorchEagerKernel(PlannedKernel):
         return TorchEagerKernel(contract)
 
     def supports(self, layout: MlaLayout) -> str | None:
-        """None, or why it does not write ``layout``: an FP4 scale other than e4m3 by nearest-even rounding."""
+        """None, or why it does not write ``layout``: an FP4 scale other than e4m3 by nearest-even rounding (or
+        bumped one code up)."""
         for f in layout.fields:
             fp4 = f.tile_scale.fp4 if f.tile_scale is not None else None
-            if fp4 is not None and (fp4.scale.element.value, fp4.scale.rounding.value) != ("e4m3fn", "rne"):
-                return (f"torch-eager writes FP4 scales as e4m3 rounded to nearest even, not {fp4.scale.element.value} "
-                        f"by {fp4.scale.rounding.value} ({f.name} of {layout.name})")
+            if fp4 is not None and (fp4.scale.element.value != "e4m3fn" or fp4.scale.rounding.value not in ("rne",
+                                                                                                         "bump")):
+                return (f"torch-eager writes FP4 scales as e4m3 rounded to nearest even (or bumped), not "
+                        f"{fp4.scale.element.value} by {fp4.scale.rounding.value} ({f.name} of {layout.name})")
         return None
 
     def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
@@ -139,18 +145,20 @@ def _field_bytes(layout: MlaLayout, f: Field, mode: ValueMode, x: torch.Tensor, 
         return [(f, x.contiguous().view(torch.uint8))]
     if mode is ValueMode.PER_TENSOR:
         return [(f, _quantize(x, scale, fp8))]
+    if mode is ValueMode.UNSCALED:
+        return [(f, x.float().to(fp8).view(torch.uint8))]
     scale_field = layout.field(f.scale_field or "")
     spec = scale_field.tile_scale
     assert spec is not None, f"{f.name}'s scale is a tile scale"
     if mode is ValueMode.FP4:
         codes, scale_bytes = _fp4(x, spec, scale_field.count)
-        return [(f, codes), (scale_field, scale_bytes)]
+        return [(f, codes), (scale_field, scale_field.to_stored_order(scale_bytes))]
     codes, s = _tiled(x, spec, scale_field.count, fp8)
     if scale_field.element == ELEMENT_UE8M0:
         scale_bytes = (torch.log2(s) + 127).clamp(0, 255).to(torch.uint8)
     else:
         scale_bytes = s.contiguous().view(torch.uint8)
-    return [(f, codes), (scale_field, scale_bytes)]
+    return [(f, codes), (scale_field, scale_field.to_stored_order(scale_bytes))]
 
 
 def write_eager(plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,

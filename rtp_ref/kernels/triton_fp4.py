@@ -63,16 +63,28 @@ def e4m3_value(code: tl.tensor) -> tl.tensor:
 
 
 @triton.jit
+def scale_slots(tiles: tl.tensor, ORDER_ROWS: tl.constexpr, ORDER_COLS: tl.constexpr) -> tl.tensor:
+    """Where tile ``tiles``' scale is stored among a token's scales: at the tile's index, or with ``ORDER_ROWS`` x
+    ``ORDER_COLS`` transposed (rtp_ref.kv.fields.Field.stored_index) at ``(t % COLS) * ROWS + t // COLS``."""
+    if ORDER_ROWS > 0:  # noqa: SIM108 - a constexpr branch, one of two expressions compiled
+        slots = (tiles % ORDER_COLS) * ORDER_ROWS + tiles // ORDER_COLS
+    else:
+        slots = tiles
+    return slots
+
+
+@triton.jit
 def fp4_tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: tl.tensor, BLOCK_T: tl.constexpr,
-                      N_PAD: tl.constexpr, TILE: tl.constexpr, N_TILES: tl.constexpr, LOW: tl.constexpr,
+                      N_PAD: tl.constexpr, TILE: tl.constexpr, N_TILES: tl.constexpr, ORDER_ROWS: tl.constexpr,
+                      ORDER_COLS: tl.constexpr, LOW: tl.constexpr,
                       HIGH: tl.constexpr, MUL_SIXTH: tl.constexpr, BUMP: tl.constexpr, RECIPROCAL: tl.constexpr,
                       NEG_ZERO_POSITIVE: tl.constexpr, POISON: tl.constexpr) -> tl.tensor:
     """The packed E2M1 bytes (int32 [BLOCK_T, N_PAD / 2], the even index in the low nibble) of ``x`` [BLOCK_T,
     N_PAD] (padded columns 0.0) in tiles of ``TILE``; stores each valid token's ``N_TILES`` e4m3 scale codes at byte
-    ``sbase``. Per tile: ``q = clamp(amax * (1/6) or amax / 6, LOW, HIGH)``, its e4m3 code rounded to nearest even
-    (one code up where that value is below ``q`` under ``BUMP``), ``s`` its value, each code ``e2m1(x / s)`` (or
-    of ``x * (1 / s)`` under ``RECIPROCAL``). Under ``POISON`` a tile holding NaN or +-inf stores e4m3's NaN and every
-    code 0."""
+    ``sbase``, in the order ``scale_slots`` gives. Per tile: ``q = clamp(amax * (1/6) or amax / 6, LOW, HIGH)``,
+    its e4m3 code rounded to nearest even (one code up where that value is below ``q`` under ``BUMP``), ``s`` its
+    value, each code ``e2m1(x / s)`` (or of ``x * (1 / s)`` under ``RECIPROCAL``). Under ``POISON`` a tile holding
+    NaN or +-inf stores e4m3's NaN and every code 0."""
     x3 = tl.reshape(x, (BLOCK_T, N_PAD // TILE, TILE))
     # |x| as float32 bits orders like |x|; inf's bits and above are the non-finite values
     amax_bits = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
@@ -98,7 +110,8 @@ def fp4_tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: t
         code = tl.where(finite, code, E4M3_NAN_CODE)
     tiles = tl.arange(0, N_PAD // TILE)
     smask = valid[:, None] & (tiles < N_TILES)[None, :]
-    tl.store(cache + sbase[:, None] + tiles[None, :], code.to(tl.uint8), mask=smask)
+    slots = scale_slots(tiles, ORDER_ROWS, ORDER_COLS)
+    tl.store(cache + sbase[:, None] + slots[None, :], code.to(tl.uint8), mask=smask)
     pairs = tl.reshape(codes, (BLOCK_T, N_PAD // 2, 2))
     nibble_weight = 1 + 15 * tl.arange(0, 2)  # 1 for the even index, 16 for the odd one
     return tl.sum(pairs * nibble_weight[None, None, :], axis=2)

@@ -40,7 +40,7 @@ from rtp_ref.fp8.formats import E4M3FN, ConversionMode
 from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import Validation
-from rtp_ref.kernels.triton_fp4 import fp4_constexprs, fp4_tile_quantize, fp4_unsupported
+from rtp_ref.kernels.triton_fp4 import fp4_constexprs, fp4_tile_quantize, fp4_unsupported, scale_slots
 from rtp_ref.kernels.triton_fp8 import (
     F32_2POW_M127_BITS,
     F32_NAN_BITS,
@@ -106,7 +106,8 @@ def _mla_cache_write(
     SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, SPLIT: tl.constexpr,
     ROPE_N_TILES: tl.constexpr, ROPE_SCALE_OFF: tl.constexpr, LOW: tl.constexpr, HIGH: tl.constexpr,
     MUL_SIXTH: tl.constexpr, BUMP: tl.constexpr, RECIPROCAL: tl.constexpr, NEG_ZERO_POSITIVE: tl.constexpr,
-    POISON: tl.constexpr, HW: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
+    POISON: tl.constexpr, ORDER_ROWS: tl.constexpr, ORDER_COLS: tl.constexpr, HW: tl.constexpr,
+    MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
     SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
 ) -> None:
@@ -114,8 +115,9 @@ def _mla_cache_write(
 
     ``cache`` is the cache's bytes; ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit
     copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales, 3 = E2M1 codes with per-tile e4m3
-    scales (rtp_ref.kernels.triton_fp4); a tile-scaled rope's scales sit beside the nope's. A slot at or past
-    ``capacity`` writes nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
+    scales (rtp_ref.kernels.triton_fp4), 4 = fp8 of the value itself (no scale); a tile-scaled rope's scales sit
+    beside the nope's, the nope's in the order ``ORDER_ROWS`` x ``ORDER_COLS`` transposed (0: tile order). A slot
+    at or past ``capacity`` writes nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
     """
     t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     in_range = t < num_tokens
@@ -163,19 +165,21 @@ def _mla_cache_write(
     elif NOPE_MODE == 3:
         sbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, SCALE_OFF,
                             SCALE_TRAILING)
-        packed = fp4_tile_quantize(x, cache, sbase, valid, BLOCK_T, R_PAD, TILE, N_TILES, LOW, HIGH, MUL_SIXTH, BUMP,
-                                   RECIPROCAL, NEG_ZERO_POSITIVE, POISON)
+        packed = fp4_tile_quantize(x, cache, sbase, valid, BLOCK_T, R_PAD, TILE, N_TILES, ORDER_ROWS, ORDER_COLS, LOW,
+                                   HIGH, MUL_SIXTH, BUMP, RECIPROCAL, NEG_ZERO_POSITIVE, POISON)
         bcols = tl.arange(0, R_PAD // 2)
         tl.store(cache + row[:, None] + NOPE_OFF + bcols[None, :], packed.to(tl.uint8),
                  mask=valid[:, None] & (bcols < R // 2)[None, :])
     else:
         if NOPE_MODE == 1:
             q = tl.math.div_rn(x, tensor_scale)
+        elif NOPE_MODE == 4:
+            q = x
         else:
             sbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, SCALE_OFF,
                                 SCALE_TRAILING)
-            q = _tile_quantize(x, cache, sbase, valid, divisor, floor, BLOCK_T, R_PAD, TILE, N_TILES, POW2,
-                               SCALE_UE8M0, SPLIT)
+            q = _tile_quantize(x, cache, sbase, valid, divisor, floor, BLOCK_T, R_PAD, TILE, N_TILES, ORDER_ROWS,
+                               ORDER_COLS, POW2, SCALE_UE8M0, SPLIT)
         code = fp8_codes(q, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                          MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + NOPE_OFF + cols[None, :], code, mask=nmask)
@@ -186,20 +190,22 @@ def _mla_cache_write(
     elif ROPE_MODE == 3:
         rbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, ROPE_SCALE_OFF,
                             SCALE_TRAILING)
-        ppacked = fp4_tile_quantize(y, cache, rbase, valid, BLOCK_T, P_PAD, TILE, ROPE_N_TILES, LOW, HIGH, MUL_SIXTH,
-                                    BUMP, RECIPROCAL, NEG_ZERO_POSITIVE, POISON)
+        ppacked = fp4_tile_quantize(y, cache, rbase, valid, BLOCK_T, P_PAD, TILE, ROPE_N_TILES, 0, 0, LOW, HIGH,
+                                    MUL_SIXTH, BUMP, RECIPROCAL, NEG_ZERO_POSITIVE, POISON)
         pbcols = tl.arange(0, P_PAD // 2)
         tl.store(cache + row[:, None] + ROPE_OFF + pbcols[None, :], ppacked.to(tl.uint8),
                  mask=valid[:, None] & (pbcols < P // 2)[None, :])
     else:
         if ROPE_MODE == 1:
             pq = tl.math.div_rn(y, tensor_scale)
+        elif ROPE_MODE == 4:
+            pq = y
         else:
             # the rope's tiles follow the nope's: the same rule, their scales in the same area (WritePlan)
             rbase = _scale_base(block, block_bytes, block_size, offset, row, DATA_BYTES, TRAIL_BYTES, ROPE_SCALE_OFF,
                                 SCALE_TRAILING)
-            pq = _tile_quantize(y, cache, rbase, valid, divisor, floor, BLOCK_T, P_PAD, TILE, ROPE_N_TILES, POW2,
-                                SCALE_UE8M0, SPLIT)
+            pq = _tile_quantize(y, cache, rbase, valid, divisor, floor, BLOCK_T, P_PAD, TILE, ROPE_N_TILES, 0, 0,
+                                POW2, SCALE_UE8M0, SPLIT)
         pcode = fp8_codes(pq, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO, HAS_INF, INF_CODE, SATFINITE,
                           MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
@@ -220,11 +226,11 @@ def _scale_base(block: tl.tensor, block_bytes: tl.tensor, block_size: tl.tensor,
 @triton.jit
 def _tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: tl.tensor, divisor: tl.tensor,
                    floor: tl.tensor, BLOCK_T: tl.constexpr, N_PAD: tl.constexpr, TILE: tl.constexpr,
-                   N_TILES: tl.constexpr, POW2: tl.constexpr, SCALE_UE8M0: tl.constexpr,
-                   SPLIT: tl.constexpr) -> tl.tensor:
+                   N_TILES: tl.constexpr, ORDER_ROWS: tl.constexpr, ORDER_COLS: tl.constexpr, POW2: tl.constexpr,
+                   SCALE_UE8M0: tl.constexpr, SPLIT: tl.constexpr) -> tl.tensor:
     """The quotients ``x / s_i`` of ``x`` [BLOCK_T, N_PAD] under per-``TILE`` scales ``s_i = max(amax_i / divisor,
     floor)`` (the next power of two under ``POW2``); stores the ``N_TILES`` scales of each valid token at byte
-    ``sbase`` (ue8m0 bytes or float32)."""
+    ``sbase`` (ue8m0 bytes or float32), in the order ``scale_slots`` gives."""
     # Padded columns hold 0.0, which never raises a tile's amax (the reference pads with zeros).
     x3 = tl.reshape(x, (BLOCK_T, N_PAD // TILE, TILE))
     # |x| as float32 bits orders like |x|, and every NaN's bits exceed inf's: one integer max
@@ -247,10 +253,11 @@ def _tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: tl.t
         q3 = tl.math.div_rn(x3, s[:, :, None])
     tiles = tl.arange(0, N_PAD // TILE)
     smask = valid[:, None] & (tiles < N_TILES)[None, :]
+    slots = scale_slots(tiles, ORDER_ROWS, ORDER_COLS)
     if SCALE_UE8M0:
-        tl.store(cache + sbase[:, None] + tiles[None, :], byte.to(tl.uint8), mask=smask)
+        tl.store(cache + sbase[:, None] + slots[None, :], byte.to(tl.uint8), mask=smask)
     else:
-        _store32(cache, sbase, tiles, s, smask, SPLIT)
+        _store32(cache, sbase, slots, s, smask, SPLIT)
     return tl.reshape(q3, (BLOCK_T, N_PAD))
 
 
@@ -281,6 +288,8 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
         "TILE": tile, "N_TILES": plan.n_tiles, "POW2": plan.pow2_scale,
         "SCALE_UE8M0": plan.scale_ue8m0, "SCALE_TRAILING": plan.scale_trailing, "SCALE_OFF": plan.scale_offset,
         "ROPE_N_TILES": plan.rope_n_tiles, "ROPE_SCALE_OFF": plan.rope_scale_offset, "SPLIT": split,
+        "ORDER_ROWS": plan.scale_order[0] if plan.scale_order else 0,
+        "ORDER_COLS": plan.scale_order[1] if plan.scale_order else 0,
         **fp4_constexprs(plan.fp4_tile), "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
         **f.triton_constexprs(),
     }

@@ -32,7 +32,7 @@ from rtp_ref.kv.fields import (
     TileScale,
     is_fp8_element,
 )
-from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, FieldRecord, LayoutRecord
+from rtp_ref.kv.layout_records import ELEMENT_FP8, MLA_LAYOUTS, UNSCALED, FieldRecord, LayoutRecord
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.kv.padding import as_negative
 from rtp_ref.kv.validate import accepted_slot_dtypes, validate_write_args
@@ -49,21 +49,26 @@ class ValueMode(IntEnum):
     TILED = 2
     #: E2M1 codes of ``x / s_i`` under the tile scale's FP4 conventions (rtp_ref.fp4)
     FP4 = 3
+    #: fp8 of ``x`` itself: no scale (an ``unscaled`` field)
+    UNSCALED = 4
 
 
 @dataclass(frozen=True)
 class PlanLimits:
     """What a kernel's plan may hold beyond per-token 16-bit and fp8 fields with an external or nope tile scale:
-    a tile-scaled rope (its scales beside the nope's, the same tile rule), and E2M1 value fields."""
+    a tile-scaled rope (its scales beside the nope's, the same tile rule), E2M1 value fields, fp8 values with no
+    scale, and scales stored in another order than their tiles'."""
 
     tiled_rope: bool = False
     fp4: bool = False
+    unscaled: bool = False
+    scale_order: bool = False
 
 
 #: the CUDA C++ kernels and the compiled readers: the nope alone tile-scaled, no E2M1
 COMPILED_LIMITS = PlanLimits()
-#: the Triton writer: a tile-scaled rope too, and E2M1 (DeepSeek V4.1's V41 and V41_FP4)
-TRITON_LIMITS = PlanLimits(tiled_rope=True, fp4=True)
+#: the Triton writer: every mode (DeepSeek V4.1's V41 and V41_FP4, FlashMLA's NVFP4 record)
+TRITON_LIMITS = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ class WritePlan:
     rope_scale_offset: int = 0
     #: the nope's tile scale when it holds E2M1 codes (its FP4 conventions and non-finite tile policy), else None
     fp4_tile: TileScale | None = None
+    #: the nope scale field's stored order (``Field.order``: rows x cols transposed), or None: tile i at element i
+    scale_order: tuple[int, int] | None = None
 
     @property
     def rope_beside_nope(self) -> bool:
@@ -123,7 +130,11 @@ class WritePlan:
                 f"layout {layout.name}: this built-in kernel does not handle tile-scaled rope"
             )
         if not limits.fp4 and ValueMode.FP4 in (nope_mode, rope_mode):
-            raise UnsupportedLayoutError(f"layout {layout.name}: the compiled built-in kernels do not write E2M1")
+            raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel does not write E2M1")
+        if not limits.unscaled and ValueMode.UNSCALED in (nope_mode, rope_mode):
+            raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel does not write unscaled fp8")
+        if not limits.scale_order and nope_scale is not None and nope_scale.order is not None:
+            raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel stores scales in tile order")
         beside = rope_scale is not None and rope_mode in (ValueMode.TILED, ValueMode.FP4) \
             and _shares_area(nope_mode, rope_mode, nope_scale, rope_scale)
         tile = n_tiles = scale_offset = 0
@@ -158,6 +169,7 @@ class WritePlan:
             rope_n_tiles=rope_scale.count if beside and rope_scale else 0,
             rope_scale_offset=rope_scale.offset if beside and rope_scale else 0,
             fp4_tile=nope_scale.tile_scale if nope_mode is ValueMode.FP4 and nope_scale else None,
+            scale_order=nope_scale.order if nope_scale else None,
         )
 
     def wide_fields_aligned(self, kv_cache: torch.Tensor) -> bool:
@@ -203,6 +215,8 @@ def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
     if f.element == ELEMENT_E2M1:
         scale = layout.field(f.scale_field or "")
         return ValueMode.FP4, scale
+    if f.unscaled:
+        return ValueMode.UNSCALED, None
     if not is_fp8_element(f.element):
         raise UnsupportedLayoutError(
             f"layout {layout.name}: field {f.name!r} holds {f.element}, neither fp8 nor 16-bit"
@@ -224,14 +238,16 @@ def compiled_record(record: LayoutRecord, limits: PlanLimits = COMPILED_LIMITS) 
     for f in record.fields:
         if f.source not in (Source.KV_C, Source.K_PE) or f.element == ELEMENT_INPUT16:
             continue
+        if f.scale == UNSCALED and f.placement is Placement.PER_TOKEN and limits.unscaled and is_fp8_record(f):
+            continue
         scale = by_name.get(f.scale or "")
-        if f.placement is not Placement.PER_TOKEN or scale is None:
+        if f.placement is not Placement.PER_TOKEN or scale is None or (scale.order and not limits.scale_order):
             return False
         tiled = scale.placement is not Placement.EXTERNAL
         fp4_rule = record.tile_rule is not None and record.tile_rule.fp4 is not None
         if f.element == ELEMENT_E2M1:
             kind_ok = limits.fp4 and tiled and fp4_rule
-        elif f.element == ELEMENT_FP8 or is_fp8_element(f.element):
+        elif is_fp8_record(f):
             kind_ok = not tiled or (record.tile_rule is not None and not fp4_rule
                                     and scale.element in (ELEMENT_FP32, ELEMENT_UE8M0))
         else:
@@ -239,6 +255,11 @@ def compiled_record(record: LayoutRecord, limits: PlanLimits = COMPILED_LIMITS) 
         if not kind_ok or (tiled and f.source is Source.K_PE and not _rope_beside_nope(record, limits, scale)):
             return False
     return True
+
+
+def is_fp8_record(f: FieldRecord) -> bool:
+    """Whether field record ``f`` holds fp8 values: the cache's format (``fp8``) or a named one."""
+    return f.element == ELEMENT_FP8 or is_fp8_element(f.element)
 
 
 def _rope_beside_nope(record: LayoutRecord, limits: PlanLimits, rope_scale: FieldRecord) -> bool:

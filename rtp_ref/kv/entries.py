@@ -8,7 +8,7 @@ Numerics (the contract the writer kernels are graded against):
 
 * a 16-bit field copies the input's bits verbatim (bf16 or fp16; vLLM's ds_mla kernel stores an fp16
   input's rope bits as they are, so only bf16 inputs give the bf16 rope FlashMLA reads);
-* an fp8 field with the external scale stores ``encode(float32(x) / scale)``;
+* an fp8 field with the external scale stores ``encode(float32(x) / scale)``, an ``unscaled`` one ``encode(x)``;
 * an fp8 field with a tile scale stores ``encode(float32(x) / s_i)`` with ``s_i`` from the tile's amax
   (``TileScale``); fp32 scales are stored as their bits, ue8m0 scales as their exponent byte;
 * an E2M1 field stores the codes and scale codes of ``rtp_ref.fp4.quantize_row`` under its tile scale's FP4
@@ -17,6 +17,7 @@ Numerics (the contract the writer kernels are graded against):
   that is ``undefined``, nothing: the writer raises RtpRefError naming the layout's non-finite policy;
 * ``encode`` is ``rtp_ref.fp8.encode`` with the layout's element format and conversion mode, and
   every division is one correctly rounded float32 division;
+* a scale field with an ``order`` stores its scales in that order (``Field.to_stored_order``);
 * pad bytes are 0 in an entry and are never written to a cache.
 """
 
@@ -95,7 +96,7 @@ def encode_entries(layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, sc
         codes, scale_bytes = encode_tiled(layout, f, values[f.source])
         out[:, start : start + f.size] = codes
         scale_start = layout.entry_offset(scale_field)
-        out[:, scale_start : scale_start + scale_field.size] = scale_bytes
+        out[:, scale_start : scale_start + scale_field.size] = scale_field.to_stored_order(scale_bytes)
     return out
 
 
@@ -135,9 +136,12 @@ def _nan_code(element: str) -> torch.Tensor:
 
 
 def _value_bytes(layout: MlaLayout, f: Field, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """A value field without tile scales: 16-bit bits copied, or fp8 of ``x / scale`` (the per-tensor scale)."""
+    """A value field without tile scales: 16-bit bits copied, fp8 of ``x`` (``unscaled``), or fp8 of ``x / scale``
+    (the per-tensor scale)."""
     if f.element == ELEMENT_INPUT16:
         return x.contiguous().view(torch.uint8)
+    if f.unscaled:
+        return encode(x.to(torch.float32), layout.element_format, layout.conversion_mode)
     return encode(x.to(torch.float32) / scale.to(torch.float32).reshape(1, 1), layout.element_format,
                   layout.conversion_mode)
 
@@ -162,12 +166,15 @@ def decode_entries(
             out.append(raw[f.name].contiguous().view(input_dtype).to(torch.float32))
             continue
         values = field_element(f.element).values(raw[f.name]).float()
+        if f.unscaled:
+            out.append(values)
+            continue
         scale_field = layout.field(f.scale_field or "")
         if scale_field.tile_scale is None:
             out.append(values * scale.to(torch.float32).reshape(1, 1))
             continue
         tile = scale_field.tile_scale.tile
-        s = _scale_values(scale_field, raw[scale_field.name])
+        s = _scale_values(scale_field, scale_field.to_natural_order(raw[scale_field.name]))
         tiled = _padded_tiles(values, tile).reshape(values.shape[0], -1, tile)
         out.append((tiled * s.unsqueeze(-1)).reshape(values.shape[0], -1)[:, : f.count])
     return out[0], out[1]
@@ -181,4 +188,4 @@ def stored_tile_scales(layout: MlaLayout, entries: torch.Tensor) -> torch.Tensor
     if scale_field is None or scale_field.tile_scale is None:
         raise RtpRefError(f"layout {layout.name}: kv_c has no tile scales")
     start = layout.entry_offset(scale_field)
-    return _scale_values(scale_field, entries[:, start: start + scale_field.size])
+    return _scale_values(scale_field, scale_field.to_natural_order(entries[:, start: start + scale_field.size]))

@@ -14,6 +14,8 @@ from rtp_ref.fp8.formats import FP8_FORMATS
 from rtp_ref.fp8.rules import ScaleRule
 
 if TYPE_CHECKING:
+    import torch
+
     from rtp_ref.fp4.quantize import Fp4Conventions
 
 #: Element of a 16-bit field: the inputs' own type (bf16 or fp16), its bits copied verbatim.
@@ -145,10 +147,12 @@ class TileScale:
 class Field:
     """One field of a layout: ``size`` bytes at byte ``offset`` of its placement's area.
 
-    ``scale_field`` names the scale a value field is divided by (None: stored verbatim);
+    ``scale_field`` names the scale a value field is divided by (None: stored verbatim, or for fp8 values with
+    ``unscaled``, the inputs converted as they are);
     ``tile_scale`` says how the writer computes a scale field (None for the external per-tensor scale);
     ``area`` names the cache tensor holding the field where a family has two (the MHA ``key_cache`` and
     ``value_cache``; offsets count within it), "" where it has one.
+    ``order``: a scale field's stored order, ``(rows, cols)`` transposed (rtp_ref.kv.records.FieldRecord), or None.
     """
 
     name: str
@@ -161,6 +165,29 @@ class Field:
     tile_scale: TileScale | None = None
     note: str = ""
     area: str = ""
+    unscaled: bool = False
+    order: tuple[int, int] | None = None
+
+    def stored_index(self, i: int) -> int:
+        """The element position at which this field stores its ``i``-th value (a scale field's order)."""
+        if self.order is None:
+            return i
+        rows, cols = self.order
+        return (i % cols) * rows + i // cols
+
+    def to_stored_order(self, natural: torch.Tensor) -> torch.Tensor:
+        """One-byte elements ``natural`` ``[T, count]`` in natural order, as this field stores them."""
+        if self.order is None:
+            return natural
+        rows, cols = self.order
+        return natural.reshape(-1, rows, cols).transpose(1, 2).reshape(natural.shape)
+
+    def to_natural_order(self, stored: torch.Tensor) -> torch.Tensor:
+        """This field's stored one-byte elements ``stored`` ``[T, count]`` in natural order (``i``-th at ``i``)."""
+        if self.order is None:
+            return stored
+        rows, cols = self.order
+        return stored.reshape(-1, cols, rows).transpose(1, 2).reshape(stored.shape)
 
     @property
     def count(self) -> int:

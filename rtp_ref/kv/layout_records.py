@@ -47,6 +47,9 @@ from rtp_ref.kv.records import (
     SMALL_DIMS as SMALL_DIMS,
 )
 from rtp_ref.kv.records import (
+    UNSCALED as UNSCALED,
+)
+from rtp_ref.kv.records import (
     FieldRecord as FieldRecord,
 )
 from rtp_ref.kv.records import (
@@ -95,6 +98,14 @@ _V41_SOURCES = ("sglang PR #39123: python/sglang/kernels/ops/attention/dsv4/kv_l
                 "(quantize_k_cache_v41_fp4); FlashMLA (vllm-project) flash_mla/flash_mla_interface.py@02137a43fbd0 "
                 "(528 and 288 B per token, data rows then scale rows) and tests/quant.py@02137a43fbd0; vLLM PR #56893 "
                 "(V41 on SM100)")
+
+#: FlashMLA's NVFP4 sparse MLA record with fp8 rope (vllm-project/FlashMLA PR #18) and vLLM's writer of it (PR #51724)
+_NVFP4_MLA_SOURCES = ("vllm-project/FlashMLA PR #18: csrc/sm100/decode/head64/config.h@6bc49418c5ea (352 B per token, "
+                      "nvfp4_sf_byte(s) = 8 * (s & 3) + (s >> 2)) and tests/quant.py@6bc49418c5ea (the quantizer: "
+                      "amax / 6 floored at 2^-9, e4m3 rounded to nearest even then one code up where below the "
+                      "target, x / sf, the rope cast to e4m3); tests/test_nvfp4_quant.py@29b0d03c6496; vLLM PR "
+                      "#51724: csrc/libtorch_stable/nvfp4_ds_mla_cache_kernels.cu@03b6016490cc (kv_cache_dtype "
+                      "'nvfp4_fp8_ds_mla'; it multiplies by 1.0f / sf, fp4_value_quotient=reciprocal_mul)")
 
 BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
     LayoutRecord(
@@ -148,6 +159,23 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "rtp-llm PR MLAKVCacheSpec.h 46-57 (r + rope bytes); read by AITER's sparse MLA decode, mla_decode_fwd "
         "(op_tests/test_mla_sparse.py: 576 fp8 values, one kv_scale); written by sglang's HIP path (no scale)",
         extra_certified_dims=(SMALL_DIMS,)),
+    LayoutRecord(
+        "nvfp4_fp8_ds_mla", "NVFP4 sparse MLA with fp8 rope, one 352-byte record a token: the nope as E2M1 codes (two "
+        "a byte, the even index low), the rope as e4m3 with no scale, then 32 e4m3 nope scales, one per 16 values, "
+        "stored transposed (8 x 4)",
+        (_values("nope", Source.KV_C, ELEMENT_E2M1, "R", "nope_scale"),
+         FieldRecord("rope", Source.K_PE, Placement.PER_TOKEN, ELEMENT_FP8, "P", UNSCALED,
+                     note="the input converted as it is: no scale"),
+         FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, "e4m3fn", "tiles", order=(8, 4),
+                     note="scale s covers nope values [16s, 16(s+1)) and sits at byte 8 * (s % 4) + s // 4")),
+        "k + v != block: the inline e4m3 nope scales are part of the entry but of neither k nor v", _NVFP4_MLA_SOURCES,
+        tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 2.0**-9, 6.0, fp4=Fp4Rule("bump", 448.0, "div_six")),
+        fixed_dims=True,
+        non_finite=NonFinitePolicy(
+            UNDEFINED, UNDEFINED, "scale 2^-9 (e4m3 0x01, the floor), codes 0 (a -0.0 value 0x8, 0x0 under "
+            "fp4_negative_zero=positive)",
+            "the sources disagree: FlashMLA's tests/quant.py takes a NaN into the tile's amax (a NaN scale), vLLM's "
+            "writer drops it (fmaxf); an inf tile's codes are the hardware conversion's, which no source states")),
     LayoutRecord(
         "V41", "DeepSeek V4.1: per block, each token's nope and rope both fp8 in tiles of 32, then every token's 16 "
         "ue8m0 tile scales (14 nope, 2 rope)", _v41_fields(ELEMENT_FP8, ELEMENT_UE8M0, 32),

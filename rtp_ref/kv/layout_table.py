@@ -35,7 +35,15 @@ from rtp_ref.fp8.rules import ScaleRule
 from rtp_ref.kv.fields import ELEMENTS, MLA_SOURCES, Placement, Source
 from rtp_ref.kv.flags import FLAG_SPECS, FlagKind
 from rtp_ref.kv.non_finite import NON_FINITE_CLASSES, NonFinitePolicy
-from rtp_ref.kv.records import ELEMENT_FP8, NON_FINITE_TILES, FieldRecord, Fp4Rule, LayoutRecord, TileRule
+from rtp_ref.kv.records import (
+    ELEMENT_FP8,
+    NON_FINITE_TILES,
+    UNSCALED,
+    FieldRecord,
+    Fp4Rule,
+    LayoutRecord,
+    TileRule,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,7 +52,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 _RECORD_KEYS = {"name", "summary", "kv_split", "sources", "fields", "tile_rule", "default_dims", "fixed_dims",
                 "extra_certified_dims", "non_finite"}
-_FIELD_KEYS = {"name", "source", "placement", "element", "count", "scale", "note"}
+_FIELD_KEYS = {"name", "source", "placement", "element", "count", "scale", "note", "order"}
 _RULE_KEYS = {"tile", "rule", "floor", "divisor", "fp4"}
 _FP4_KEYS = {"rounding", "ceiling", "amax_division", "payload", "negative_zero", "non_finite_tile"}
 _COUNTS = ("R", "P", "tiles")
@@ -112,10 +120,10 @@ def _check_references(where: str, record: LayoutRecord) -> None:
             raise RtpRefError(f"{where}: needs exactly one {source.value} field with count = {count!r}")
     for f in record.fields:
         scale = by_name.get(f.scale or "")
-        if f.element == ELEMENT_FP8 and f.source in (Source.KV_C, Source.K_PE) and (
+        if f.element == ELEMENT_FP8 and f.source in (Source.KV_C, Source.K_PE) and f.scale != UNSCALED and (
                 scale is None or scale.source is not Source.SCALE):
             raise RtpRefError(f"{where}: fp8 field {f.name!r} declares no scale field (scale = {f.scale!r}); "
-                              f"valid: the name of a field with source = 'scale'")
+                              f"valid: the name of a field with source = 'scale', or {UNSCALED!r}")
         if f.count == "tiles" and record.tile_rule is None:
             raise RtpRefError(f"{where}: field {f.name!r} counts tiles but the layout has no tile_rule; valid: "
                               "add tile_rule = { tile = ..., rule = ..., floor = ... }")
@@ -143,10 +151,15 @@ def _field(where: str, entry: object) -> FieldRecord:
         raise RtpRefError(f"{where}: count = {count!r}; valid: {', '.join(map(repr, _COUNTS))} or an integer >= 1")
     scale = table.get("scale")
     if scale is not None and not isinstance(scale, str):
-        raise RtpRefError(f"{where}: scale = {scale!r}; valid: the name of a scale field")
+        raise RtpRefError(f"{where}: scale = {scale!r}; valid: the name of a scale field, or {UNSCALED!r}")
+    order = table.get("order")
+    if order is not None and not (isinstance(order, list) and len(order) == 2
+                                  and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in order)):
+        raise RtpRefError(f"{where}: order = {order!r}; valid: [rows, cols], two integers >= 1 (scales stored "
+                          "transposed)")
     return FieldRecord(_string(where, table, "name"), _choice(where, table, "source", MLA_SOURCES),
                        _choice(where, {"placement": "per_token", **table}, "placement", Placement), element, count,
-                       scale, str(table.get("note", "")))
+                       scale, str(table.get("note", "")), order=None if order is None else (order[0], order[1]))
 
 
 def _tile_rule(where: str, entry: object) -> TileRule:

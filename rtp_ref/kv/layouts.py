@@ -245,7 +245,7 @@ def _check_fields(layout: MlaLayout) -> None:
             raise RtpRefError(f"{where}: needs exactly one {source.value} field of {count} values")
     by_name = {f.name: f for f in layout.fields}
     for f in layout.fields:
-        if is_fp8_element(f.element) and f.source in (Source.KV_C, Source.K_PE):
+        if is_fp8_element(f.element) and f.source in (Source.KV_C, Source.K_PE) and not f.unscaled:
             scale = by_name.get(f.scale_field or "")
             if scale is None or scale.source is not Source.SCALE:
                 raise RtpRefError(
@@ -258,6 +258,10 @@ def _check_fields(layout: MlaLayout) -> None:
                 raise RtpRefError(
                     f"{where}: scale field {f.name!r} must cover one value field with ceil(count / tile) scales"
                 )
+        if f.order is not None and (f.source is not Source.SCALE or value_bits(f.element) != 8
+                                    or f.order[0] * f.order[1] != f.count):
+            raise RtpRefError(f"{where}: field {f.name!r} has order {f.order}; valid: on a scale field of one-byte "
+                              f"elements, rows x cols = its {f.count} scales")
         if f.tile_scale is not None and f.tile_scale.fp4 is None and f.element not in (ELEMENT_FP32, ELEMENT_UE8M0):
             raise RtpRefError(f"{where}: scale field {f.name!r} holds {f.element}; an fp8 tile scale is fp32 or ue8m0 "
                               "(a tile rule with fp4 states other scale elements)")

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from rtp_ref.fp8.formats import Fp8Format
 from rtp_ref.kv.fields import Field, Placement, TileScale, field_bytes
-from rtp_ref.kv.records import ELEMENT_FP8, FieldRecord
+from rtp_ref.kv.records import ELEMENT_FP8, UNSCALED, FieldRecord
 
 
 def place_fields(records: Iterable[FieldRecord], counts: Mapping[str, int], fp8_format: Fp8Format,
@@ -26,7 +26,9 @@ def place_fields(records: Iterable[FieldRecord], counts: Mapping[str, int], fp8_
         size = field_bytes(element, counts[f.count] if isinstance(f.count, str) else f.count)
         where = (f.area, f.placement)
         offset = 0 if f.placement is Placement.EXTERNAL else next_offset.get(where, 0)
-        placed.append(Field(f.name, f.source, f.placement, offset, size, element, scale_field=f.scale,
-                            tile_scale=(tile_scales or {}).get(f.name), note=f.note, area=f.area))
+        unscaled = f.scale == UNSCALED
+        placed.append(Field(f.name, f.source, f.placement, offset, size, element,
+                            scale_field=None if unscaled else f.scale, tile_scale=(tile_scales or {}).get(f.name),
+                            note=f.note, area=f.area, unscaled=unscaled, order=f.order))
         next_offset[where] = offset + size
     return tuple(placed)

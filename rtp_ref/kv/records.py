@@ -20,6 +20,9 @@ MODEL1_DIMS = (448, 64)
 SMALL_DIMS = (256, 32)
 #: a field element standing for the cache's fp8 format (the platform's, or the layout flags')
 ELEMENT_FP8 = "fp8"
+#: a value field's ``scale`` saying it has none: its fp8 values are the inputs converted as they are (FlashMLA's
+#: NVFP4 record stores its rope so), never divided
+UNSCALED = "unscaled"
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,12 @@ class FieldRecord:
     ``count``: a number, or the name of a dimension the record's family resolves: ``R`` (kv_lora_rank),
     ``P`` (rope_dim), ``tiles`` (the number of tile scales of R) for MLA; ``HD`` (heads x head size) for MHA;
     ``D`` (head_dim) and ``D/Q`` (its quant blocks) for the indexer.
-    ``scale``: the scale field a value field is divided by (fp8 values need one; 16-bit values name none).
+    ``scale``: the scale field a value field is divided by (fp8 values need one, or ``UNSCALED`` to say they are
+    the inputs converted as they are; 16-bit values name none).
     ``area``: the cache tensor holding the field, where a family has two (rtp_ref.kv.fields.Field).
+    ``order``: for a scale field, ``(rows, cols)`` when its scales are stored transposed: the natural sequence
+    viewed as ``rows x cols`` stored as ``cols x rows``, so scale ``s`` sits at byte ``(s % cols) * rows + s //
+    cols`` (FlashMLA's NVFP4 record, (8, 4)); None: scale ``s`` at byte ``s``.
     """
 
     name: str
@@ -41,6 +48,7 @@ class FieldRecord:
     scale: str | None = None
     note: str = ""
     area: str = ""
+    order: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Byte maps are written by hand from the sources (docs/sources.md#mla-layouts-and-
 ``concat_and_cache_mla`` / ``concat_and_cache_ds_mla_kernel``, FlashMLA ``tests/quant.py``, rtp-llm
 ``concat_and_cache_ds_model1_kernel``; AITER's page-segmented ds3.2 cache from ``op_tests/test_mla_persistent.py``
 ``split_3buffer_kv_cache``, docs/sources.md#what-aiters-mla-decode-reads; sglang's DeepSeek V4.1 ``KVLayout`` V41
-and V41_FP4, PR #39123); expected bytes are computed with numpy float32 arithmetic, ``math`` and ml_dtypes' fp8 and
+and V41_FP4, PR #39123; FlashMLA's NVFP4 record with fp8 rope, vllm-project/FlashMLA PR #18 ``config.h`` and
+``tests/quant.py``); expected bytes are computed with numpy float32 arithmetic, ``math`` and ml_dtypes' fp8 and
 fp4 casts. Nothing here imports the code under test.
 """
 
@@ -22,7 +23,9 @@ import torch
 FLT_MIN = float(np.finfo(np.float32).tiny)
 ML_FP8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
 FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
-LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact", "V41", "V41_FP4")
+LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact", "nvfp4_fp8_ds_mla", "V41", "V41_FP4")
+#: FlashMLA's NVFP4 record: 256 E2M1 bytes, 64 e4m3 rope bytes, 32 e4m3 scales stored at 8 * (s & 3) + (s >> 2)
+NVFP4 = "nvfp4_fp8_ds_mla"
 #: the layouts of DeepSeek V4's dims, 448 nope and 64 rope values (every other layout's default is 512 / 64)
 V4_DIMS = ("fp8_model1_mla", "V41", "V41_FP4")
 #: sglang's V4.1 records: (data bytes, scale bytes, values per scale) a token, from its KVLayout
@@ -70,6 +73,9 @@ def byte_map(layout: str, r: int, p: int) -> dict[str, tuple[int, int]]:
         nope = data * 448 // 512  # 448 of the 512 values, at one byte (V41) or half a byte (V41_FP4) each
         return {"nope": (0, nope), "rope": (nope, data - nope), "nope_scale": (data, 448 // per),
                 "rope_scale": (data + 448 // per, 64 // per)}
+    if layout == NVFP4:
+        assert (r, p) == (512, 64)
+        return {"nope": (0, 256), "rope": (256, 64), "nope_scale": (320, 32)}
     if layout == "auto":
         return {"nope": (0, 2 * r), "rope": (2 * r, 2 * p)}
     if layout in PER_TENSOR:
@@ -151,6 +157,32 @@ def v41_fp4_tile(tile: npt.NDArray[np.float32]) -> tuple[Bytes, np.uint8]:
     return codes, scale.view(np.uint8)[0]
 
 
+def nvfp4_tile(tile: npt.NDArray[np.float32]) -> tuple[Bytes, np.uint8]:
+    """One NVFP4 tile of 16 nope values as FlashMLA's tests/quant.py (PR #18) states it: ``target = max(amax / 6,
+    2^-9)`` (448 at most), its e4m3 to nearest even, one code up where that is below the target; codes
+    ``e2m1(x / sf)``."""
+    amax = np.float32(np.abs(tile).max())
+    target = np.float32(min(max(np.float32(amax / np.float32(6.0)), np.float32(2.0**-9)), np.float32(448.0)))
+    sf = np.array([target], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    bits = sf.view(np.uint8)[0]
+    if np.float32(sf.astype(np.float32)[0]) < target and bits < 0x7E:
+        bits = np.uint8(bits + 1)
+    value = np.array([bits], np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    codes: Bytes = (tile / value).astype(np.float32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    return codes, bits
+
+
+def _nvfp4_entry(c: Contract, x: npt.NDArray[np.float32], rope: npt.NDArray[np.float32]) -> Bytes:
+    """The NVFP4 record of one token: 512 nope codes packed (even index low), the rope as e4m3 (no scale), then the
+    32 scales, scale s at byte 8 * (s & 3) + (s >> 2) of the scale area (FlashMLA ``nvfp4_sf_byte``)."""
+    data, scales = [], np.zeros(32, np.uint8)
+    for s in range(32):
+        codes, scale = nvfp4_tile(x[16 * s: 16 * s + 16])
+        data.append((codes[0::2] | (codes[1::2] << 4)).astype(np.uint8))
+        scales[8 * (s & 3) + (s >> 2)] = scale
+    return np.concatenate([*data, _fp8(rope, c.fp8), scales])
+
+
 def _v41_entry(layout: str, c: Contract, x: npt.NDArray[np.float32]) -> Bytes:
     """The V4.1 entry of one token's 512 values ``x`` (nope then rope): the data row, then the scale row."""
     data, scales = [], []
@@ -174,6 +206,8 @@ def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Ten
     x = kv_c.to(torch.float32).numpy()
     if layout in V41:
         return _v41_entry(layout, c, np.concatenate([x, k_pe.to(torch.float32).numpy()]))
+    if layout == NVFP4:
+        return _nvfp4_entry(c, x, k_pe.to(torch.float32).numpy())
     if layout == "auto":
         return np.concatenate([_bits16(kv_c), _bits16(k_pe)])
     if layout in PER_TENSOR:
@@ -213,6 +247,13 @@ def decode_entry(
         return bits16(fields["nope"]), bits16(fields["rope"])
     if layout in V41:
         return _v41_values(layout, c, fields, "nope"), _v41_values(layout, c, fields, "rope")
+    if layout == NVFP4:
+        raw = fields["nope"]
+        codes = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(-1).astype(np.uint8)
+        stored = fields["nope_scale"].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+        scales = np.array([stored[8 * (s & 3) + (s >> 2)] for s in range(32)], np.float32)
+        nope = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32) * np.repeat(scales, 16)
+        return nope, fields["rope"].view(ML_FP8[c.fp8]).astype(np.float32)
     values = fields["nope"].view(ML_FP8[c.fp8]).astype(np.float32)
     if layout in PER_TENSOR:
         s = np.float32(scale)

@@ -42,6 +42,10 @@ SOURCE_MAPS = {
         "per_token": [("nope", 0, 448, "fp8"), ("rope", 448, 64, "fp8")],
         "block_trailing": [("nope_scale", 0, 14, "ue8m0"), ("rope_scale", 14, 2, "ue8m0")],
     },
+    # FlashMLA config.h (PR #18): [0, 256) E2M1 nope, [256, 320) e4m3 rope, [320, 352) e4m3 scales
+    "nvfp4_fp8_ds_mla": {
+        "per_token": [("nope", 0, 256, "e2m1"), ("rope", 256, 64, "fp8"), ("nope_scale", 320, 32, "e4m3fn")],
+    },
     "V41_FP4": {
         "per_token": [("nope", 0, 224, "e2m1"), ("rope", 224, 32, "e2m1")],
         "block_trailing": [("nope_scale", 0, 28, "e4m3fn"), ("rope_scale", 28, 4, "e4m3fn")],
@@ -53,7 +57,7 @@ SOURCE_MAPS = {
 }
 # Whether k + v covers the block, from the byte maps above: only layouts with no scale or pad inside.
 K_PLUS_V_IS_BLOCK = {"auto": True, "fp8": True, "fp8_ds_mla": False, "fp8_model1_mla": False, "fp8_rocm_compact": True,
-                     "V41": False, "V41_FP4": False, "fp8_ds_mla_3buffer": False}
+                     "nvfp4_fp8_ds_mla": False, "V41": False, "V41_FP4": False, "fp8_ds_mla_3buffer": False}
 
 
 def _fields_by_placement(layout: MlaLayout, fp8: str) -> dict[str, list[tuple[str, int, int, str]]]:
@@ -133,8 +137,11 @@ def test_every_fp8_value_field_says_where_its_scale_lives() -> None:
         layout = layout_for_platform(load_platform("cpu"), name)
         for source in (Source.KV_C, Source.K_PE):
             f = layout.value_field(source)
-            if f.element == "e4m3fn":
+            if f.element == "e4m3fn" and name != "nvfp4_fp8_ds_mla":
                 assert f.scale_field is not None and layout.field(f.scale_field).source is Source.SCALE
+    # the one fp8 value field stored with no scale, FlashMLA's NVFP4 rope, says so
+    rope = layout_for_platform(load_platform("cpu"), "nvfp4_fp8_ds_mla").value_field(Source.K_PE)
+    assert rope.unscaled and rope.scale_field is None
     compact = layout_for_platform(load_platform("rocm-gfx942"), "fp8_rocm_compact")
     assert compact.external_scale is not None and compact.external_scale.placement is Placement.EXTERNAL
     assert "external per-tensor" in compact.summary and "scale" in compact.kv_split

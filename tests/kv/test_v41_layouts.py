@@ -25,7 +25,16 @@ from rtp_ref.cases.diagnosis import diagnose_contract
 from rtp_ref.cases.grading import grade_write, reference_image
 from rtp_ref.cli import main
 from rtp_ref.contract import WriteContract
-from rtp_ref.fp4 import V41_FP4, V41_FP4_TORCH, NegativeZero, PayloadDivision, ScaleRounding, pack, quantize_row
+from rtp_ref.fp4 import (
+    V41_FP4,
+    V41_FP4_TORCH,
+    NegativeZero,
+    PayloadDivision,
+    ScaleElement,
+    ScaleRounding,
+    pack,
+    quantize_row,
+)
 from rtp_ref.kernels.torch_eager import TorchEagerKernel
 from rtp_ref.kv.entries import encode_entries
 from rtp_ref.kv.flags import FP4_NEGATIVE_ZEROS, FP4_VALUE_QUOTIENTS
@@ -322,17 +331,20 @@ def test_an_e2m1_field_without_fp4_conventions_is_refused(tmp_path: Path) -> Non
 
 
 def test_torch_eager_refuses_an_fp4_scale_it_does_not_round() -> None:
-    """torch-eager rounds FP4 scales with torch's e4m3 cast (nearest even): a table's FP4 layout whose scales are
-    rounded otherwise (FlashMLA's NVFP4 bump) is refused as a limit, not written wrongly."""
+    """torch-eager rounds FP4 scales with torch's e4m3 cast (nearest even, then FlashMLA's bump where a layout says
+    so): a table's FP4 layout whose scales are another element (ue8m0, MXFP4's) is refused as a limit,
+    not written wrongly."""
     layout = _fp4_layout()
     spec = layout.field("nope_scale").tile_scale
     assert spec is not None and spec.fp4 is not None
-    bumped = dataclasses.replace(spec, fp4=dataclasses.replace(
-        spec.fp4, scale=dataclasses.replace(spec.fp4.scale, rounding=ScaleRounding.BUMP)))
+    ue8m0 = dataclasses.replace(spec, fp4=dataclasses.replace(
+        spec.fp4, scale=dataclasses.replace(spec.fp4.scale, element=ScaleElement.UE8M0,
+                                            rounding=ScaleRounding.CEIL_LOG2_EXACT)))
     other = dataclasses.replace(layout, fields=tuple(
-        dataclasses.replace(f, tile_scale=bumped) if f.name == "nope_scale" else f for f in layout.fields))
+        dataclasses.replace(f, tile_scale=ue8m0, element="ue8m0") if f.name == "nope_scale" else f
+        for f in layout.fields))
     assert TorchEagerKernel().supports(layout) is None
-    assert "not e4m3fn by bump (nope_scale of V41_FP4)" in (TorchEagerKernel().supports(other) or "")
+    assert "not ue8m0 by ceil_log2_exact (nope_scale of V41_FP4)" in (TorchEagerKernel().supports(other) or "")
 
 
 #: V41's fields at any dims: a rope whose own scales count its tiles
