@@ -1,8 +1,8 @@
 """DeepSeek V4.1's MLA cache records, V41 (528 B/token) and V41_FP4 (288 B/token; sglang PR #39123, vLLM PR #56893):
 their FP4 conventions against rtp_ref.fp4's named sets, the reference writer's V41_FP4 bytes against a quantizer built
 from rtp_ref.fp4 and against ml_dtypes, the fingerprints sglang names (which of them can show at the op, and the
-check and diagnosis that name the others), a golden file per format, and certification on a CPU table that lists
-them (no bundled table does: docs/layouts.md says why).
+check and diagnosis that name the others), a golden file per format, and certification on the CPU table, which lists
+them (docs/layouts.md, "Where the FP4 records are certified").
 
 The byte maps and expected bytes of both are stated by hand in tests/kv/oracle.py and walked byte by byte by
 tests/kv/test_kv_writer.py, as every layout's are.
