@@ -183,7 +183,7 @@ class GatherCase:
                         t[slot] = 0.0  # an all-zero token: floor scales
                     elif i == 1:
                         t[slot, ::2] = finfo.max  # saturated codes
-                    elif not _stores_non_finite(lay, source):
+                    elif not lay.stores_non_finite(source):
                         # its tiles define no bytes for NaN or inf (rtp_ref.kv.non_finite): no writer defines that
                         # cache, so no reader can be held to it
                         continue
@@ -280,10 +280,3 @@ def _with_format(layout: MlaLayout, fmt: Fp8Format) -> MlaLayout:
     return build_layout(layout.name, kv_lora_rank=layout.kv_lora_rank, rope_dim=layout.rope_dim, flags=layout.flags,
                         element_format=fmt, conversion_mode=layout.conversion_mode)
 
-
-def _stores_non_finite(layout: MlaLayout, source: Source) -> bool:
-    """Whether the reference writer stores NaN and inf in ``source``'s field: every field but an E2M1 one whose
-    tile rule leaves a tile holding them undefined (rtp_ref.kv.entries raises there)."""
-    f = layout.value_field(source)
-    spec = layout.field(f.scale_field).tile_scale if f.scale_field else None
-    return spec is None or spec.fp4 is None or spec.non_finite_tile != "undefined"

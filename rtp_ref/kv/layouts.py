@@ -97,6 +97,13 @@ class MlaLayout:
         """The field holding the kv_c (``Source.KV_C``) or k_pe (``Source.K_PE``) values."""
         return next(f for f in self.fields if f.source is source)
 
+    def stores_non_finite(self, source: Source) -> bool:
+        """Whether the reference writer defines bytes for NaN and +-inf among ``source``'s values: every field but an
+        E2M1 one whose tile rule leaves a tile holding them undefined (``rtp_ref.kv.entries`` raises there)."""
+        f = self.value_field(source)
+        spec = self.field(f.scale_field).tile_scale if f.scale_field else None
+        return spec is None or spec.fp4 is None or spec.non_finite_tile != "undefined"
+
     def placed(self, placement: Placement) -> tuple[Field, ...]:
         """Fields with this placement, by offset."""
         return tuple(sorted((f for f in self.fields if f.placement is placement), key=lambda f: f.offset))

@@ -7,6 +7,7 @@ same canary cache, so a write outside the target entries or a wrong byte inside 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -91,10 +92,12 @@ def make_case(c: WriteContract, layout_name: str, *, dims: tuple[int, int] | Non
     kv_c = (torch.randn(rows, r + 24, generator=g) * 40).to(dtype)[:, 8:8 + r]
     k_pe = (torch.randn(rows, p + 8, generator=g) * 3).to(dtype)[:, :p]
     if edge:
-        for x in (kv_c, k_pe):
+        for source, x in ((Source.KV_C, kv_c), (Source.K_PE, k_pe)):
             n = x.numel()
             idx = torch.randint(0, n, (min(n // 4, 4 * len(EDGE_VALUES)),), generator=g)
-            vals = torch.tensor(EDGE_VALUES)[torch.arange(idx.numel()) % len(EDGE_VALUES)].to(dtype)
+            # a field whose tiles define no bytes for NaN or inf (the layout's non-finite policy) gets finite ones
+            edge_values = [v for v in EDGE_VALUES if math.isfinite(v) or layout.stores_non_finite(source)]
+            vals = torch.tensor(edge_values)[torch.arange(idx.numel()) % len(edge_values)].to(dtype)
             flat_rows, flat_cols = idx // x.shape[1], idx % x.shape[1]
             x[flat_rows, flat_cols] = vals
         kv_c[2, :] = 0  # an all-zero row (token 2 is written): every tile scale falls to the floor
