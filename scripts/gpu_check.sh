@@ -43,6 +43,9 @@
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
 #   scripts/gpu_check.sh gatetests     the unit tests as tox -e cuda runs them, timed, the 40 slowest listed
 #   scripts/gpu_check.sh all           certify --platform all (every table on this host's GPU), timed
+#   scripts/gpu_check.sh fp4           V41, V41_FP4 and nvfp4_fp8_ds_mla: triton and torch-eager certified on cuda-sm100
+#                                      (emulated), then the FP4 kernel tests
+#   scripts/gpu_check.sh gatediag      the unit tests as gatetests runs them, each bounded by --timeout (stacks of a hang)
 #   scripts/gpu_check.sh padding       every built-in GPU writer certified natively under padding_slot=zero (every
 #                                      tier)
 #   scripts/gpu_check.sh gateshort     certify --platform auto --tier all, then the GPU tests of what changed lately
@@ -54,7 +57,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, gatediag or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -158,6 +161,23 @@ for stage in "$@"; do
       > "$out/certify-all.log" 2>&1
     echo "certify all exit $?"; grep -vE " certified +bit_exact| raises as required|certified \(bit_exact\)" \
       "$out/certify-all.log" | tail -50
+    ;;
+  fp4)
+    # the FP4 and V4.1 records (docs/layouts.md, "Where the FP4 records are certified"): the Triton writer compiled
+    # for this GPU (E2M1 in software) and torch-eager certified on cuda-sm100 (emulated on sm90), then their tests
+    { time timeout -s INT ${FP4_BOUND:-150} "$RTP" certify --platform cuda-sm100 --kernel triton --kernel torch-eager \
+        --layout V41 --layout V41_FP4 --layout nvfp4_fp8_ds_mla --report "$reports/fp4"; } > "$out/fp4.log" 2>&1
+    echo "fp4 certify exit $?"; grep -vE " certified +bit_exact| raises as required|^SKIPPED" "$out/fp4.log" | tail -25
+    timeout -s INT 120 "$PYTEST" -q -p no:cacheprovider -n 4 tests/kernels/test_triton_fp4.py tests/kernels/test_triton.py \
+      tests/kv/test_nvfp4_mla.py 2>&1 | tail -15
+    ;;
+  gatediag)
+    # the unit tests as gatetests runs them, each test bounded (pytest-timeout dumps the stacks of one that hangs),
+    # to find what keeps tox -e cuda's tests past their 5 minutes
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
+        --platform cpu -m "not large" --timeout ${TEST_TIMEOUT:-90} --timeout-method thread -rfE tests; } \
+      > "$out/gate-diag.log" 2>&1
+    echo "gate diag exit $?"; grep -E "^(FAILED|ERROR)|Timeout|passed|failed|^real" "$out/gate-diag.log" | tail -40
     ;;
   padding)
     # the engine padding conventions natively (docs/conformance.md#padding-conventions): every built-in GPU writer
@@ -378,7 +398,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, gatediag or verify" >&2; exit 2
     ;;
   esac
 done
