@@ -168,7 +168,7 @@ for stage in "$@"; do
     { time timeout -s INT ${FP4_BOUND:-150} "$RTP" certify --platform cuda-sm100 --kernel triton --kernel torch-eager \
         --layout V41 --layout V41_FP4 --layout nvfp4_fp8_ds_mla --report "$reports/fp4"; } > "$out/fp4.log" 2>&1
     echo "fp4 certify exit $?"; grep -vE " certified +bit_exact| raises as required|^SKIPPED" "$out/fp4.log" | tail -25
-    timeout -s INT 120 "$PYTEST" -q -p no:cacheprovider -n 4 tests/kernels/test_triton_fp4.py tests/kernels/test_triton.py \
+    timeout -s INT 120 "$PYTEST" -q -p no:cacheprovider -n 4 --platform cpu tests/kernels/test_triton_fp4.py tests/kernels/test_triton.py \
       tests/kv/test_nvfp4_mla.py 2>&1 | tail -15
     ;;
   gatediag)
