@@ -25,7 +25,7 @@ from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.protocol import declared_refusal
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, sequence_slots
-from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache
+from rtp_ref.kv.indexer import DEFAULT_QUANT_BLOCK, fixed_quant_block, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
 from rtp_ref.ops import MLA_GATHER_OP
 
@@ -73,7 +73,8 @@ def _mla_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
 
 
 def _indexer_trip(variant: str, contract: WriteContract, device: str) -> _Trip:
-    spec = IndexerGatherSpec(variant, "random", 37, 16, 0, torch.bfloat16, 101, batch=3)
+    spec = IndexerGatherSpec(variant, "random", 37, 16, 0, torch.bfloat16, 101, batch=3,
+                             quant_block=fixed_quant_block(variant) or DEFAULT_QUANT_BLOCK)
     case = IndexerGatherCase(spec, contract, device)
     g = torch.Generator().manual_seed(spec.seed)
     k = (torch.randn(spec.tokens, spec.head_dim, generator=g) * 4).to(torch.bfloat16)

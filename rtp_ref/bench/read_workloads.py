@@ -21,7 +21,7 @@ import torch
 
 from rtp_ref.bench.workloads import BLOCK_SIZE, INDEXER_DIM, INPUT_DTYPE, INPUT_SETS, Tensors
 from rtp_ref.contract import WriteContract
-from rtp_ref.kv.indexer import indexer_layout_for
+from rtp_ref.kv.indexer import fixed_quant_block, indexer_layout_for
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MLA_GATHER_OP, MLA_OP, op_reference
 
@@ -123,7 +123,8 @@ def _mla_gather(variant: str, tokens: int, contract: WriteContract, device: torc
 
 def _indexer_gather(scale_fmt: str, tokens: int, contract: WriteContract, device: torch.device,
                     g: torch.Generator) -> ReadWorkload:
-    layout = indexer_layout_for(contract, contract.flags, INDEXER_DIM, INDEXER_DIM)
+    layout = indexer_layout_for(contract, contract.flags, INDEXER_DIM, fixed_quant_block(scale_fmt) or INDEXER_DIM,
+                                scale_fmt=scale_fmt)
     table, cu, num_blocks = _sequences(torch.Generator().manual_seed(tokens), tokens, device)
     caches = []
     for _ in range(INPUT_SETS):
@@ -134,8 +135,8 @@ def _indexer_gather(scale_fmt: str, tokens: int, contract: WriteContract, device
 
         _filled(write, num_blocks * BLOCK_SIZE, INDEXER_DIM, device, g)
         caches.append((cache,))
-    dst_k = torch.zeros((tokens, INDEXER_DIM), dtype=torch.uint8, device=device)
-    dst_scale = torch.zeros((tokens, 4 * layout.scales_per_token), dtype=torch.uint8, device=device)
+    dst_k = torch.zeros((tokens, layout.data_bytes_per_token), dtype=torch.uint8, device=device)
+    dst_scale = torch.zeros((tokens, layout.trailing_bytes_per_token), dtype=torch.uint8, device=device)
 
     def invoke(kernel: Callable[..., None], x: Tensors) -> None:
         kernel(x[0], dst_k, dst_scale, table, cu)

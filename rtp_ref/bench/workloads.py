@@ -21,13 +21,14 @@ import torch
 
 from rtp_ref.bench.measure import minimum_bytes
 from rtp_ref.contract import WriteContract
-from rtp_ref.kv.indexer import indexer_layout_for
+from rtp_ref.kv.indexer import fixed_quant_block, indexer_layout_for
 from rtp_ref.kv.layouts import default_dims
 from rtp_ref.kv.mha_paged import mha_layout
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, op_reference
 
 BLOCK_SIZE = 64
-#: the MHA workload's KV heads and head size, the indexer's head_dim (its quant block: the whole head)
+#: the MHA workload's KV heads and head size, the indexer's head_dim (its quant block: the whole head, or the
+#: variant's own: mxfp4's 32)
 MHA_HEADS, MHA_HEAD_SIZE, INDEXER_DIM = 8, 128, 128
 INPUT_DTYPE = torch.bfloat16
 #: input sets the calls take in turn (two: consecutive calls never see the same values)
@@ -124,14 +125,15 @@ def _mha(variant: str, tokens: int, contract: WriteContract, device: torch.devic
 
 def _indexer(scale_fmt: str, tokens: int, contract: WriteContract, device: torch.device,
              g: torch.Generator) -> Workload:
-    layout = indexer_layout_for(contract, contract.flags, INDEXER_DIM, INDEXER_DIM)
+    quant = fixed_quant_block(scale_fmt) or INDEXER_DIM
+    layout = indexer_layout_for(contract, contract.flags, INDEXER_DIM, quant, scale_fmt=scale_fmt)
     slots, num_blocks = _slots(g, tokens, device)
     inputs = tuple((_randn(g, (tokens, INDEXER_DIM), device),) for _ in range(INPUT_SETS))
     cache = torch.zeros((num_blocks, BLOCK_SIZE, layout.bytes_per_token), dtype=torch.uint8, device=device)
     nbytes = tokens * INDEXER_DIM * 2 + tokens * 8 + tokens * layout.bytes_per_token
 
     def invoke(kernel: Callable[..., None], x: Tensors) -> None:
-        kernel(x[0], cache, slots, INDEXER_DIM, scale_fmt)
+        kernel(x[0], cache, slots, quant, scale_fmt)
 
     def reference(x: Tensors, caches: Tensors, at: torch.Tensor) -> None:
         op_reference(INDEXER_OP)(layout, x[0], caches[0], at, scale_fmt)

@@ -23,9 +23,9 @@ from rtp_ref.cases.mha_indexer_cases import INDEXER_DOMAIN
 from rtp_ref.cases.storage import StorageMap, field_places
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp8.elements import element_traits
+from rtp_ref.kv.fields import Source, field_element
 from rtp_ref.kv.gather import sequence_slots
-from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.indexer import fixed_quant_block, indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache
 from rtp_ref.kv.op_names import INDEXER_GATHER_OP
 
@@ -63,7 +63,7 @@ class IndexerGatherSpec(CaseSpec):
 def indexer_gather_specs(variant: str) -> Iterator[IndexerGatherSpec]:
     """The cases of one ``scale_fmt``: batches of 1-4 sequences (empty ones among them), block sizes 16 and 64,
     head_dim 128 with quant blocks 128 and 64, head_dim 256, int32 index tensors and an int64 twin of a random case,
-    the empty call (no rows at all)."""
+    the empty call (no rows at all). A variant with a quant block of its own (``mxfp4``: 32) has it in every case."""
     rows = [  # kind, rows, block, batch, head_dim, quant block, index dtype
         (EMPTY_CALL_KIND, 0, 16, 2, 128, 128, "int32"),
         ("random", 1, 16, 1, 128, 128, "int32"),
@@ -75,7 +75,7 @@ def indexer_gather_specs(variant: str) -> Iterator[IndexerGatherSpec]:
     ]
     for seed, (kind, tokens, block, batch, dim, quant, index) in enumerate(rows, start=1):
         yield IndexerGatherSpec(variant, kind, tokens, block, 0, torch.bfloat16, seed, batch=batch, head_dim=dim,
-                                quant_block=quant, index=index)
+                                quant_block=fixed_quant_block(variant) or quant, index=index)
 
 
 class IndexerGatherCase:
@@ -84,7 +84,8 @@ class IndexerGatherCase:
 
     def __init__(self, spec: IndexerGatherSpec, contract: WriteContract, device: torch.device | str) -> None:
         self.spec = spec
-        self.layout = indexer_layout_for(contract, contract.flags, spec.head_dim, spec.quant_block)
+        self.layout = indexer_layout_for(contract, contract.flags, spec.head_dim, spec.quant_block,
+                                         scale_fmt=spec.layout)
         g = torch.Generator().manual_seed(spec.seed)
         table, cu, _, self.num_blocks = block_table_for(g, spec.batch, spec.tokens, spec.block_size,
                                                         spec.kind == "ragged", False, spec.index)
@@ -99,7 +100,8 @@ class IndexerGatherCase:
         self.cache_storage = host.to(device)
         self.kv_cache = self.cache_view(self.cache_storage)
         self.rows = spec.tokens + EXTRA_ROWS
-        self.k_bytes, self.scale_bytes = self.rows * spec.head_dim, self.rows * 4 * self.layout.scales_per_token
+        self.k_width, self.scale_width = self.layout.data_bytes_per_token, self.layout.trailing_bytes_per_token
+        self.k_bytes, self.scale_bytes = self.rows * self.k_width, self.rows * self.scale_width
         self.dst_storage = torch.full((3 * GUARD_BYTES + self.k_bytes + self.scale_bytes,), CANARY,
                                       dtype=torch.uint8, device=device)
         self.dst_k, self.dst_scale = self.outputs(self.dst_storage)
@@ -112,24 +114,25 @@ class IndexerGatherCase:
     def outputs(self, storage: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``dst_k`` and ``dst_scale`` views over ``storage`` (this case's or a copy)."""
         k_at, s_at = GUARD_BYTES, 2 * GUARD_BYTES + self.k_bytes
-        dst_k = storage[k_at: k_at + self.k_bytes].view(self.rows, self.spec.head_dim)
+        dst_k = storage[k_at: k_at + self.k_bytes].view(self.rows, self.k_width)
         return dst_k, storage[s_at: s_at + self.scale_bytes].view(self.rows, -1)
 
     def footprint(self) -> torch.Tensor:
         """The output bytes the sequences' rows fill (bool over ``dst_storage``)."""
         out = torch.zeros(self.dst_storage.numel(), dtype=torch.bool)
-        n, d, s = self.spec.tokens, self.spec.head_dim, 4 * self.layout.scales_per_token
+        n, d, s = self.spec.tokens, self.k_width, self.scale_width
         out[GUARD_BYTES: GUARD_BYTES + n * d] = True
         out[2 * GUARD_BYTES + self.k_bytes: 2 * GUARD_BYTES + self.k_bytes + n * s] = True
         return out
 
     def storage_map(self) -> StorageMap:
-        """The output storage's fields, ``dst_k`` (fp8 codes) and ``dst_scale`` (fp32) of every row, each row named
-        by the slot it reads."""
+        """The output storage's fields, ``dst_k`` (fp8 codes, or two E2M1 codes a byte) and ``dst_scale`` (fp32, or
+        ue8m0) of every row, each row named by the slot it reads."""
         layer = torch.empty(self.dst_storage.numel(), dtype=torch.uint8)
         dst_k, dst_scale = self.outputs(layer)
-        fields = [field_places("dst_k", dst_k, layer, element_traits(self.layout.element_format.name), 1),
-                  field_places("dst_scale", dst_scale, layer, element_traits("fp32"), 1)]
+        lay = self.layout
+        fields = [field_places("dst_k", dst_k, layer, field_element(lay.field(Source.KEY).element), 1),
+                  field_places("dst_scale", dst_scale, layer, field_element(lay.field(Source.SCALE).element), 1)]
         k_at, s_at = GUARD_BYTES, 2 * GUARD_BYTES + self.k_bytes
         areas = [("dst_k", k_at, k_at + self.k_bytes), ("dst_scale", s_at, s_at + self.scale_bytes)]
         slots = sequence_slots(self.block_table.cpu(), self.cu_seq_lens.cpu(), self.spec.block_size)
@@ -150,8 +153,8 @@ class IndexerGatherCase:
         elif hypothesis == "read.scale_placement":  # a token's entry as [values, scales], one after the other
             slots = sequence_slots(table, cu, self.spec.block_size)
             rows = cache.reshape(-1, self.layout.bytes_per_token)[slots]
-            dst_k[: slots.numel()] = rows[:, : self.spec.head_dim]
-            dst_scale[: slots.numel()] = rows[:, self.spec.head_dim:]
+            dst_k[: slots.numel()] = rows[:, : self.k_width]
+            dst_scale[: slots.numel()] = rows[:, self.k_width:]
             return storage
         elif hypothesis is not None:
             raise RtpRefError(f"unknown hypothesis {hypothesis!r}")

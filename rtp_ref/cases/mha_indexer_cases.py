@@ -35,7 +35,15 @@ from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.elements import dtype_element, element_traits
-from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache, slice_scales
+from rtp_ref.kv.fields import Source, field_element
+from rtp_ref.kv.indexer import (
+    IndexerLayout,
+    encode_tokens,
+    fixed_quant_block,
+    indexer_layout_for,
+    reference_indexer_k_quant_and_cache,
+    slice_scales,
+)
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 from rtp_ref.kv.padding import first_real_slot, reserved_slot
@@ -137,10 +145,16 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
                          op=MHA_OP, width=128, heads=8, order="HND", scales="head" if variant != "auto" else "tensor")
 
 
+def _quant(variant: str, quant: int) -> int:
+    """A case's quant block under ``variant``: ``quant``, or the variant's fixed one (``mxfp4``: 32)."""
+    return fixed_quant_block(variant) or quant
+
+
 def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     """The indexer cases of one ``scale_fmt``: head_dim 128 with quant blocks 128 and 64, head_dim 256, block
     sizes 16 and 64, edge values (an all-zero row: the amax floor; NaN, inf, overflow), padding slots, a
-    strided ``k`` (a view of a wider projection) at each quant block, an int32 slot mapping, the empty call."""
+    strided ``k`` (a view of a wider projection) at each quant block, an int32 slot mapping, the empty call. A
+    variant with a quant block of its own (``mxfp4``: 32) has it in every case."""
     rows = [  # kind, tokens, block, dtype, head_dim, quant block
         (EMPTY_CALL_KIND, 0, 16, torch.bfloat16, 128, 128),
         ("random", 1, 64, torch.bfloat16, 128, 128),
@@ -159,13 +173,13 @@ def indexer_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     ]
     for seed, (kind, tokens, block, dtype, dim, quant) in enumerate(rows, start=1):
         yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=INDEXER_OP,
-                             width=dim, quant_block=quant)
+                             width=dim, quant_block=_quant(variant, quant))
     # an argument form engines pass (rtp_ref.cases.domain), alone on a random case
     yield MhaIndexerSpec(variant, "random", 20, 16, num_blocks_for(20, 16), torch.bfloat16, len(rows) + 1, "int32",
-                         op=INDEXER_OP, width=128, quant_block=64)
+                         op=INDEXER_OP, width=128, quant_block=_quant(variant, 64))
     # a batch padded with NaN rows in the engine's convention (rtp_ref.cases.padding_cases)
     yield MhaIndexerSpec(variant, NAN_PADDING_KIND, 37, 16, num_blocks_for(37, 16), torch.bfloat16, len(rows) + 2,
-                         op=INDEXER_OP, width=128, quant_block=64)
+                         op=INDEXER_OP, width=128, quant_block=_quant(variant, 64))
 
 
 def mha_launch(variant: str, device: str) -> MhaIndexerSpec:
@@ -178,10 +192,10 @@ def mha_launch(variant: str, device: str) -> MhaIndexerSpec:
 
 def indexer_launch(variant: str, device: str) -> MhaIndexerSpec:
     """The launch-size case of one ``scale_fmt`` for a kernel on ``device`` (rtp_ref.cases.launch_size): DeepSeek
-    V3.2's head_dim 128 in one quant block."""
+    V3.2's head_dim 128 in one quant block (``mxfp4``: its blocks of 32)."""
     tokens = launch_tokens(device)
     return MhaIndexerSpec(variant, LAUNCH_KIND, tokens, LAUNCH_BLOCK_SIZE, launch_blocks(tokens),
-                          torch.bfloat16, LAUNCH_SEED, op=INDEXER_OP, width=128, quant_block=128)
+                          torch.bfloat16, LAUNCH_SEED, op=INDEXER_OP, width=128, quant_block=_quant(variant, 128))
 
 
 def _values(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -371,7 +385,8 @@ class IndexerCase(_SlottedCase):
     def __init__(self, spec: MhaIndexerSpec, contract: WriteContract, device: torch.device | str,
                  guard: int = GUARD_BYTES) -> None:
         self.spec, self.guard = spec, guard
-        self.layout: IndexerLayout = indexer_layout_for(contract, contract.flags, spec.width, spec.quant_block)
+        self.layout: IndexerLayout = indexer_layout_for(contract, contract.flags, spec.width, spec.quant_block,
+                                                        scale_fmt=spec.layout)
         g = torch.Generator().manual_seed(spec.seed)
         if spec.kind == "fused":
             self.k = _wide(g, spec.tokens, spec.width, 64, spec.input_dtype, device)
@@ -392,17 +407,18 @@ class IndexerCase(_SlottedCase):
         return region.view(s.num_blocks, s.block_size, self.layout.bytes_per_token)
 
     def storage_map(self) -> StorageMap:
-        """The case storage's fields, ``k`` (the fp8 codes) and ``scale`` (fp32, one per quant block) of every slot:
-        a block holds every token's codes, then every token's scales."""
+        """The case storage's fields, ``k`` (the fp8 codes, or two E2M1 codes a byte) and ``scale`` (fp32, or ue8m0,
+        one per quant block) of every slot: a block holds every token's codes, then every token's scales."""
         layer = torch.empty(self.storage.numel(), dtype=torch.uint8)
         s, lay = self.spec, self.layout
         blocks = self.cache(layer).reshape(s.num_blocks, -1)
-        values = s.block_size * lay.head_dim
-        scales = s.block_size * 4 * lay.scales_per_token
+        values = s.block_size * lay.data_bytes_per_token
+        scales = s.block_size * lay.trailing_bytes_per_token
+        k_field, scale_field = lay.field(Source.KEY), lay.field(Source.SCALE)
         fields = [field_places("k", blocks[:, :values].view(s.num_blocks, s.block_size, -1), layer,
-                               element_traits(lay.element_format.name), 2),
+                               field_element(k_field.element), 2),
                   field_places("scale", blocks[:, values: values + scales].view(s.num_blocks, s.block_size, -1),
-                               layer, element_traits("fp32"), 2)]
+                               layer, field_element(scale_field.element), 2)]
         areas = [("kv_cache", self.guard, self.guard + self.cache_bytes)]
         return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping, self.reserved_slot))
 
@@ -424,32 +440,31 @@ class IndexerCase(_SlottedCase):
         if keep.numel() == 0:
             return
         x = k[keep]
-        lay, n = self.layout, self.layout.scales_per_token
+        lay, n, variant = self.layout, self.layout.scales_per_token, self.spec.layout
         if hypothesis == "numerics.quant_block":
-            # one scale per whole token: each quant block's slot holds the token's scale
+            # one scale per whole token: each quant block's slot holds the token's scale (the fp8 variants)
             whole = dataclasses.replace(lay, quant_block_size=lay.head_dim)
-            scales = slice_scales(whole, x, self.spec.layout).expand(-1, n).contiguous()
+            scales = slice_scales(whole, x, variant).expand(-1, n).contiguous()
+            per_value = scales.repeat_interleave(lay.quant_block_size, dim=1)
+            codes = encode(x.float() / per_value, lay.element_format, lay.conversion_mode)
+            scale_bytes = scales.view(torch.uint8).reshape(-1, 4 * n)
         elif hypothesis == "layout.scale_placement":
-            scales = slice_scales(lay, x, self.spec.layout)
+            codes, scale_bytes = encode_tokens(lay, x, variant)
         else:
             raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
-        per_value = scales.repeat_interleave(lay.quant_block_size, dim=1)
-        codes = encode(x.float() / per_value, lay.element_format, lay.conversion_mode)
-        rows = torch.cat([codes, scales.view(torch.uint8).reshape(-1, 4 * n)], dim=1)
         block, offset = slots[keep] // self.spec.block_size, slots[keep] % self.spec.block_size
         if hypothesis == "layout.scale_placement":  # each token's scales right after its own values
-            cache[block, offset] = rows
+            cache[block, offset] = torch.cat([codes, scale_bytes], dim=1)
             return
         blocks = cache.reshape(cache.shape[0], -1)
-        d = lay.head_dim
+        d, t = lay.data_bytes_per_token, lay.trailing_bytes_per_token
         blocks[block[:, None], offset[:, None] * d + torch.arange(d)] = codes
-        scale_at = self.spec.block_size * d + offset[:, None] * 4 * n + torch.arange(4 * n)
-        blocks[block[:, None], scale_at] = rows[:, d:]
+        blocks[block[:, None], self.spec.block_size * d + offset[:, None] * t + torch.arange(t)] = scale_bytes
 
     def hypotheses(self) -> list[str]:
         """The wrong hypotheses this case can tell apart from the contract."""
         out = ["layout.scale_placement"]
-        if self.spec.quant_block < self.spec.width:
+        if self.spec.quant_block < self.spec.width and self.layout.fp4 is None:
             out.append("numerics.quant_block")
         return out
 

@@ -3,14 +3,16 @@
 
 The footprint is derived as for the MLA write: the reference writes into two copies of the case storage
 filled with different canaries, and a byte belongs to the footprint when it changed in either. A target entry
-is one token's bytes: its K and V rows (every head) for the MHA cache, its fp8 values and block-trailing
-scales for the indexer. When the bytes are wrong, the case's wrong hypotheses (rtp_ref.cases.mha_indexer_cases)
-are written too, and a kernel whose whole storage equals one (any NaN for a NaN) fails the check named after it.
+is one token's bytes: its K and V rows (every head) for the MHA cache, its values (fp8, or ``mxfp4``'s packed E2M1
+codes) and block-trailing scales for the indexer. When the bytes are wrong, the case's wrong hypotheses
+(rtp_ref.cases.mha_indexer_cases) are written too, and a kernel whose whole storage equals one (any NaN for a NaN)
+fails the check named after it.
 Where the reference stored a NaN, the platform's NaN policy (rtp_ref.fp8.elements.NanPolicy) says which passes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +73,9 @@ class _Targets:
                     for name, c in (("key", kc), ("value", vc))}
         lay, block_size = case.layout, case.spec.block_size
         blocks = case.cache(storage).reshape(case.spec.num_blocks, -1)
-        d, n = lay.head_dim, lay.scales_per_token
+        d, t = lay.data_bytes_per_token, lay.trailing_bytes_per_token
         values = blocks[self.blocks[:, None], self.rows[:, None] * d + torch.arange(d)]
-        scales = blocks[self.blocks[:, None], block_size * d + self.rows[:, None] * 4 * n + torch.arange(4 * n)]
+        scales = blocks[self.blocks[:, None], block_size * d + self.rows[:, None] * t + torch.arange(t)]
         return {"values": values, "scales": scales}
 
 
@@ -171,13 +173,8 @@ def _mha_numerics(case: MhaCase, targets: _Targets, got: dict[str, torch.Tensor]
     return checks
 
 
-def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch.Tensor],
-                      want: dict[str, torch.Tensor], images: _Images, max_ulp: float,
-                      stats: dict[str, Any]) -> list[Check]:
-    lay = case.layout
-    k = got["scales"].contiguous().view(torch.float32).double()
-    r = want["scales"].contiguous().view(torch.float32).double()
-
+def _scale_examples(targets: _Targets, images: _Images) -> Callable[[torch.Tensor], list[str]]:
+    """Names the scales of a ``[targets, scales]`` mask: ``token 3 (slot 17) scale[1]: kernel ... vs contract ...``."""
     def examples(mask: torch.Tensor) -> list[str]:
         out = []
         for i, j in first(mask):
@@ -186,6 +183,28 @@ def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch
             out.append(f"{images.map.where(place)}: kernel {kernel_text(place, images.after, images.before)} vs "
                        f"contract {contract}")
         return out
+    return examples
+
+
+def _mxfp4_numerics(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, torch.Tensor],
+                    images: _Images) -> list[Check]:
+    """``mxfp4``'s scale check: each ue8m0 byte the contract's (rtp_ref.kv.indexer); its E2M1 codes are graded by
+    their bytes alone (``bit_exact.bytes``), as the MLA write's are."""
+    bad = got["scales"] != want["scales"]
+    return [failing("numerics.scale_value", not bool(bad.any()), lambda: with_examples(
+        f"{int(bad.sum())} scale(s) differ from 2^ceil(log2(max(amax, 6 * 2^-126) * (1/6))) (ue8m0, exact)",
+        _scale_examples(targets, images)(bad)))]
+
+
+def _indexer_numerics(case: IndexerCase, targets: _Targets, got: dict[str, torch.Tensor],
+                      want: dict[str, torch.Tensor], images: _Images, max_ulp: float,
+                      stats: dict[str, Any]) -> list[Check]:
+    lay = case.layout
+    if lay.fp4 is not None:
+        return _mxfp4_numerics(targets, got, want, images)
+    k = got["scales"].contiguous().view(torch.float32).double()
+    r = want["scales"].contiguous().view(torch.float32).double()
+    examples = _scale_examples(targets, images)
 
     expected_positive = torch.isfinite(r) & (r > 0)
     bad = expected_positive & ~(torch.isfinite(k) & (k > 0))

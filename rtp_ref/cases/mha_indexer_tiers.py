@@ -12,7 +12,7 @@ from rtp_ref.cases.cases import CaseSpec
 from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerSpec, build_mha_indexer_case
 from rtp_ref.cases.tier_hooks import LargeTier, PoolCaches, per_tensor_scale, spread_values
 from rtp_ref.contract import WriteContract
-from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK, IndexerLayout, indexer_layout_for
+from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, IndexerLayout, indexer_layout_for, quant_block_for
 from rtp_ref.kv.indexer import reference_indexer_k_quant_and_cache as indexer_reference
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
@@ -49,7 +49,8 @@ def _mha_reference(layout: MhaPagedLayout, variant: str, caches: Sequence[torch.
 
 
 def _indexer_caches(variant: str, contract: WriteContract, block_size: int) -> PoolCaches:
-    layout = indexer_layout_for(contract, contract.flags, DEFAULT_HEAD_DIM, DEFAULT_QUANT_BLOCK)
+    layout = indexer_layout_for(contract, contract.flags, DEFAULT_HEAD_DIM, quant_block_for(variant),
+                                scale_fmt=variant)
     return PoolCaches(("kv_cache",), torch.uint8, (block_size, layout.bytes_per_token), layout)
 
 
@@ -59,7 +60,7 @@ def _indexer_inputs(layout: IndexerLayout, g: torch.Generator, tokens: int) -> t
 
 def _indexer_call(fn: Callable[..., None], variant: str, caches: Sequence[torch.Tensor], slots: torch.Tensor,
                   inputs: tuple[torch.Tensor, ...]) -> None:
-    fn(inputs[0], caches[0], slots, DEFAULT_QUANT_BLOCK, variant)
+    fn(inputs[0], caches[0], slots, quant_block_for(variant), variant)
 
 
 def _indexer_reference(layout: IndexerLayout, variant: str, caches: Sequence[torch.Tensor], slots: torch.Tensor,
@@ -109,8 +110,8 @@ def mha_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> MhaI
 
 
 def indexer_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> MhaIndexerGraphCase:
-    """The graph tier's indexer case: head_dim 128 in one quant block."""
-    case_spec = MhaIndexerSpec(*_fields(spec), op=INDEXER_OP, width=128, quant_block=128)
+    """The graph tier's indexer case: head_dim 128 in one quant block (``mxfp4``: its blocks of 32)."""
+    case_spec = MhaIndexerSpec(*_fields(spec), op=INDEXER_OP, width=128, quant_block=quant_block_for(spec.layout))
     return MhaIndexerGraphCase(case_spec, contract, device)
 
 

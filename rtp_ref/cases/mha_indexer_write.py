@@ -20,7 +20,7 @@ from rtp_ref.cases.mha_indexer_cases import (
 )
 from rtp_ref.cases.mha_indexer_grading import footprint, grade_mha_indexer_write
 from rtp_ref.cases.op_cases import PastCapacity
-from rtp_ref.cases.scale_diagnosis import diagnose_scales
+from rtp_ref.cases.scale_diagnosis import diagnose_mxfp4, diagnose_scales
 from rtp_ref.contract import WriteContract
 
 
@@ -56,8 +56,8 @@ class MhaIndexerWriteCase:
         return grade_mha_indexer_write(self.case, before, after, max_ulp, self.nan)
 
     def diagnose(self, after: torch.Tensor, contract: WriteContract) -> str | None:
-        """Which contract the written tokens' bytes follow instead: the indexer's scale rule
-        (rtp_ref.cases.scale_diagnosis), the MHA write's fp8 conversion (rtp_ref.cases.mha_diagnosis)."""
+        """Which contract the written tokens' bytes follow instead: the indexer's scale rule (``mxfp4``'s rules and
+        rounding: rtp_ref.cases.scale_diagnosis), the MHA write's fp8 conversion (rtp_ref.cases.mha_diagnosis)."""
         case = self.case
         slots = slot_values(case.slot_mapping)
         keep = slots >= 0
@@ -65,9 +65,15 @@ class MhaIndexerWriteCase:
             return None
         if isinstance(case, MhaCase):
             return self._diagnose_mha(case, after, slots, keep)
-        stored = case.storage_map().field("scale").bytes_in(after)[slots[keep]].contiguous().view(torch.float32)
-        return diagnose_scales(case.k.cpu()[: slots.numel()][keep], case.layout.quant_block_size, stored,
-                               case.layout.scale_divisor, self.key.layout == "ue8m0")
+        places = case.storage_map()
+        x = case.k.cpu()[: slots.numel()][keep]
+        if case.layout.fp4 is not None:
+            written = slots[keep]
+            return diagnose_mxfp4(x, places.field("scale").bytes_in(after)[written],
+                                  places.field("k").bytes_in(after)[written])
+        stored = places.field("scale").bytes_in(after)[slots[keep]].contiguous().view(torch.float32)
+        return diagnose_scales(x, case.layout.quant_block_size, stored, case.layout.scale_divisor,
+                               self.key.layout == "ue8m0")
 
     def _diagnose_mha(self, case: MhaCase, after: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor) -> str | None:
         fmt = case.layout.element_format

@@ -11,18 +11,21 @@ are the ways production kernels have computed it:
 * the scale as computed or raised to the next power of two.
 
 Every combination is tried against the kernel's scales of the written tokens, the contract's first; the first that
-reproduces all of them bit for bit is named.
+reproduces all of them bit for bit is named. ``mxfp4``'s ue8m0 scales have rules of their own (``diagnose_mxfp4``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
+from rtp_ref.fp4.quantize import MXFP4_OCP
+from rtp_ref.fp4.scales import AmaxDivision, ScaleElement, ScaleRounding, ScaleTraits, scale_codes
 from rtp_ref.fp8.rules import Pow2Rule
 from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
-from rtp_ref.kv.indexer import AMAX_FLOOR
+from rtp_ref.kv.indexer import AMAX_FLOOR, MXFP4_INDEXER
 
 #: where the amax is taken, in the order tried (the contract's first)
 AMAX_SOURCES = ("the values", "the 16-bit patterns read as the other 16-bit type", "the raw 16-bit patterns")
@@ -71,3 +74,60 @@ def diagnose_scales(x: torch.Tensor, quant_block: int, stored: torch.Tensor, div
                 return "the scales are the contract's: the values are wrong"
             return f"the scales follow {_words(source, d, p)}; the contract is {contract}"
     return f"the scales match no known scale rule (tried {tried}); the contract is {contract}"
+
+
+def _mxfp4_rules() -> list[tuple[str, ScaleTraits]]:
+    """``mxfp4``'s scale rules, each as (what it is, its traits): the contract's first (rtp_ref.kv.indexer), then OCP
+    MX v1.0's ``2**(floor(log2(amax)) - 2)`` and vLLM's older MXFP4 writer's ``max(amax, 1e-4) / 6``
+    (vllm-project/vllm@43860973851d, ``fused_compress_quant_cache.py``)."""
+    old_floor = float(torch.tensor(AMAX_FLOOR, dtype=torch.float32) / torch.tensor(6.0))
+    older = ScaleTraits(ScaleElement.UE8M0, 32, ScaleRounding.CEIL_LOG2_EXACT, AmaxDivision.DIV_SIX,
+                        (old_floor, math.inf))
+    return [("2^ceil(log2(max(amax, 6 * 2^-126) * (1/6))), exactly", MXFP4_INDEXER.scale),
+            ("OCP MX v1.0's 2^(floor(log2(amax)) - 2)", MXFP4_OCP.scale),
+            ("vLLM's older MXFP4 writer's 2^ceil(log2(max(amax, 1e-4) / 6)) (vllm-project/vllm@43860973851d)", older)]
+
+
+def _mxfp4_scale_bytes(x: torch.Tensor, traits: ScaleTraits, nan_in_amax: bool) -> torch.Tensor:
+    """The ue8m0 byte of each 32-value block of ``x`` ``[T, D]`` under ``traits``; a NaN left out of the amax, or
+    (``nan_in_amax``) taken into it, as DeepGEMM's test quantizer's ``amax`` does; an amax of inf or NaN gives 254
+    (the exponent clamp, ``ceil_to_ue8m0``'s for both)."""
+    m = x.float().abs().reshape(x.shape[0], x.shape[1] // 32, 32)
+    amax = m.amax(dim=-1) if nan_in_amax else torch.where(torch.isnan(m), 0.0, m).amax(dim=-1)
+    finite = torch.isfinite(amax)
+    codes = scale_codes(torch.where(finite, amax, torch.zeros_like(amax)), traits)
+    return torch.where(finite, codes, torch.full_like(codes, 254))
+
+
+def _older_codes(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """vLLM's older writer's packed E2M1 bytes of ``x`` under the ue8m0 ``scales``: ``torch.bucketize`` on the
+    midpoints with ties toward zero, and a value that rounds to zero stored as 0x0, whatever its sign
+    (vllm-project/vllm@c82253792178, ``_e2m1_nibble``)."""
+    q = x.float().reshape(x.shape[0], x.shape[1] // 32, 32) / decode_ue8m0(scales).unsqueeze(-1)
+    bounds = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    code = torch.bucketize(q.abs().clamp(max=6.0), bounds, right=False)
+    code = code | (((q < 0) & (code != 0)).to(torch.int64) << 3)
+    code = code.reshape(x.shape)
+    return (code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8)
+
+
+def diagnose_mxfp4(x: torch.Tensor, stored_scales: torch.Tensor, stored_codes: torch.Tensor) -> str:
+    """Which scale rule the ``mxfp4`` scale bytes ``stored_scales`` ``[T, D / 32]`` of the written tokens' rows ``x``
+    follow (``_mxfp4_rules``, each with a NaN left out of the amax and taken into it), or, where they are the
+    contract's, whether the code bytes ``stored_codes`` follow vLLM's older writer's rounding: one line."""
+    rules = _mxfp4_rules()
+    contract = rules[0][0]
+    tried = 0
+    for (words, traits), nan_in_amax in itertools.product(rules, (False, True)):
+        tried += 1
+        if not torch.equal(_mxfp4_scale_bytes(x, traits, nan_in_amax), stored_scales):
+            continue
+        nan = " with a NaN taken into the amax (DeepGEMM's test quantizer)" if nan_in_amax else ""
+        if (words, nan_in_amax) != (contract, False):
+            return f"the scales follow {words}{nan}; the contract is {contract}"
+        if torch.equal(_older_codes(x, stored_scales), stored_codes):
+            return ("the scales are the contract's; the codes follow vLLM's older MXFP4 writer (ties toward zero, a "
+                    "value rounding to zero stored as 0x0: vllm-project/vllm@c82253792178); the contract rounds to "
+                    "nearest even and keeps the sign (0x8)")
+        return "the scales are the contract's: the codes are wrong"
+    return f"the scales match no known mxfp4 scale rule (tried {tried}); the contract is {contract}"

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.cases.storage import FieldPlaces, StorageMap, field_places, slot_namer, value_text
-from rtp_ref.fp8.elements import ElementTraits, dtype_element, element_traits
-from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement
+from rtp_ref.fp8.elements import ElementTraits, dtype_element
+from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, field_element
 from rtp_ref.kv.golden import GOLDEN_INPUT_DTYPES
 from rtp_ref.kv.golden_file import LISTED_MISMATCHES, GoldenFile, Mismatch
 from rtp_ref.kv.golden_read_mla import locate_mla
@@ -62,7 +62,7 @@ def _element(golden: GoldenFile, f: Field) -> ElementTraits:
     """The element format of field ``f``'s values: the inputs' own type (``auto``), or the named format."""
     if f.element == ELEMENT_INPUT16:
         return dtype_element(GOLDEN_INPUT_DTYPES[golden.metadata["input_dtype"]])
-    return element_traits(f.element)
+    return field_element(f.element)
 
 
 #: the fields of one block of a cache: (the golden file, the cache's name, the kernel's view of a one-block cache

@@ -9,10 +9,9 @@ from rtp_ref.commands._output import add_json_flag, add_layout_flag, json_number
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.describe import layout_as_dict, layout_table
-from rtp_ref.kv.describe_mha_indexer import indexer_as_dict, indexer_table, mha_as_dict, mha_table
+from rtp_ref.kv.describe_mha_indexer import indexer_as_dict, indexer_layouts, indexer_table, mha_as_dict, mha_table
 from rtp_ref.kv.dtypes import KvDtype
 from rtp_ref.kv.flags import parse_overrides
-from rtp_ref.kv.indexer import indexer_layout_for
 from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES, DESCRIBED_LAYOUT_NAMES
 from rtp_ref.kv.layouts import layout_for_platform
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout
@@ -42,8 +41,9 @@ def add_family_arguments(parser: argparse.ArgumentParser) -> None:
     indexer = parser.add_argument_group("indexer")
     indexer.add_argument("--indexer-dim", type=positive_int, default=128, metavar="D",
                          help="indexer head dim (default: 128)")
-    indexer.add_argument("--quant-block-size", type=positive_int, default=128, metavar="Q",
-                         help="values per fp32 scale (default: 128)")
+    indexer.add_argument("--quant-block-size", type=positive_int, metavar="Q",
+                         help="values per scale of the fp8 variants (none, ue8m0; default: 128); mxfp4's is 32, "
+                              "fixed")
 
 
 def _json_floats(value: Any) -> Any:
@@ -106,8 +106,8 @@ def _layouts(args: argparse.Namespace) -> int:
     families = _families(args)
     views, texts = _mla(args, platform) if "mla" in families else ([], [])
     mha = _mha(args, contract) if "mha" in families else None
-    indexer = indexer_layout_for(contract, flags, args.indexer_dim,
-                                 args.quant_block_size) if "indexer" in families else None
+    indexer = indexer_layouts(contract, flags, args.indexer_dim,
+                              args.quant_block_size) if "indexer" in families else None
     mha_view = (args.num_kv_heads, args.tp_size, args.block_size)
     sparse = resolve_sparse_fp8_layout(flags)
     if args.json:

@@ -85,7 +85,7 @@ def cuda_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: to
         block_size=kv_cache.shape[1], block_bytes=kv_cache.stride(0), table_row=block_table.stride(0),
         table_col=block_table.stride(1), k_row=dst_k.stride(0), scale_row=dst_scale.stride(0),
         table_i32=block_table.dtype == torch.int32, cu_i32=cu_seq_lens.dtype == torch.int32,
-        head_dim=layout.head_dim, scale_bytes=4 * layout.scales_per_token,
+        head_dim=layout.data_bytes_per_token, scale_bytes=layout.trailing_bytes_per_token,
     )
     _launch("rtp_ref_indexer_gather", params, kv_cache.device)
 

@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 import torch
 
-from rtp_ref.errors import RtpRefError
+from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.formats import E4M3FN
 from rtp_ref.kernels.call_signature import Launch, on_device
 from rtp_ref.kernels.cuda_build import HARDWARE_NONE, arch_of, build_library, hardware_conversion
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
-from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout
+from rtp_ref.kv.indexer import AMAX_FLOOR, FP8_SCALE_FORMATS, IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: the largest quant block the indexer kernel claims (a power of two: a row's lanes stride over it, V values a lane)
@@ -178,7 +178,11 @@ def prepare_cuda_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch
     CUDA launch (``row_lanes`` lanes a token's quant slice, ``indexer_vector_width`` values a lane at once).
     ``quant_block_size`` must be a power of two up to 1024 (the claim the built-in makes). Checks nothing else:
     its caller (rtp_ref.kernels.mha_indexer_builtin) has checked the metadata as the reference does
-    (validate_indexer_args); a slot past the cache sets ``flags`` and is written nowhere."""
+    (validate_indexer_args); a slot past the cache sets ``flags`` and is written nowhere. It writes fp8 only: an
+    E2M1 layout (``mxfp4``) raises UnsupportedLayoutError before anything is launched."""
+    if layout.fp4 is not None:
+        raise UnsupportedLayoutError(f"scale_fmt {scale_fmt!r}: the cuda indexer writer stores fp8 values only; "
+                                     f"valid: {', '.join(FP8_SCALE_FORMATS)}")
     block_size = kv_cache.shape[1]
     quant = layout.quant_block_size
     if quant & (quant - 1) or quant > CUDA_MAX_QUANT_BLOCK:

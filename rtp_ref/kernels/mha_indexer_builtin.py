@@ -18,7 +18,13 @@ from rtp_ref.contract import DeviceContracts, WriteContract, default_contract
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.input_flags import InputFlags, Validation, check_validation
-from rtp_ref.kv.indexer import SCALE_FORMATS, IndexerLayout, indexer_layout_for, validate_indexer_args
+from rtp_ref.kv.indexer import (
+    FP8_SCALE_FORMATS,
+    SCALE_FORMATS,
+    IndexerLayout,
+    indexer_layout_for,
+    validate_indexer_args,
+)
 from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
 from rtp_ref.kv.padding import as_negative
 from rtp_ref.kv.validate import accepted_slot_dtypes
@@ -159,22 +165,25 @@ class MhaPagedKernel(_MhaIndexerKernel):
 class IndexerKernel(_MhaIndexerKernel):
     """``indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)`` by one indexer
     writer: head_dim comes from ``k``'s shape. ``max_quant_block``: the writer takes power-of-two quant blocks
-    up to it only (a Triton block, a CUDA block of threads), declared through ``supports``."""
+    up to it only (a Triton block, a CUDA block of threads), declared through ``supports``; ``scale_fmts``: the
+    variants it writes (every one by default; the CUDA writer: the fp8 ones)."""
 
     op = INDEXER_OP
-    scale_fmts: Collection[str] = SCALE_FORMATS
 
     def __init__(self, impl: str, writer: IndexerWriter, devices: Collection[str], path_rule: PathRule,
                  contract: WriteContract | None = None, max_quant_block: int | None = None, *, lean: bool = False,
-                 validation: Validation = "device", input_domain: Mapping[str, tuple[str, ...]] | None = None) -> None:
+                 validation: Validation = "device", input_domain: Mapping[str, tuple[str, ...]] | None = None,
+                 scale_fmts: Collection[str] = SCALE_FORMATS) -> None:
         super().__init__(impl, OPS[INDEXER_OP].name_suffix, devices, path_rule, contract, lean, validation,
                          input_domain)
         self.writer, self.max_quant_block = writer, max_quant_block
+        self.scale_fmts: Collection[str] = tuple(scale_fmts)
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> IndexerKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
         return IndexerKernel(self.impl, self.writer, self.devices, self.path_rule, contract, self.max_quant_block,
-                             lean=self.lean, validation=validation or self.validation, input_domain=self.domain)
+                             lean=self.lean, validation=validation or self.validation, input_domain=self.domain,
+                             scale_fmts=self.scale_fmts)
 
     def supports(self, layout: IndexerLayout) -> str | None:
         """None when the writer takes this layout's quant block, else why not (the protocol's ``supports``)."""
@@ -194,7 +203,7 @@ class IndexerKernel(_MhaIndexerKernel):
             if not isinstance(k, torch.Tensor) or k.dim() != 2:
                 raise RtpRefError(f"k: {getattr(k, 'shape', k)}; valid: a tensor [num_tokens, head_dim]")
             contract = self.contract_for(k.device)
-            layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size)
+            layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size, scale_fmt=scale_fmt)
             if self.lean:  # the lean writers check nothing themselves
                 validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt, values=self.validation == "host",
                                       slot_dtypes=self.slot_dtypes())
@@ -258,8 +267,10 @@ def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
 
         kernels += [MhaPagedKernel("cuda", prepare_cuda_mha, ("cuda",), _cuda_path, lean=True,
                                    input_domain=CUDA_SLOT_DOMAIN),
+                    # the CUDA writer stores fp8 only: it claims no E2M1 variant, and raises for one
                     IndexerKernel("cuda", prepare_cuda_indexer, ("cuda",), _cuda_path,
-                                  max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True, input_domain=CUDA_SLOT_DOMAIN)]
+                                  max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True, input_domain=CUDA_SLOT_DOMAIN,
+                                  scale_fmts=FP8_SCALE_FORMATS)]
     return kernels
 
 

@@ -15,7 +15,11 @@ suite compares byte for byte against their references. It shares only their argu
 * the ue8m0 scale is found with ``torch.frexp`` (a mantissa of exactly 0.5 is a power of two already), not
   by the reference's bit-field rounding and not by ``exp2(ceil(log2(s)))``, which can land a binade low;
 * the indexer's bytes are addressed through the cache's own ``[block, row, byte]`` indices (a byte offset
-  ``p`` of a block is row ``p // row_bytes``, column ``p % row_bytes``), not through an as_strided view.
+  ``p`` of a block is row ``p // row_bytes``, column ``p % row_bytes``), not through an as_strided view;
+* ``mxfp4``'s exponent is ``torch.frexp``'s of the block's quotient (one less where its mantissa is exactly 0.5),
+  not rtp_ref.fp4's bit-field rounding; its values are multiplied by ``2**-e`` (not divided) and rounded to E2M1 with
+  ``torch.round`` (half to even) on the grid of their binade (steps of 0.5 below 2, 1 below 4, 2 above), not by
+  rtp_ref.fp4.e2m1's integer encoder.
 
 Both work on CPU and CUDA tensors alike: index_put on the caches' device, no host round trip, no loop over
 tokens. Divisions are tensor-by-tensor on the device in fp32: CUDA divides by a *CPU scalar* as a
@@ -28,6 +32,7 @@ import math
 
 import torch
 
+from rtp_ref.fp4.scales import ONE_SIXTH_F32
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
 from rtp_ref.kv.indexer import AMAX_FLOOR, IndexerLayout, validate_indexer_args
 from rtp_ref.kv.mha_paged import MhaPagedLayout, validate_mha_args
@@ -127,6 +132,35 @@ def _pow2_ceil(s: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isinf(s), s, pow2)
 
 
+def _e2m1_magnitudes(m: torch.Tensor) -> torch.Tensor:
+    """E2M1 magnitude codes (int64, 0..7) of float32 ``m >= 0`` or NaN: the nearest value of the binade's grid,
+    ties to even (``torch.round``), 6 for anything past it; a NaN gives 7 (``mxfp4``'s statement)."""
+    m = m.clamp(max=8.0)  # past 6 is saturated anyway; inf becomes a finite number torch.round takes
+    code = torch.where(m < 2, torch.round(m * 2), torch.where(m < 4, 2 + torch.round(m), 4 + torch.round(m / 2)))
+    return torch.where(torch.isnan(m), 7.0, code.clamp(max=7)).to(torch.int64)
+
+
+def _mxfp4_bytes(x: torch.Tensor, n: int, quant: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mxfp4``'s packed code bytes ``[V, D / 2]`` and ue8m0 scale bytes ``[V, D / 32]`` of float32 ``x`` ``[V,
+    D]``, ``n`` blocks of ``quant`` a row (rtp_ref.kv.indexer's module doc), computed as the module doc says."""
+    device = x.device
+    blocks = x.view(x.shape[0], n, quant)  # explicit rows: there may be none
+    magnitude = blocks.abs()
+    amax = magnitude.masked_fill(torch.isnan(magnitude), 0.0).amax(dim=-1)
+    floor = torch.tensor(6 * 2.0**-126, dtype=torch.float32, device=device)
+    q = torch.maximum(amax, floor) * torch.tensor(ONE_SIXTH_F32, dtype=torch.float32, device=device)
+    mantissa, exp = torch.frexp(q)  # q = mantissa * 2**exp, 0.5 <= mantissa < 1: ceil(log2 q) is exp or exp - 1
+    e = torch.where(mantissa == 0.5, exp - 1, exp).clamp(max=127)
+    e = torch.where(torch.isinf(q), 127, e).to(torch.int32)  # frexp's exponent of inf is unspecified
+    # 2**-e from its float32 bits (exponent field 127 - e; 2**-127 is the subnormal 1 << 22): x times it is exact
+    reciprocal = torch.where(e < 127, (127 - e) << 23, 1 << 22).to(torch.int32).view(torch.float32)
+    scaled = blocks * reciprocal.unsqueeze(-1)
+    codes = _e2m1_magnitudes(scaled.abs()) | (torch.signbit(scaled) & ~torch.isnan(scaled)).to(torch.int64) << 3
+    codes = codes.reshape(x.shape[0], n * quant)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    return packed, (e + 127).to(torch.uint8)
+
+
 def torch_eager_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
                                           slot_mapping: torch.Tensor, scale_fmt: str) -> None:
     """Write ``k`` ``[T, head_dim]`` into the uint8 ``kv_cache`` ``[num_blocks, block_size, bytes_per_token]``
@@ -136,8 +170,9 @@ def torch_eager_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor
     fp32 scales (row ``r``'s ``j``-th at ``block_size * head_dim + (r * n + j) * 4``, ``n`` scales a token).
     A slice of ``quant_block_size`` values has the scale ``max(amax, AMAX_FLOOR) / scale_divisor`` in fp32
     (amax over its non-NaN values), raised to the smallest power of two at or above it for ``ue8m0``; its
-    values are stored as the codes of ``x / scale``. Negative slots write nothing. Bad arguments raise
-    RtpRefError before anything is written (validate_indexer_args).
+    values are stored as the codes of ``x / scale``. ``mxfp4`` stores E2M1 codes and ue8m0 scale bytes in the same
+    two parts (``_mxfp4_bytes``). Negative slots write nothing. Bad arguments raise RtpRefError before anything is
+    written (validate_indexer_args).
     """
     validate_indexer_args(layout, k, kv_cache, slot_mapping, scale_fmt)
     block_size, row = kv_cache.shape[1], kv_cache.shape[2]
@@ -145,6 +180,14 @@ def torch_eager_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor
     keep = slot_mapping >= 0
     slots = slot_mapping[keep]
     x = k[: slot_mapping.numel()][keep].float()
+    block, offset = (slots // block_size).unsqueeze(1), (slots % block_size).unsqueeze(1)
+    if layout.fp4 is not None:
+        width, trailing = layout.data_bytes_per_token, layout.trailing_bytes_per_token
+        packed, fp4_scales = _mxfp4_bytes(x, layout.scales_per_token, layout.quant_block_size)
+        for start, part in ((offset * width, packed), (block_size * width + offset * trailing, fp4_scales)):
+            at = start + torch.arange(part.shape[1], device=device)
+            kv_cache[block, at // row, at % row] = part
+        return
     n, d = layout.scales_per_token, layout.head_dim
     slices = x.view(x.shape[0], n, layout.quant_block_size)  # explicit rows: there may be none
     magnitude = slices.abs()
@@ -158,7 +201,6 @@ def torch_eager_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor
     codes = _fp8_codes((slices / scales.unsqueeze(-1)).view(x.shape[0], d), layout.element_format,
                        layout.conversion_mode)
     scale_bytes = scales.contiguous().view(torch.uint8)  # [V, 4n], the fp32 scales' bytes in memory order
-    block, offset = (slots // block_size).unsqueeze(1), (slots % block_size).unsqueeze(1)
     for start, data in ((offset * d, codes), (block_size * d + offset * 4 * n, scale_bytes)):
         # a byte offset within the block as the cache's own (row, column): rows are views of the block's bytes
         at = start + torch.arange(data.shape[1], device=device)

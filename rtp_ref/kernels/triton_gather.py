@@ -258,7 +258,7 @@ def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: 
     launched for no rows."""
     if dst_k.shape[0] == 0:
         return
-    d, s = layout.head_dim, 4 * layout.scales_per_token
+    d, s = layout.data_bytes_per_token, layout.trailing_bytes_per_token  # a token's value and scale bytes
     with on_device(kv_cache.device.index if kv_cache.is_cuda else None):
         _indexer_gather[_grid(dst_k.shape[0])](
             kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, block_table.shape[0], kv_cache.shape[1],

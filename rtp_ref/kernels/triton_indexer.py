@@ -9,6 +9,12 @@ power of two for ue8m0: values are then multiplied by its exact reciprocal, the 
 without a division), the fp8 codes of ``div_rn(x, scale)``, then the four scale bytes after the block's values,
 as one int32 store where the host found the cache's address and block stride 4-byte aligned (``SCALE_WORD``), one
 by one otherwise. All offsets are int64.
+
+``mxfp4`` (``_indexer_mxfp4``): one program quantises one 32-value block of ``BLOCK_T`` tokens: its amax (NaN
+dropped), ``q = max(amax, 6 * 2**-126) * (1/6)`` with the float32 1/6 (rtp_ref.kernels.triton_fp4.ONE_SIXTH_F32),
+the exponent ``e = ceil(log2(q))`` from q's bits (the exponent field, one up where a mantissa bit is set: exact, no
+``log2``), clamped to 127, each value times ``2**-e`` built from its bits (exact: a power of two), its E2M1 code by
+rtp_ref.kernels.triton_fp4.e2m1_codes (a NaN as 0x7), two codes a byte, and the scale byte ``e + 127``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import triton.language as tl
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
+from rtp_ref.kernels.triton_fp4 import ONE_SIXTH_F32, e2m1_codes
 from rtp_ref.kernels.triton_fp8 import (
     F32_2POW_M127_BITS,
     conversion_saturates,
@@ -96,6 +103,67 @@ def _indexer_k_quant_and_cache(  # type: ignore[no-untyped-def]  # Triton kernel
                  mask=valid[:, None] & (four < 4)[None, :])
 
 
+#: ``6 * 2**-126``, ``mxfp4``'s amax floor (float32: exact)
+MXFP4_AMAX_FLOOR = tl.constexpr(6 * 2.0**-126)
+
+
+@triton.jit
+def _indexer_mxfp4(  # type: ignore[no-untyped-def]  # Triton kernel arguments
+        k, cache, slot_mapping, flags, capacity, tokens, k_stride, block_stride, block_size,
+        BLOCK_T: tl.constexpr, D: tl.constexpr, N: tl.constexpr, IN_BF16: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
+    j = tl.program_id(1).to(tl.int64)
+    slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
+    past = slot >= capacity
+    tl.store(flags + 0 * t, tl.full([BLOCK_T], 1, tl.int32), mask=past)
+    valid = (slot >= 0) & ~past
+    slot = tl.where(valid, slot, 0)
+    block = slot // block_size
+    row = slot % block_size
+    lane = tl.arange(0, 32)
+    loaded = (t < tokens)[:, None] & (lane < 32)[None, :]
+    x = load_f32(k, t[:, None] * k_stride + j * 32 + lane[None, :], loaded, IN_BF16, False)
+    magnitude = tl.abs(x)
+    amax = tl.max(tl.where(magnitude != magnitude, 0.0, magnitude), axis=1)
+    q = tl.maximum(amax, MXFP4_AMAX_FLOOR) * ONE_SIXTH_F32
+    # q >= 2**-126 is normal: ceil(log2(q)) is its exponent, one more where any mantissa bit is set; inf's field 255
+    bits = q.to(tl.int32, bitcast=True)
+    e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+    e = tl.minimum(e, 127)
+    # 2**-e from its bits: exponent field 127 - e, or the subnormal 2**-127 for e = 127
+    reciprocal = tl.where(e == 127, F32_2POW_M127_BITS, (127 - e) << 23).to(tl.float32, bitcast=True)
+    scaled = x * reciprocal[:, None]
+    codes = e2m1_codes(scaled, False)
+    codes = tl.where(scaled != scaled, 7, codes)  # a NaN: 0x7 (rtp_ref.kv.indexer)
+    pairs = tl.reshape(codes, (BLOCK_T, 16, 2))
+    nibble_weight = 1 + 15 * tl.arange(0, 2)  # 1 for the even index, 16 for the odd one
+    packed = tl.sum(pairs * nibble_weight[None, None, :], axis=2).to(tl.uint8)
+    base = cache + block * block_stride
+    byte = tl.arange(0, 16)
+    tl.store(base[:, None] + row[:, None] * (D // 2) + j * 16 + byte[None, :], packed,
+             mask=valid[:, None] & (byte < 16)[None, :])
+    tl.store(base + block_size * (D // 2) + row * N + j, (e + 127).to(tl.uint8), mask=valid)
+
+
+def _prepare_mxfp4(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                   flags: torch.Tensor) -> Launch:
+    """``prepare_triton_indexer``'s launch for an ``mxfp4`` layout (quant block 32: rtp_ref.kv.indexer)."""
+    block_size, tokens = kv_cache.shape[1], slot_mapping.numel()
+    BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else max(1, GPU_PROGRAM_VALUES // 32)  # a Triton constexpr
+    constexprs = {"BLOCK_T": BLOCK_T, "D": layout.head_dim, "N": layout.scales_per_token,
+                  "IN_BF16": k.dtype == torch.bfloat16}
+    scalars = (kv_cache.shape[0] * block_size, tokens, k.stride(0), kv_cache.stride(0), block_size)
+    write = CompiledLaunch(_indexer_mxfp4, (triton.cdiv(tokens, BLOCK_T), layout.scales_per_token), constexprs,
+                           enable_fp_fusion=False, num_warps=GPU_NUM_WARPS)
+    index = kv_cache.device.index if kv_cache.is_cuda else None
+
+    def launch(k: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor, scale_fmt: str) -> None:
+        with on_device(index):
+            write(k, kv_cache, slots, flags, *scalars)
+
+    return launch
+
+
 def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                            scale_fmt: str, flags: torch.Tensor) -> Launch:
     """The launch of ``indexer_k_quant_and_cache`` for arguments of this metadata (rtp_ref.kernels.call_signature):
@@ -113,6 +181,8 @@ def prepare_triton_indexer(layout: IndexerLayout, k: torch.Tensor, kv_cache: tor
     tokens = slot_mapping.numel()
     if tokens == 0:
         return no_launch
+    if layout.fp4 is not None:
+        return _prepare_mxfp4(layout, k, kv_cache, slot_mapping, flags)
     traits = FormatTraits.of(layout.element_format, layout.conversion_mode)
     BLOCK_T = INTERPRETER_BLOCK_T if interpreted() else max(1, GPU_PROGRAM_VALUES // quant)  # a Triton constexpr
     constexprs = {"BLOCK_T": BLOCK_T, "D": layout.head_dim, "QUANT": quant, "N": layout.scales_per_token,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from rtp_ref.errors import RtpRefError
+from rtp_ref.fp8.formats import FormatSource
 from rtp_ref.kv.describe import field_as_dict, field_table
-from rtp_ref.kv.indexer import IndexerLayout
-from rtp_ref.kv.mha_indexer_records import INDEXER_VARIANTS, MHA_VARIANTS, variant_record
+from rtp_ref.kv.fields import Source
+from rtp_ref.kv.flags import LayoutFlags
+from rtp_ref.kv.indexer import FP8_SCALE_FORMATS, IndexerLayout, indexer_layout_for, quant_block_for
+from rtp_ref.kv.mha_indexer_records import INDEXER_VARIANTS, MHA_VARIANTS, VariantRecord, variant_record
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 
 
@@ -62,36 +67,100 @@ def mha_table(layouts: list[MhaPagedLayout], heads_total: int, tp_size: int, blo
     return lines
 
 
-def indexer_as_dict(layout: IndexerLayout, block_size: int) -> dict[str, Any]:
-    """The indexer layout: bytes per token, where a block's values and scales sit, and its field table."""
+#: an indexer variant's layout, or why it cannot be built for the dims asked for
+VariantLayout = IndexerLayout | RtpRefError
+
+
+def indexer_layouts(source: FormatSource, flags: LayoutFlags, head_dim: int,
+                    quant_block_size: int | None) -> dict[str, VariantLayout]:
+    """Every indexer variant's layout for ``head_dim``: the fp8 variants' in quant blocks of ``quant_block_size``
+    (``DEFAULT_QUANT_BLOCK`` when None), a variant with its own quant block (``mxfp4``) in that; the error where the
+    dims do not fit a variant (RtpRefError when they fit none of the fp8 ones)."""
+    out: dict[str, VariantLayout] = {}
+    for record in INDEXER_VARIANTS:
+        quant = record.quant_block or quant_block_for(record.name, quant_block_size)
+        try:
+            out[record.name] = indexer_layout_for(source, flags, head_dim, quant, scale_fmt=record.name)
+        except RtpRefError as exc:
+            if record.name in FP8_SCALE_FORMATS:
+                raise
+            out[record.name] = exc
+    return out
+
+
+def _indexer_bytes(layout: IndexerLayout, block_size: int) -> dict[str, Any]:
+    """One indexer layout's sizes, places and field table."""
+    scale = layout.field(Source.SCALE)
+    per_scale = scale.size // layout.scales_per_token
     return {
-        "op": "indexer_k_quant_and_cache",
-        "head_dim": layout.head_dim,
         "quant_block_size": layout.quant_block_size,
-        "element": layout.element_format.name,
-        "scale_divisor": layout.scale_divisor,
-        "scale_formats": [r.name for r in INDEXER_VARIANTS],
-        "variants": [{"scale_fmt": r.name, "summary": r.summary, "scales": r.scales, "sources": r.sources}
-                     for r in INDEXER_VARIANTS],
+        "element": layout.field(Source.KEY).element,
+        "scale_element": scale.element,
         "bytes_per_token": layout.bytes_per_token,
         "data_bytes_per_token": layout.data_bytes_per_token,
         "trailing_bytes_per_token": layout.trailing_bytes_per_token,
-        "block_size": block_size,
         "value_bytes_per_block": block_size * layout.data_bytes_per_token,
         "scale_bytes_per_block": block_size * layout.trailing_bytes_per_token,
-        "scale_offset": f"block_size * {layout.data_bytes_per_token} + t * {layout.trailing_bytes_per_token} + j * 4",
+        "scale_offset": f"block_size * {layout.data_bytes_per_token} + t * {layout.trailing_bytes_per_token}"
+                        f" + j{f' * {per_scale}' if per_scale != 1 else ''}",
         "fields": [field_as_dict(f) for f in layout.fields],
     }
 
 
-def indexer_table(layout: IndexerLayout, block_size: int) -> list[str]:
-    """Lines for ``indexer_as_dict``'s view, then the field table."""
-    view = indexer_as_dict(layout, block_size)
-    return [
+def indexer_as_dict(layouts: Mapping[str, VariantLayout], block_size: int) -> dict[str, Any]:
+    """The indexer layouts (``indexer_layouts``): the fp8 variants' bytes per token, where a block's values and
+    scales sit, and its field table, then every variant with its own (``mxfp4``: E2M1 and ue8m0, 68 bytes a token
+    at head_dim 128)."""
+    first = layouts[FP8_SCALE_FORMATS[0]]
+    assert isinstance(first, IndexerLayout), "indexer_layouts raises where the fp8 variants' layout cannot be built"
+
+    def variant(record: VariantRecord) -> dict[str, Any]:
+        layout = layouts[record.name]
+        shown: dict[str, Any] = {"scale_fmt": record.name, "summary": record.summary, "scales": record.scales,
+                                 "sources": record.sources}
+        if record.non_finite:
+            shown["non_finite"] = record.non_finite
+        if isinstance(layout, RtpRefError):
+            return {**shown, "error": str(layout)}
+        return {**shown, **_indexer_bytes(layout, block_size)}
+
+    return {
+        "op": "indexer_k_quant_and_cache",
+        "head_dim": first.head_dim,
+        **_indexer_bytes(first, block_size),
+        "element": first.element_format.name,
+        "scale_divisor": first.scale_divisor,
+        "scale_formats": [r.name for r in INDEXER_VARIANTS],
+        "variants": [variant(r) for r in INDEXER_VARIANTS],
+        "block_size": block_size,
+    }
+
+
+def _bytes_line(view: dict[str, Any], block_size: int) -> str:
+    return (f"  bytes per token: {view['bytes_per_token']}; a block of {block_size}: {view['value_bytes_per_block']} "
+            f"value bytes (token t at t * {view['data_bytes_per_token']}), then {view['scale_bytes_per_block']} "
+            f"scale bytes (token t's j-th at {view['scale_offset']})")
+
+
+def indexer_table(layouts: Mapping[str, VariantLayout], block_size: int) -> list[str]:
+    """Lines for ``indexer_as_dict``'s view: the fp8 variants' layout and field table, then each other variant's."""
+    view = indexer_as_dict(layouts, block_size)
+    first = layouts[FP8_SCALE_FORMATS[0]]
+    assert isinstance(first, IndexerLayout)
+    lines = [
         f"indexer ({view['op']}): head_dim {view['head_dim']}, one fp32 scale per {view['quant_block_size']} "
         f"values (max(amax, 1e-4) / {view['scale_divisor']:g}; ue8m0: the next power of two), {view['element']}",
-        f"  bytes per token: {view['bytes_per_token']}; a block of {view['block_size']}: "
-        f"{view['value_bytes_per_block']} value bytes (token t at t * {view['data_bytes_per_token']}), then "
-        f"{view['scale_bytes_per_block']} scale bytes (token t's j-th at {view['scale_offset']})",
-        *field_table(layout.fields),
+        _bytes_line(view, block_size),
+        *field_table(first.fields),
     ]
+    for row in view["variants"]:
+        layout = layouts[row["scale_fmt"]]
+        if row["scale_fmt"] in FP8_SCALE_FORMATS:
+            continue
+        lines += ["", f"  {row['scale_fmt']}: {row['summary']}"]
+        if isinstance(layout, RtpRefError):
+            lines.append(f"  not available with these arguments: {layout}")
+            continue
+        lines += [f"  scales: {row['scales']}", _bytes_line(row, block_size), f"  non-finite: {row['non_finite']}",
+                  f"  sources: {row['sources']}", *field_table(layout.fields)]
+    return lines

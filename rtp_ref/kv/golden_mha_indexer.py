@@ -29,7 +29,7 @@ from rtp_ref.kv.golden import (
     GoldenContract,
     input_dtype_of,
 )
-from rtp_ref.kv.indexer import indexer_layout_for, reference_indexer_k_quant_and_cache
+from rtp_ref.kv.indexer import indexer_layout_for, quant_block_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_paged import CACHE_ORDERS, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 from rtp_ref.kv.platform_table import PlatformTable
@@ -132,13 +132,14 @@ def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: 
     return GoldenCase(tensors, meta)
 
 
-def make_indexer_golden(platform: PlatformTable, scale_fmt: str, head_dim: int, quant_block_size: int,
+def make_indexer_golden(platform: PlatformTable, scale_fmt: str, head_dim: int, quant_block_size: int | None,
                         shape: GoldenShape | None = None) -> GoldenCase:
-    """The golden vector of one ``indexer_k_quant_and_cache`` call on ``platform`` (keys: docs/layouts.md).
-    Token 0 is all zero (the amax floor)."""
+    """The golden vector of one ``indexer_k_quant_and_cache`` call on ``platform`` (keys: docs/layouts.md; the
+    quant block the variant's default when None: 128, ``mxfp4``'s 32). Token 0 is all zero (the amax floor)."""
     shape = shape or GoldenShape()
     contract = platform_contract(platform)
-    layout = indexer_layout_for(contract, contract.flags, head_dim, quant_block_size)
+    quant_block_size = quant_block_for(scale_fmt, quant_block_size)
+    layout = indexer_layout_for(contract, contract.flags, head_dim, quant_block_size, scale_fmt=scale_fmt)
     dtype = shape.check(layout.bytes_per_token)
     g = torch.Generator().manual_seed(shape.seed)
     k = _values(g, (shape.tokens, head_dim), dtype)

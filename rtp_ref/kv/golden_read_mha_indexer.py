@@ -112,7 +112,7 @@ def read_indexer(path: str, tensors: dict[str, torch.Tensor], metadata: dict[str
                               call.flags)
     head_dim, quant = integer(where, metadata, "head_dim", 1), integer(where, metadata, "quant_block_size", 1)
     try:
-        layout = indexer_layout_for(contract, call.flags, head_dim, quant)
+        layout = indexer_layout_for(contract, call.flags, head_dim, quant, scale_fmt=variant)
     except RtpRefError as exc:
         raise RtpRefError(f"{where}: the metadata does not describe a layout: {exc}") from exc
     because = f"head_dim {head_dim}, quant_block_size {quant} and these flags"

@@ -17,10 +17,30 @@ quotients, so in some codes, unless the scale is a power of two). The divisor fo
 platform's own format it is the platform's ``fp8_max_divisor`` flag (448; 224 on gfx942, as the MLA writers there),
 for a cache kept in another format that format's largest value.
 A negative slot writes nothing; ``slot_mapping`` is int64, or int32 naming the same slots.
+
+``scale_fmt = "mxfp4"`` (vLLM's MXFP4 indexer cache, 68 bytes a token at head_dim 128 against 132) stores E2M1 codes
+and ue8m0 scales in the same two parts of a block: every token's ``head_dim / 2`` code bytes at ``t * head_dim / 2``
+(two codes a byte, value ``2i`` in the low nibble of byte ``i``), then every token's ``head_dim / 32`` scale bytes at
+``block_size * head_dim / 2 + t * head_dim / 32``; its quant block is 32, fixed (another ``quant_block_size`` is
+refused). Per block of 32 values: ``amax`` over ``|x|`` with NaN left out (as above), ``q = max(amax, 6 * 2**-126) *
+(1/6)`` in float32 (the float32 1/6, ``rtp_ref.fp4.scales.ONE_SIXTH_F32``), ``e = ceil(log2(q))`` taken exactly from
+q's bits (DeepGEMM's ``ceil_to_ue8m0``), clamped to [-127, 127], stored as the byte ``e + 127``; each value as
+``e2m1(x * 2**-e)`` (exact: a power of two), to nearest, ties to even, saturating at 6, a -0.0 as 0x8 (the PTX
+``cvt.rn.satfinite.e2m1x2.f32`` of vLLM's newer writer). Non-finite inputs (the sources state no code for a NaN): a
+NaN is stored as 0x7 (+6, where the older writer's and DeepGEMM's bucket thresholds put it), +-inf as 0x7 / 0xF
+(saturating), and a block holding +-inf gets ``e = 127`` (byte 254: the clamp, as both ``ceil_to_ue8m0`` and a
+clamped float ``log2`` give). vLLM's quantizers take ``e`` through a float32 ``log2``, which lands one binade low
+just above ``6 * 2**k`` for a float32 amax (0x42C00001: 2**4 for the exact 2**5); on this op's bf16 and fp16 inputs
+no amax lies in that window (tests/kv/test_mxfp4_indexer.py checks every one), so no writer of this op can differ
+there and it is not a flag. Sources: vLLM's fused DeepSeek-V4 MXFP4 indexer writer
+(vllm-project/vllm@e8f3d1e27521:vllm/models/deepseek_v4/common/ops/fused_compress_quant_cache.py), vLLM PR #48558
+(open: the unfused ``indexer_k_quant_and_cache`` with ``scale_fmt == "mxfp4"``), DeepGEMM's ``ceil_to_ue8m0``
+(deepseek-ai/DeepGEMM@38939a4c494c:deep_gemm/utils/math.py).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,13 +48,18 @@ from typing import TYPE_CHECKING
 import torch
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp4.e2m1 import E2M1_MAX, NegativeZero, NonFinitePolicy, pack
+from rtp_ref.fp4.e2m1 import encode as encode_e2m1
+from rtp_ref.fp4.quantize import Fp4Conventions, PayloadDivision, payload_quotient
+from rtp_ref.fp4.scales import F32_MIN_NORMAL, AmaxDivision, ScaleElement, ScaleRounding, ScaleTraits, decode_scales
+from rtp_ref.fp4.scales import scale_codes as fp4_scale_codes
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.formats import ConversionMode, FormatSource, Fp8Format
 from rtp_ref.fp8.rules import Pow2Rule, ScaleRule
 from rtp_ref.fp8.ue8m0 import decode_ue8m0, encode_ue8m0
-from rtp_ref.kv.fields import Field, Placement, Source
+from rtp_ref.kv.fields import ELEMENT_E2M1, Field, Placement, Source
 from rtp_ref.kv.flags import IndexerScaleApply, LayoutFlags, resolve_flags
-from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS, INDEXER_VARIANTS, variant_record
+from rtp_ref.kv.mha_indexer_records import INDEXER_VARIANTS, MXFP4_QUANT_BLOCK, VariantRecord, variant_record
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.validate import (
     SLOT_DTYPES,
@@ -48,19 +73,40 @@ from rtp_ref.kv.validate import (
 if TYPE_CHECKING:
     from rtp_ref.kv.platform_table import PlatformTable
 
-#: ``scale_fmt``: fp32 scales as computed, or raised to powers of two: the names of the variant records
+#: ``scale_fmt``: fp8 values with fp32 scales as computed or raised to powers of two, or E2M1 values with ue8m0
+#: scales: the names of the variant records
 SCALE_FORMATS = tuple(r.name for r in INDEXER_VARIANTS)
+#: the variants that store fp8 values and fp32 scales (their layouts are one: only the scales' rule differs)
+FP8_SCALE_FORMATS = tuple(r.name for r in INDEXER_VARIANTS if r.element != ELEMENT_E2M1)
 #: the amax floor of a slice (an all-zero slice still gets a positive scale)
 AMAX_FLOOR = 1e-4
 #: DeepSeek V3.2's indexer: 128 dims, one scale per 128 values
 DEFAULT_HEAD_DIM = 128
 DEFAULT_QUANT_BLOCK = 128
+#: the scale byte of a block holding +-inf under ``mxfp4``: exponent 127, the clamp (module doc)
+MXFP4_INF_SCALE_BYTE = 254
+#: what ``mxfp4`` stores for NaN and +-inf (module doc): NaN as 0x7, +-inf saturating
+MXFP4_NON_FINITE = NonFinitePolicy.saturate(0x7)
+#: vLLM's MXFP4 indexer writer as rtp_ref.fp4 conventions (module doc): ue8m0 per 32, ``ceil(log2(q))`` from q's
+#: bits of ``q = max(amax * (1/6), 2**-126)`` (the same as flooring amax at ``6 * 2**-126`` first: float32
+#: rounding is monotone and ``fl(6 * 2**-126 * (1/6))`` is ``2**-126``), ``x / 2**e`` (a power of two: ``x * 2**-e``,
+#: exactly), -0.0 kept
+MXFP4_INDEXER = Fp4Conventions(
+    "mxfp4_indexer",
+    ScaleTraits(ScaleElement.UE8M0, MXFP4_QUANT_BLOCK, ScaleRounding.CEIL_LOG2_EXACT, AmaxDivision.MUL_ONE_SIXTH,
+                (F32_MIN_NORMAL, math.inf)),
+    PayloadDivision.IEEE_DIV,
+    NegativeZero.KEEP,
+    "vLLM's MXFP4 indexer writer (vllm-project/vllm@e8f3d1e27521), DeepGEMM's ceil_to_ue8m0 (@38939a4c494c)",
+)
 
 
 @dataclass(frozen=True)
 class IndexerLayout:
-    """The indexer cache of ``head_dim`` fp8 values a token, one fp32 scale per ``quant_block_size``; ``fields``
-    is the record's field table placed for them (rtp_ref.kv.mha_indexer_records.INDEXER_FIELDS)."""
+    """The indexer cache of ``head_dim`` fp8 values a token, one fp32 scale per ``quant_block_size`` (the layout of
+    ``none`` and ``ue8m0`` alike), or under ``fp4`` (``mxfp4``'s conventions) ``head_dim`` E2M1 codes and one ue8m0
+    scale byte per 32; ``fields`` is the variant record's field table placed for them
+    (rtp_ref.kv.mha_indexer_records). ``scale_divisor``: what a slice's amax is divided by (6 under ``fp4``)."""
 
     head_dim: int
     quant_block_size: int
@@ -68,12 +114,20 @@ class IndexerLayout:
     conversion_mode: ConversionMode
     scale_divisor: float
     fields: tuple[Field, ...]
-    #: how the scale is applied to the values (flag ``indexer_scale_apply``)
+    #: how the scale is applied to the values (flag ``indexer_scale_apply``; under ``fp4`` a power of two, so both
+    #: ways are the same exact product)
     scale_apply: IndexerScaleApply = IndexerScaleApply.DIVIDE
+    #: the E2M1 conventions of ``mxfp4``'s layout; None for the fp8 variants'
+    fp4: Fp4Conventions | None = None
 
     @property
     def scales_per_token(self) -> int:
         return self.head_dim // self.quant_block_size
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The ``scale_fmt`` values this layout stores: ``mxfp4``, or the fp8 ones."""
+        return tuple(r.name for r in INDEXER_VARIANTS if (r.element == ELEMENT_E2M1) == (self.fp4 is not None))
 
     def _bytes(self, placement: Placement) -> int:
         return sum(f.size for f in self.fields if f.placement is placement)
@@ -90,7 +144,7 @@ class IndexerLayout:
 
     @property
     def bytes_per_token(self) -> int:
-        """fp8 values plus fp32 scales: 132 at head_dim 128, quant block 128."""
+        """Values plus scales: 132 at head_dim 128, quant block 128 (fp8 and fp32); 68 under ``mxfp4``."""
         return self.data_bytes_per_token + self.trailing_bytes_per_token
 
     def field(self, source: Source) -> Field:
@@ -100,28 +154,61 @@ class IndexerLayout:
 
 
 def indexer_layout(platform: PlatformTable, head_dim: int = DEFAULT_HEAD_DIM,
-                   quant_block_size: int = DEFAULT_QUANT_BLOCK,
-                   element_format: Fp8Format | None = None, flags: LayoutFlags | None = None) -> IndexerLayout:
-    """The indexer layout on ``platform`` (the cache's fp8 format, flag ``cache_fp8_format``, unless
-    ``element_format`` says otherwise; ``flags``: the resolved layout flags, the platform's defaults when None)."""
-    return indexer_layout_for(platform, flags or resolve_flags(platform), head_dim, quant_block_size, element_format)
+                   quant_block_size: int | None = None, element_format: Fp8Format | None = None,
+                   flags: LayoutFlags | None = None, scale_fmt: str = "none") -> IndexerLayout:
+    """The indexer layout of ``scale_fmt`` on ``platform`` (the cache's fp8 format, flag ``cache_fp8_format``, unless
+    ``element_format`` says otherwise; ``flags``: the resolved layout flags, the platform's defaults when None; the
+    quant block the variant's default when None: ``quant_block_for``)."""
+    return indexer_layout_for(platform, flags or resolve_flags(platform), head_dim,
+                              quant_block_for(scale_fmt, quant_block_size), element_format, scale_fmt=scale_fmt)
+
+
+def quant_block_for(scale_fmt: str, quant_block_size: int | None = None) -> int:
+    """The quant block of a ``scale_fmt`` call: ``quant_block_size`` when given, else the variant's fixed one
+    (``mxfp4``: 32) or ``DEFAULT_QUANT_BLOCK``. An unknown ``scale_fmt`` raises RtpRefError listing the valid ones."""
+    if quant_block_size is not None:
+        return quant_block_size
+    fixed = fixed_quant_block(scale_fmt)
+    return DEFAULT_QUANT_BLOCK if fixed is None else fixed
+
+
+def fixed_quant_block(scale_fmt: str) -> int | None:
+    """The one quant block ``scale_fmt`` takes (``mxfp4``: 32), None where any that divides head_dim does."""
+    return variant_record(INDEXER_VARIANTS, scale_fmt, "scale_fmt").quant_block
 
 
 def indexer_layout_for(source: FormatSource, flags: LayoutFlags, head_dim: int, quant_block_size: int,
-                       element_format: Fp8Format | None = None) -> IndexerLayout:
-    """The indexer layout of a platform or a kernel's bound contract (``source``) under its resolved ``flags``."""
+                       element_format: Fp8Format | None = None, *, scale_fmt: str = "none") -> IndexerLayout:
+    """The indexer layout of ``scale_fmt`` (its bytes: ``none`` and ``ue8m0`` share one) of a platform or a kernel's
+    bound contract (``source``) under its resolved ``flags``. A quant block the variant does not take (``mxfp4``:
+    32 only) raises RtpRefError."""
+    record = variant_record(INDEXER_VARIANTS, scale_fmt, "scale_fmt")
     for name, value in (("head_dim", head_dim), ("quant_block_size", quant_block_size)):
         if value < 1:
             raise RtpRefError(f"{name} {value} is not valid; valid: >= 1")
+    if record.quant_block is not None and quant_block_size != record.quant_block:
+        raise RtpRefError(f"quant_block_size {quant_block_size} with scale_fmt {scale_fmt}; valid: "
+                          f"{record.quant_block} (the format's block)")
     if head_dim % quant_block_size:
         raise RtpRefError(f"head_dim {head_dim} is not a multiple of quant_block_size {quant_block_size}; "
                           f"valid: a quant block that divides head_dim")
     cache_format = flags.cache_format(source.element_format)
     fmt = element_format or cache_format
-    divisor = flags.fp8_max_divisor if fmt == cache_format else fmt.max_value
-    fields = place_fields(INDEXER_FIELDS, {"D": head_dim, "D/Q": head_dim // quant_block_size}, fmt)
+    fp4 = MXFP4_INDEXER if record.element == ELEMENT_E2M1 else None
+    divisor = E2M1_MAX if fp4 is not None else flags.fp8_max_divisor if fmt == cache_format else fmt.max_value
+    fields = place_fields(record.fields, {"D": head_dim, "D/Q": head_dim // quant_block_size}, fmt)
     return IndexerLayout(head_dim, quant_block_size, fmt, source.conversion_mode, divisor, fields,
-                         flags.indexer_scale_apply)
+                         flags.indexer_scale_apply, fp4)
+
+
+def _record_of(layout: IndexerLayout, scale_fmt: str) -> VariantRecord:
+    """The record of ``scale_fmt`` when ``layout`` stores it; RtpRefError naming both otherwise."""
+    record = variant_record(INDEXER_VARIANTS, scale_fmt, "scale_fmt")
+    if record.name not in layout.variants:
+        raise RtpRefError(f"scale_fmt {scale_fmt!r} on a layout of {', '.join(layout.variants)}; valid: "
+                          f"{', '.join(layout.variants)}, or the layout built for {scale_fmt} "
+                          f"(indexer_layout_for(..., scale_fmt={scale_fmt!r}))")
+    return record
 
 
 def check_indexer_cache(layout: IndexerLayout, kv_cache: object) -> torch.Tensor:
@@ -144,6 +231,7 @@ def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, sl
     checked)."""
     if scale_fmt not in SCALE_FORMATS:
         raise RtpRefError(f"scale_fmt {scale_fmt!r}; valid: {', '.join(SCALE_FORMATS)}")
+    _record_of(layout, scale_fmt)
     cache = check_indexer_cache(layout, kv_cache)
     x = check_tensor("k", k, cache.device)
     check_input_dtype("k", x.dtype)
@@ -152,8 +240,12 @@ def validate_indexer_args(layout: IndexerLayout, k: object, kv_cache: object, sl
 
 
 def slice_scales(layout: IndexerLayout, k: torch.Tensor, scale_fmt: str) -> torch.Tensor:
-    """The fp32 scale of each ``quant_block_size`` slice of ``k`` ``[T, head_dim]``: ``[T, n]``."""
-    record = variant_record(INDEXER_VARIANTS, scale_fmt, "scale_fmt")
+    """The fp32 scale of each ``quant_block_size`` slice of ``k`` ``[T, head_dim]``: ``[T, n]`` (the fp8 variants;
+    ``mxfp4``'s are ``mxfp4_codes``')."""
+    record = _record_of(layout, scale_fmt)
+    if record.rule is None:
+        raise RtpRefError(f"slice_scales: scale_fmt {scale_fmt} stores no fp32 scales; valid: "
+                          f"{', '.join(FP8_SCALE_FORMATS)}")
     magnitude = k.to(torch.float32).reshape(k.shape[0], layout.scales_per_token, -1).abs()
     # vLLM's kernel folds with fmaxf, which drops NaN: a NaN value does not make its slice's scale NaN
     amax = torch.where(torch.isnan(magnitude), 0.0, magnitude).amax(dim=-1)
@@ -175,6 +267,35 @@ def scaled(layout: IndexerLayout, x: torch.Tensor, scales: torch.Tensor) -> torc
     return x.to(torch.float32) / per_value
 
 
+def mxfp4_codes(layout: IndexerLayout, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mxfp4``'s E2M1 codes (uint8 ``[T, head_dim]``, one a value, unpacked) and ue8m0 scale bytes (uint8 ``[T,
+    head_dim / 32]``) of ``k`` ``[T, head_dim]`` (module doc), by ``rtp_ref.fp4``'s scale traits and codec."""
+    conventions = layout.fp4
+    if conventions is None:
+        raise RtpRefError("mxfp4_codes: the layout is the fp8 variants'; valid: a layout built for scale_fmt mxfp4")
+    x = k.to(torch.float32).reshape(k.shape[0], layout.scales_per_token, layout.quant_block_size)
+    magnitude = x.abs()
+    # as the fp8 variants (vLLM folds with fmaxf): a NaN does not take part in its block's amax
+    amax = torch.where(torch.isnan(magnitude), 0.0, magnitude).amax(dim=-1)
+    finite = torch.isfinite(amax)
+    scales = fp4_scale_codes(torch.where(finite, amax, torch.zeros_like(amax)), conventions.scale)
+    scales = torch.where(finite, scales, torch.full_like(scales, MXFP4_INF_SCALE_BYTE))
+    q = payload_quotient(x, decode_scales(scales, conventions.scale).unsqueeze(-1), conventions.payload)
+    codes = encode_e2m1(q, MXFP4_NON_FINITE, conventions.negative_zero)
+    return codes.reshape(k.shape[0], layout.head_dim), scales
+
+
+def encode_tokens(layout: IndexerLayout, x: torch.Tensor, scale_fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the cache stores for the tokens ``x`` ``[T, head_dim]`` under ``scale_fmt`` (the module doc): their value
+    bytes uint8 ``[T, data_bytes_per_token]`` and scale bytes uint8 ``[T, trailing_bytes_per_token]``."""
+    if _record_of(layout, scale_fmt).rule is None:
+        codes, scale_bytes = mxfp4_codes(layout, x)
+        return pack(codes), scale_bytes
+    scales = slice_scales(layout, x, scale_fmt)
+    codes = encode(scaled(layout, x, scales), layout.element_format, layout.conversion_mode)
+    return codes, scales.contiguous().view(torch.uint8).reshape(x.shape[0], -1)
+
+
 def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, kv_cache: torch.Tensor,
                                         slot_mapping: torch.Tensor, scale_fmt: str) -> None:
     """Write ``k`` into ``kv_cache`` as the module doc states (CPU tensors; in place); bad arguments raise
@@ -185,14 +306,11 @@ def reference_indexer_k_quant_and_cache(layout: IndexerLayout, k: torch.Tensor, 
     valid = torch.nonzero(slots >= 0).flatten()
     if valid.numel() == 0:
         return
-    x = k[valid]
-    scales = slice_scales(layout, x, scale_fmt)
-    codes = encode(scaled(layout, x, scales), layout.element_format, layout.conversion_mode)
+    codes, scale_bytes = encode_tokens(layout, k[valid], scale_fmt)
     blocks = _blocks(kv_cache)
     block, token = slots[valid] // block_size, slots[valid] % block_size
     values, scale = layout.field(Source.KEY), layout.field(Source.SCALE)
     blocks[block[:, None], _block_columns(layout, values, token, block_size)] = codes
-    scale_bytes = scales.contiguous().view(torch.uint8).reshape(-1, scale.size)
     blocks[block[:, None], _block_columns(layout, scale, token, block_size)] = scale_bytes
 
 
@@ -213,8 +331,9 @@ def _block_columns(layout: IndexerLayout, f: Field, token: torch.Tensor, block_s
 
 def stored_tokens(layout: IndexerLayout, kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor,
                                                                                                torch.Tensor]:
-    """The bytes stored for the tokens at ``slots`` (all >= 0) of ``kv_cache`` (CPU): their fp8 values uint8
-    ``[n, head_dim]`` and their scales' bytes uint8 ``[n, 4 * scales_per_token]`` (the module doc's places)."""
+    """The bytes stored for the tokens at ``slots`` (all >= 0) of ``kv_cache`` (CPU): their value bytes uint8
+    ``[n, data_bytes_per_token]`` (fp8 codes, or packed E2M1 codes) and their scales' bytes uint8 ``[n,
+    trailing_bytes_per_token]`` (the module doc's places)."""
     block_size = kv_cache.shape[1]
     blocks = _blocks(kv_cache)
     block, token = slots // block_size, slots % block_size

@@ -9,6 +9,13 @@ stored, row ``r`` of ``dst_scale`` (uint8 ``[tokens, head_dim / quant_block_size
 nothing is decoded (the indexer's scoring kernel reads both). ``quant_block_size`` is ``head_dim * 4 /
 dst_scale.shape[1]``, as vLLM derives it. Rows past ``cu_seq_lens[-1]`` are left as they are. Every argument is
 checked before anything is written (RtpRefError naming it).
+
+The copy is of bytes, so a cache written under ``mxfp4`` reads the same way: ``dst_k`` uint8 ``[tokens, head_dim /
+2]`` (the packed E2M1 codes) and ``dst_scale`` uint8 ``[tokens, head_dim / 32]`` (the ue8m0 bytes), which vLLM's
+unchanged kernel takes as a head_dim of ``head_dim / 2`` in quant blocks of 64 (4 scale bytes copied as one fp32
+word: head_dim a multiple of 128; vllm-project/vllm@00eb0c874eb5:csrc/libtorch_stable/cache_kernels.cu,
+``cp_gather_indexer_k_quant_cache``). What a call must match is a token's bytes: ``dst_k``'s width its value bytes,
+``dst_scale``'s its scale bytes.
 """
 
 from __future__ import annotations
@@ -42,9 +49,14 @@ def validate_indexer_gather_args(layout: IndexerLayout, kv_cache: object, dst_k:
     cache = check_indexer_cache(layout, kv_cache)
     k = check_tensor("dst_k", dst_k, cache.device)
     quant = quant_block_of(k, dst_scale)
-    if (k.shape[1], quant) != (layout.head_dim, layout.quant_block_size):
-        raise RtpRefError(f"dst_k, dst_scale: head_dim {k.shape[1]} and quant block {quant}; valid: the cache's "
-                          f"{layout.head_dim} and {layout.quant_block_size}")
+    widths = (k.shape[1], check_tensor("dst_scale", dst_scale, cache.device).shape[1])
+    if widths != (layout.data_bytes_per_token, layout.trailing_bytes_per_token):
+        if layout.fp4 is None:
+            raise RtpRefError(f"dst_k, dst_scale: head_dim {k.shape[1]} and quant block {quant}; valid: the cache's "
+                              f"{layout.head_dim} and {layout.quant_block_size}")
+        raise RtpRefError(f"dst_k, dst_scale: {widths[0]} and {widths[1]} bytes a row; valid: a token's code and "
+                          f"scale bytes in the cache, {layout.data_bytes_per_token} and "
+                          f"{layout.trailing_bytes_per_token} (mxfp4, head_dim {layout.head_dim})")
     check_sequences(cache, block_table, cu_seq_lens, None, k.shape[0], "dst_k")
 
 

@@ -7,8 +7,8 @@ MHA cache's heads x head size per token; the K fields in ``key_cache``, the V fi
 heads at ``h * D`` of a token's row, HND order only through strides), ``D`` and ``D/Q`` (the indexer's
 head_dim and its quant blocks: per block, every token's values, then every token's scales). An element
 ``bf16/fp16`` is the inputs' own bits; ``fp8`` the cache's fp8 format (the platform's unless the layout
-flags set another); or a named fp8 format. ``rtp_ref.kv.mha_paged.mha_layout`` and
-``rtp_ref.kv.indexer.indexer_layout_for`` build layouts from them.
+flags set another); ``e2m1`` two FP4 codes a byte (the indexer's ``mxfp4``); or a named format.
+``rtp_ref.kv.mha_paged.mha_layout`` and ``rtp_ref.kv.indexer.indexer_layout_for`` build layouts from them.
 """
 
 from __future__ import annotations
@@ -17,14 +17,17 @@ from dataclasses import dataclass
 
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.rules import ScaleRule
-from rtp_ref.kv.fields import ELEMENT_FP32, ELEMENT_INPUT16, Placement, Source
+from rtp_ref.kv.fields import ELEMENT_E2M1, ELEMENT_FP32, ELEMENT_INPUT16, ELEMENT_UE8M0, Placement, Source
 from rtp_ref.kv.records import ELEMENT_FP8, FieldRecord
 
 
 @dataclass(frozen=True)
 class VariantRecord:
     """One variant of a family's cache: its name (the op's variant argument), field table, scales, and rule (the
-    indexer's scale rule; None where the scales are the caller's arguments)."""
+    indexer's fp8 scale rule; None where the scales are the caller's arguments, or E2M1's: rtp_ref.kv.indexer
+    states those). ``quant_block``: the one quant block the variant takes (mxfp4: 32, fixed by the format), None
+    where any that divides head_dim does; ``non_finite``: what its writer stores for NaN and +-inf, where the
+    variant states it."""
 
     family: str
     name: str
@@ -33,6 +36,8 @@ class VariantRecord:
     summary: str
     sources: str
     rule: ScaleRule | None = None
+    quant_block: int | None = None
+    non_finite: str = ""
 
     @property
     def element(self) -> str:
@@ -60,6 +65,26 @@ INDEXER_FIELDS: tuple[FieldRecord, ...] = (
                 note="scale j covers k values [jQ, (j+1)Q)"),
 )
 
+#: the indexer cache's fields under ``mxfp4``: E2M1 codes, two a byte (the even index in the low nibble), then one
+#: ue8m0 scale byte per 32 values, block-trailing as the fp8 variants' scales
+MXFP4_INDEXER_FIELDS: tuple[FieldRecord, ...] = (
+    FieldRecord("k", Source.KEY, Placement.PER_TOKEN, ELEMENT_E2M1, "D", "k_scale",
+                note="two codes a byte: value 2i in the low nibble of byte i, 2i + 1 in the high one"),
+    FieldRecord("k_scale", Source.SCALE, Placement.BLOCK_TRAILING, ELEMENT_UE8M0, "D/Q",
+                note="scale j (2^(byte - 127)) covers k values [32j, 32j + 32)"),
+)
+#: the quant block of ``mxfp4``: OCP MX's block of 32, which vLLM's MXFP4 indexer writer and DeepGEMM's reader fix
+MXFP4_QUANT_BLOCK = 32
+_MXFP4_SCALES = ("one ue8m0 byte per 32 values, block-trailing: 2^e, e = ceil(log2(max(amax, 6 * 2^-126) * (1/6))) "
+                 "exactly (float32 1/6), clamped to [-127, 127]; values stored as e2m1(x * 2^-e)")
+_MXFP4_NON_FINITE = ("a NaN is left out of its block's amax and stored as 0x7 (+6); +-inf saturate (0x7, 0xF) and "
+                     "give their block the scale 2^127 (byte 254, the exponent clamp); a block of only NaN (or zeros) "
+                     "gets the floor's scale 2^-126 (byte 1)")
+_MXFP4_SOURCES = ("vLLM's fused DeepSeek-V4 MXFP4 indexer writer (vllm-project/vllm@e8f3d1e27521:vllm/models/"
+                  "deepseek_v4/common/ops/fused_compress_quant_cache.py); vLLM PR #48558 (open: the unfused "
+                  "indexer_k_quant_and_cache, scale_fmt mxfp4); DeepGEMM's ceil_to_ue8m0 (deepseek-ai/DeepGEMM@"
+                  "38939a4c494c:deep_gemm/utils/math.py)")
+
 MHA_VARIANTS: tuple[VariantRecord, ...] = (
     VariantRecord("mha", "auto", _mha_fields(ELEMENT_INPUT16), "none",
                   "K and V in the inputs' own 16-bit type, bits copied",
@@ -76,6 +101,9 @@ INDEXER_VARIANTS: tuple[VariantRecord, ...] = (
     VariantRecord("indexer", "ue8m0", INDEXER_FIELDS, _INDEXER_SCALES + ", raised to the next power of two",
                   "fp8 values, power-of-two fp32 slice scales",
                   "vLLM indexer_k_quant_and_cache_kernel, scale_fmt ue8m0 (DeepSeek V3.2)", rule=ScaleRule.POW2_CEIL),
+    VariantRecord("indexer", "mxfp4", MXFP4_INDEXER_FIELDS, _MXFP4_SCALES,
+                  "E2M1 values, two a byte, and one ue8m0 scale byte per 32 (68 bytes a token at head_dim 128)",
+                  _MXFP4_SOURCES, quant_block=MXFP4_QUANT_BLOCK, non_finite=_MXFP4_NON_FINITE),
 )
 
 

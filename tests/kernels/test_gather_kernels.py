@@ -117,3 +117,31 @@ def test_indexer_reader_matches_the_reference_into_wider_rows(name: str, head_di
     READERS[name].bind(contract)(cache.to(DEVICE), wide_k[:, :head_dim], wide_s[:, :n], table.to(DEVICE),
                                  cu.to(DEVICE))
     assert torch.equal(wide_k.cpu(), want_k) and torch.equal(wide_s.cpu(), want_s)
+
+
+@pytest.mark.parametrize("name", INDEXER_KERNELS)
+@pytest.mark.parametrize(("head_dim", "block"), [(128, 16), (256, 64)])
+def test_indexer_reader_copies_an_mxfp4_cache_as_bytes(name: str, head_dim: int, block: int) -> None:
+    """A cache written under ``mxfp4`` read as vLLM's unchanged reader takes it: ``dst_k`` [T, head_dim / 2] (the
+    packed codes) and ``dst_scale`` [T, head_dim / 32] (the ue8m0 bytes), copied from ``t * head_dim / 2`` and
+    ``block_size * head_dim / 2 + t * head_dim / 32`` of the token's block (the places stated here, by hand)."""
+    contract = WriteContract.for_platform(load_platform("cpu"))
+    layout = indexer_layout_for(contract, contract.flags, head_dim, 32, scale_fmt="mxfp4")
+    blocks = 40 // block + 4
+    g = torch.Generator().manual_seed(head_dim + block)
+    cache = torch.zeros(blocks, block, head_dim // 2 + head_dim // 32, dtype=torch.uint8)
+    k = (torch.randn(blocks * block, head_dim, generator=g) * 5).to(torch.bfloat16)
+    reference_indexer_k_quant_and_cache(layout, k, cache, torch.arange(blocks * block), "mxfp4")
+    table = torch.randperm(blocks, generator=g)[: 2 * (blocks // 2)].reshape(2, -1)
+    cu = torch.tensor([0, 11, 28])
+    flat = cache.reshape(blocks, -1)
+    # sequence b's position i (cu: 11 and 17 tokens) sits in block table[b, i // block] at offset i % block
+    rows = [(int(table[b, i // block]), i % block) for b, n in enumerate((11, 17)) for i in range(n)]
+    d, s = head_dim // 2, head_dim // 32
+    want_k = torch.stack([flat[blk, t * d: (t + 1) * d] for blk, t in rows])
+    want_s = torch.stack([flat[blk, block * d + t * s: block * d + (t + 1) * s] for blk, t in rows])
+    got_k = torch.full((30, d), 3, dtype=torch.uint8, device=DEVICE)
+    got_s = torch.full((30, s), 3, dtype=torch.uint8, device=DEVICE)
+    READERS[name].bind(contract)(cache.to(DEVICE), got_k, got_s, table.to(DEVICE), cu.to(DEVICE))
+    assert torch.equal(got_k[:28].cpu(), want_k) and torch.equal(got_s[:28].cpu(), want_s)
+    assert bool((got_k[28:] == 3).all()) and bool((got_s[28:] == 3).all())

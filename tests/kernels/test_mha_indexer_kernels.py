@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from rtp_ref.contract import WriteContract
+from rtp_ref.errors import UnsupportedLayoutError
 from rtp_ref.fp8.elements import ANY_NAN, dtype_element, element_bits, element_traits
 from rtp_ref.kernels import cuda_mha_indexer
 from rtp_ref.kernels.cuda_mha_indexer import prepare_cuda_indexer, prepare_cuda_mha
@@ -184,9 +185,33 @@ def test_the_cuda_kernels_are_bit_exact_at_every_rows_a_warp(rows: int, split_be
     _check_indexer("cuda", "cuda-sm90", 256, 64, "ue8m0", 16, 1)
 
 
+@pytest.mark.parametrize(("dim", "block_size", "dtype"), [(128, 16, torch.bfloat16), (256, 64, torch.float16),
+                                                          (64, 16, torch.bfloat16)])
+@pytest.mark.parametrize("kernel", [k for k in KERNELS if k.values[0] != "cuda"])
+def test_indexer_mxfp4_is_bit_exact(kernel: str, dim: int, block_size: int, dtype: torch.dtype) -> None:
+    """``mxfp4`` (E2M1 codes, ue8m0 scales per 32): the Triton writer (software E2M1, its interpreter on a CPU) and
+    torch-eager write the reference's bytes, +-inf, NaN, overflow, a subnormal and -0 among the values, unaligned
+    inputs too."""
+    _check_indexer(kernel, "cuda-sm90", dim, 32, "mxfp4", block_size, 0, dtype)
+    _check_indexer(kernel, "cuda-sm90", dim, 32, "mxfp4", block_size, 1, dtype)
+
+
+def test_the_cuda_indexer_writer_refuses_mxfp4_before_launching() -> None:
+    """The CUDA writer stores fp8 only: it claims the fp8 variants, and its preparer raises for an E2M1 layout before
+    anything reaches a device (so this runs without a GPU)."""
+    layout = indexer_layout(load_platform("cuda-sm90"), scale_fmt="mxfp4")
+    cache = torch.zeros(1, 16, layout.bytes_per_token, dtype=torch.uint8)
+    with pytest.raises(UnsupportedLayoutError, match="fp8 values only; valid: none, ue8m0"):
+        prepare_cuda_indexer(layout, torch.zeros(1, 128, dtype=torch.bfloat16), cache, torch.zeros(1, dtype=torch.long),
+                             "mxfp4", torch.zeros(1, dtype=torch.int32))
+    if DEVICE == "cuda":
+        (cuda,) = [k for k in mha_indexer_kernels() if k.name == "cuda-indexer"]
+        assert "mxfp4" not in cuda.scale_fmts
+
+
 def _check_indexer(kernel: str, platform_name: str, dim: int, quant: int, scale_fmt: str, block_size: int,
                    offset: int, dtype: torch.dtype = torch.bfloat16) -> None:
-    layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant)
+    layout = indexer_layout(load_platform(platform_name), head_dim=dim, quant_block_size=quant, scale_fmt=scale_fmt)
     gen = torch.Generator().manual_seed(dim + block_size)
     k = torch.randn(7, dim, generator=gen) * torch.tensor([4.0, 0.01, 1.0, 100.0, 1.0, 1.0, 3.0])[:, None]
     k[4] = 0.0

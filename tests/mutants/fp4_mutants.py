@@ -1,6 +1,7 @@
 """Mutants of the FP4 MLA records: DeepSeek V4.1's V41_FP4 and FlashMLA's NVFP4 record (nvfp4_fp8_ds_mla), each the
 reference writer with one convention of the field in place of the record's, loaded into a certify run through
-``RTP_REF_KERNELS=tests.mutants.fp4_mutants:mutants`` (``:nvfp4_mutants`` for the NVFP4 ones).
+``RTP_REF_KERNELS=tests.mutants.fp4_mutants:mutants`` (``:nvfp4_mutants`` for the NVFP4 ones); and writers of the
+indexer's ``mxfp4`` cache that follow another MXFP4 quantizer's conventions (``:mxfp4_mutants``).
 
 ``EXPECTED`` names, for each, the check that catches it and the flags the diagnosis must name (None: no flag
 explains the bytes). sglang PR #39123 names the first two as the conventions that decide V41_FP4's bytes; the third
@@ -16,11 +17,17 @@ from typing import ClassVar
 
 import torch
 
-from rtp_ref.contract import WriteContract
-from rtp_ref.fp4 import ScaleRounding
+from rtp_ref.contract import WriteContract, default_contract
+from rtp_ref.fp4 import MXFP4_OCP, ScaleRounding, ScaleTraits, scale_codes
+from rtp_ref.fp4 import encode as encode_e2m1
+from rtp_ref.fp4.scales import AmaxDivision, ScaleElement
+from rtp_ref.fp8.ue8m0 import decode_ue8m0
+from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.entries import encode_entries
 from rtp_ref.kv.fields import ELEMENT_E2M1
+from rtp_ref.kv.indexer import MXFP4_INDEXER, MXFP4_NON_FINITE, IndexerLayout, indexer_layout_for, mxfp4_codes
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.ops import INDEXER_OP
 from tests.mutants.kernels import Mutant
 
 
@@ -121,3 +128,128 @@ NVFP4_EXPECTED: dict[type[Mutant], str] = {
 def nvfp4_mutants() -> list[object]:
     """The entry point for ``RTP_REF_KERNELS``: one instance of every NVFP4 mutant."""
     return [cls() for cls in NVFP4_EXPECTED]
+
+
+class _Mxfp4Mutant:
+    """A writer of the indexer's ``mxfp4`` cache (CPU): the contract's byte places, with the scale bytes and codes
+    of ``quantize`` (a subclass's: another quantizer's conventions)."""
+
+    name: ClassVar[str]
+    op = INDEXER_OP
+    scale_fmts: ClassVar[tuple[str, ...]] = ("mxfp4",)
+    devices = ("cpu",)
+    conversion_path = "software"
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.contract = contract
+
+    def bind(self, contract: WriteContract) -> _Mxfp4Mutant:
+        return type(self)(contract)
+
+    def __call__(self, k: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, quant_block_size: int,
+                 scale_fmt: str) -> None:
+        if scale_fmt not in self.scale_fmts:
+            raise UnsupportedLayoutError(f"{self.name} does not support {scale_fmt}")
+        contract = self.contract or default_contract(kv_cache.device)
+        layout = indexer_layout_for(contract, contract.flags, k.shape[1], quant_block_size, scale_fmt=scale_fmt)
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep].to(torch.int64)
+        x = k[: slot_mapping.numel()][keep]
+        codes, scales = self.quantize(layout, x)
+        packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+        block_size, d, t = kv_cache.shape[1], layout.data_bytes_per_token, layout.trailing_bytes_per_token
+        blocks = kv_cache.view(kv_cache.shape[0], -1)
+        block, row = slots // block_size, slots % block_size
+        blocks[block[:, None], row[:, None] * d + torch.arange(d)] = packed
+        blocks[block[:, None], block_size * d + row[:, None] * t + torch.arange(t)] = scales
+
+    def quantize(self, layout: IndexerLayout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Codes (one a value) and scale bytes of the tokens ``x``: the contract's."""
+        return mxfp4_codes(layout, x)
+
+
+def _ue8m0_of_blocks(x: torch.Tensor, traits: ScaleTraits) -> torch.Tensor:
+    """The scale byte of each 32-value block of ``x`` under ``traits`` (NaN left out of the amax, inf as 254)."""
+    m = x.float().abs().reshape(x.shape[0], x.shape[1] // 32, 32)
+    amax = torch.where(torch.isnan(m), 0.0, m).amax(dim=-1)
+    finite = torch.isfinite(amax)
+    codes = scale_codes(torch.where(finite, amax, torch.zeros_like(amax)), traits)
+    return torch.where(finite, codes, torch.full_like(codes, 254))
+
+
+def _codes_under(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The contract's E2M1 codes of ``x`` under other scale bytes: the reference's codec, its scales replaced."""
+    q = x.float().reshape(x.shape[0], x.shape[1] // 32, 32) / decode_ue8m0(scales).unsqueeze(-1)
+    return encode_e2m1(q, MXFP4_NON_FINITE).reshape(x.shape)
+
+
+class Mxfp4OcpFloorScale(_Mxfp4Mutant):
+    """Takes each scale by the OCP MX v1.0 rule, ``2**(floor(log2(amax)) - 2)``: a block whose amax is above 6 times
+    it saturates (the contract's ceiling never does)."""
+
+    name = "mutant-mxfp4-ocp-floor-scale"
+
+    def quantize(self, layout: IndexerLayout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scales = _ue8m0_of_blocks(x, MXFP4_OCP.scale)
+        return _codes_under(x, scales), scales
+
+
+class Mxfp4OlderVllmWriter(_Mxfp4Mutant):
+    """vLLM's older MXFP4 indexer writer (vllm-project/vllm@43860973851d, @c82253792178): amax floored at 1e-4 and
+    divided by 6 (an all-zero block gets 2**-15, byte 112, not the contract's 2**-126, byte 1), codes by bucket
+    thresholds with ties toward zero, and a value rounding to zero stored as 0x0 whatever its sign."""
+
+    name = "mutant-mxfp4-older-vllm-writer"
+
+    def quantize(self, layout: IndexerLayout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        floor = float(torch.tensor(1e-4, dtype=torch.float32) / torch.tensor(6.0))
+        traits = ScaleTraits(ScaleElement.UE8M0, 32, ScaleRounding.CEIL_LOG2_EXACT, AmaxDivision.DIV_SIX,
+                             (floor, float("inf")))
+        scales = _ue8m0_of_blocks(x, traits)
+        return _ties_toward_zero(x, scales), scales
+
+
+class Mxfp4TiesTowardZero(_Mxfp4Mutant):
+    """The contract's scales, but the older writer's codes: ties toward zero (0.75 -> 0.5, 1.75 -> 1.5, 3.5 -> 3)
+    and a negative value rounding to zero stored as 0x0."""
+
+    name = "mutant-mxfp4-ties-toward-zero"
+
+    def quantize(self, layout: IndexerLayout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, scales = mxfp4_codes(layout, x)
+        return _ties_toward_zero(x, scales), scales
+
+
+def _ties_toward_zero(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """vLLM's older ``_e2m1_nibble`` codes of ``x`` under ``scales``: ``|q|`` clamped to 6, bucketed on the
+    midpoints with each boundary in the lower bucket; the sign only on a non-zero code."""
+    q = x.float().reshape(x.shape[0], x.shape[1] // 32, 32) / decode_ue8m0(scales).unsqueeze(-1)
+    bounds = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    code = torch.bucketize(q.abs().clamp(max=6.0), bounds, right=False)
+    return (code | (((q < 0) & (code != 0)).to(torch.int64) << 3)).reshape(x.shape).to(torch.uint8)
+
+
+class Mxfp4FloatLog2(_Mxfp4Mutant):
+    """Takes the exponent through a float32 ``log2`` (vLLM's quantizers): one binade low just above ``6 * 2**k`` for
+    a float32 amax, but no bf16 or fp16 amax lies there, so on this op's inputs it writes the contract's bytes
+    (tests/kv/test_mxfp4_indexer.py)."""
+
+    name = "mutant-mxfp4-float-log2"
+
+    def quantize(self, layout: IndexerLayout, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        traits = dataclasses.replace(MXFP4_INDEXER.scale, rounding=ScaleRounding.FLOAT_LOG2)
+        scales = _ue8m0_of_blocks(x, traits)
+        return _codes_under(x, scales), scales
+
+
+#: each mxfp4 mutant that must fail -> (the check that catches it, what its diagnosis must name)
+MXFP4_EXPECTED: dict[type[_Mxfp4Mutant], tuple[str, str]] = {
+    Mxfp4OcpFloorScale: ("numerics.scale_value", "OCP MX v1.0's 2^(floor(log2(amax)) - 2)"),
+    Mxfp4OlderVllmWriter: ("numerics.scale_value", "vLLM's older MXFP4 writer's"),
+    Mxfp4TiesTowardZero: ("bit_exact.bytes", "the codes follow vLLM's older MXFP4 writer"),
+}
+
+
+def mxfp4_mutants() -> list[object]:
+    """The entry point for ``RTP_REF_KERNELS``: every mxfp4 mutant, the float-log2 writer among them (which passes)."""
+    return [cls() for cls in (*MXFP4_EXPECTED, Mxfp4FloatLog2)]

@@ -85,7 +85,7 @@ def _write_variant(tmp_path: Path, old: str, new: str, name: str = "cpu") -> Pat
             "numerics_max_ulp = -1.0",
             r"key 'numerics_max_ulp' has -1.0; must be > 0",
         ),
-        ('"fp8_rocm_compact"]', '"fp8_compact"]', r"unknown \['fp8_compact'\]; valid values: auto, fp8"),
+        ('"fp8_rocm_compact", "nvfp4', '"fp8_compact", "nvfp4', r"unknown \['fp8_compact'\]; valid values: auto, fp8"),
         ("schema_version = 1", "schema_version = 2", r"key 'schema_version' has 2; valid values: 1"),
         ("[tolerances]", "[tolerance]", r"unknown key 'tolerance'"),
         (
