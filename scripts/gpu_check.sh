@@ -173,11 +173,17 @@ for stage in "$@"; do
     ;;
   gatediag)
     # the unit tests as gatetests runs them, each test bounded (pytest-timeout dumps the stacks of one that hangs),
-    # to find what keeps tox -e cuda's tests past their 5 minutes
-    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
-        --platform cpu -m "not large" --timeout ${TEST_TIMEOUT:-90} --timeout-method thread -rfE tests; } \
-      > "$out/gate-diag.log" 2>&1
-    echo "gate diag exit $?"; grep -E "^(FAILED|ERROR)|Timeout|passed|failed|^real" "$out/gate-diag.log" | tail -40
+    # every result line with its worker, and what the machine runs at 30, 90 and 150 s (the busiest processes), to
+    # find what keeps tox -e cuda's tests past their 5 minutes
+    for at in 30 90 150; do
+      (sleep $at; echo "== processes at $at s"; ps -eo pid,ppid,pcpu,etimes,args --sort=-pcpu | cut -c1-220 | head -25) \
+        >> "$out/gate-ps.log" 2>&1 &
+    done
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -v -p no:cacheprovider -n auto --dist worksteal \
+        --platform cpu -m "not large" --timeout ${TEST_TIMEOUT:-90} --timeout-method thread -rfE \
+        --durations=60 --durations-min=2 tests; } > "$out/gate-diag.log" 2>&1
+    echo "gate diag exit $?"; grep -E "^(FAILED|ERROR)|Timeout|passed|failed|^real|^user" "$out/gate-diag.log" | tail -40
+    wait
     ;;
   padding)
     # the engine padding conventions natively (docs/conformance.md#padding-conventions): every built-in GPU writer
