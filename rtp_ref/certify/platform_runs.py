@@ -46,14 +46,8 @@ class _Running:
 
 def default_jobs(gpus_visible: int) -> int:
     """How many platforms to certify at once when not told: one on a GPU host (every platform's workers use
-    the same GPUs), else one more than the CPU cores (one when their number is unknown).
-
-    One more, because a platform process leaves its core idle while it starts its worker, waits for it and writes
-    its report: on two cores, five platforms took 66 s three at a time and 74 s two at a time."""
-    if gpus_visible:
-        return 1
-    cores = os.cpu_count()
-    return cores + 1 if cores else 1
+    the same GPUs), else one per CPU core, at least one."""
+    return 1 if gpus_visible else max(1, os.cpu_count() or 1)
 
 
 def run_platforms(runs: list[tuple[str, list[str]]], jobs: int, workers: int, codes: dict[str, int]) -> None:

@@ -385,8 +385,7 @@ def register(sub: Any) -> None:
         type=positive_int,
         default=None,
         metavar="J",
-        help="with --platform all: certify J platforms at once (default: 1 on a GPU host, else one more than the "
-        "CPU cores)",
+        help="with --platform all: certify J platforms at once (default: 1 on a GPU host, else one per CPU core)",
     )
     parser.add_argument(
         "--case-timeout",

@@ -80,7 +80,7 @@ def test_an_interrupt_kills_every_running_group(tmp_path: Path, monkeypatch: pyt
 
 def test_default_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 8)
-    assert (default_jobs(gpus_visible=1), default_jobs(gpus_visible=0)) == (1, 9)
+    assert (default_jobs(gpus_visible=1), default_jobs(gpus_visible=0)) == (1, 8)
     monkeypatch.setattr("os.cpu_count", lambda: None)
     assert default_jobs(gpus_visible=0) == 1
 
