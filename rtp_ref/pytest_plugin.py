@@ -367,9 +367,11 @@ def _pin_gpus(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` on a GPU host means one worker per GPU when an rtp-ref option asked for the plugin; else
-    xdist's own choice (xdist asks before any conftest's ``pytest_configure`` could call ``activate``)."""
-    if not config.stash.get(_REQUESTED, False):
+    """``-n auto`` on a GPU host means one worker per GPU when an rtp-ref option asked for the plugin and the
+    workers are pinned to GPUs (any platform but ``cpu``, as ``_pin_gpus``); else xdist's own choice, one per
+    core: the workers of a ``--platform cpu`` run share the GPUs, as ``tox -e cuda``'s unit tests do (xdist asks
+    before any conftest's ``pytest_configure`` could call ``activate``)."""
+    if not config.stash.get(_REQUESTED, False) or config.getoption("rtp_platform") == "cpu":
         return None
     return len(visible_gpus()) or None
 

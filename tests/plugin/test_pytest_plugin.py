@@ -222,6 +222,8 @@ def test_n_auto_is_one_worker_per_gpu_only_when_an_option_asks(pytester: pytest.
     monkeypatch.setattr(plugin, "visible_gpus", lambda: ["7"])
     assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfigure()) is None  # xdist's own choice
     assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfigure("--platform", "cuda-sm90")) == 1
+    # unpinned workers (tox -e cuda's unit tests) share the GPU: one per core, not one in all
+    assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfigure("--platform", "cpu")) is None
 
 
 def test_more_workers_than_gpus_is_refused_by_one_rule() -> None:
