@@ -110,7 +110,7 @@ for stage in "$@"; do
     { time timeout -s INT 280 "$RTP" certify --platform auto --tier all --report "$reports/auto"; } \
       > "$out/gate-certify.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -40
-    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
         --platform cpu -m "not large" --durations=60 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
     grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -90
     echo "gate total: $(( $(date +%s) - start )) s"
@@ -138,7 +138,7 @@ for stage in "$@"; do
     { time timeout -s INT ${GATE_CERTIFY_BOUND:-170} "$RTP" certify --platform auto --tier all \
         --report "$reports/auto" -- --durations=12; } > "$out/gate-certify.log" 2>&1
     echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -45
-    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
         --platform cpu -m "not large" --durations=25 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
     echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real" "$out/gate-tests.log" | tail -40
     echo "gate total: $(( $(date +%s) - start )) s"
@@ -151,7 +151,7 @@ for stage in "$@"; do
     ;;
   gatetests)
     # the unit tests as tox -e cuda runs them (after certify built the kernels, or building them), timed, bounded
-    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist worksteal \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
         --platform cpu -m "not large" --durations=40 --durations-min=4 tests; } > "$out/gate-tests.log" 2>&1
     echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real|^user|^[0-9.]+s " "$out/gate-tests.log" | tail -60
     ;;
@@ -179,7 +179,7 @@ for stage in "$@"; do
       (sleep $at; echo "== processes at $at s"; ps -eo pid,ppid,pcpu,etimes,args --sort=-pcpu | cut -c1-220 | head -25) \
         >> "$out/gate-ps.log" 2>&1 &
     done
-    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -v -p no:cacheprovider -n auto --dist worksteal \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -v -p no:cacheprovider -n auto --dist load \
         --platform cpu -m "not large" --timeout ${TEST_TIMEOUT:-90} --timeout-method thread -rfE \
         --durations=60 --durations-min=2 tests; } > "$out/gate-diag.log" 2>&1
     echo "gate diag exit $?"; grep -E "^(FAILED|ERROR)|Timeout|passed|failed|^real|^user" "$out/gate-diag.log" | tail -40

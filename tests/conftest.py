@@ -27,6 +27,42 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SurveySummary(), "rtp_ref_survey_summary")
 
 
+#: the tests that each take 20 s to 2 minutes on a 16-core GPU host (real certify runs, a CUDA build, pip installs,
+#: torch.compile's first compile), longest first, as tox -e cuda measured them on an H100 on 2026-12-06: they are
+#: collected first, so that xdist's ``load`` scheduling, which deals the first tests out one to each worker, starts
+#: them at once. Collected last, as before, they started after a minute or more and held the run's end: about 100 s
+#: of work per worker, 215 s in all.
+RUN_FIRST = (
+    "tests/mutants/test_mutation_score.py::test_every_mutant_is_caught_by_its_check",
+    "tests/vendor/test_cuda_example_package.py::test_cuda_kernels_are_certified_on_an_h200",
+    "tests/certify/test_cache_format.py::test_every_op_certifies_a_cache_kept_in_another_format",
+    "tests/bench/test_bench.py::test_compiled_baseline_writes_what_torch_eager_writes",
+    "tests/mutants/test_fault_isolation.py::test_kernels_that_fault_on_every_call_cost_a_bounded_time",
+    "tests/platforms/test_add_a_platform.py::test_a_platform_written_from_scratch_is_detected_and_certified",
+    "tests/kv/test_v41_layouts.py::test_certified_on_a_table_that_lists_them",
+    "tests/certify/test_conventions.py::test_a_real_certify_run_names_the_convention_in_its_report",
+    "tests/args/test_legacy_emulation.py::test_the_reference_passes_the_shipped_suites_and_writes_nothing_where_it_runs",
+    "tests/cli/test_hardening.py::test_a_report_lists_the_kernels_that_could_not_run",
+    "tests/kv/test_nvfp4_mla.py::test_certify_the_writers_and_fail_each_mutant",
+    "tests/certify/test_report.py::test_a_selection_of_one_op_has_no_row_for_the_others",
+    "tests/mutants/test_fault_isolation.py::test_faulty_kernels_fail_their_case_and_the_report_is_complete",
+    "tests/cli/test_hardening.py::test_ctrl_c_during_certify_all_writes_the_scoreboard_of_what_finished",
+    "tests/certify/test_large_tier.py::test_32_bit_offset_mutants_pass_the_regular_tier",
+    "tests/certify/test_certify_isolation.py::test_certify_from_a_wheel_in_a_venv_inside_a_hostile_project",
+)
+
+
+def first_rank(nodeid: str) -> int:
+    """Where a test goes in the collection: its place in RUN_FIRST (a node id or the id of its parametrized
+    function), after them every other test, in pytest's order."""
+    function = nodeid.split("[", 1)[0]
+    return RUN_FIRST.index(function) if function in RUN_FIRST else len(RUN_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: first_rank(item.nodeid))  # stable: the rest keep pytest's order
+
+
 def _one_thread_per_worker() -> None:
     """An xdist worker shares the cores with the others: one torch thread for it and the processes its tests start
     (certify runs), unless the run sets OMP_NUM_THREADS. A thread per core in each of 16 workers made the tests 20

@@ -45,3 +45,15 @@ def test_random_oracle_seeds_are_the_same_in_every_process() -> None:
     code = ("from tests.fp8.test_codec_oracles import FORMATS, MODES, random_seed\n"
             "print([random_seed(f, m) for f in FORMATS for m in MODES])\n")
     assert _child(code, PYTHONHASHSEED="1") == _child(code, PYTHONHASHSEED="2")
+
+
+def test_the_tests_collected_first_exist() -> None:
+    """Each of conftest.RUN_FIRST names a test function that exists: a renamed or moved test would otherwise drop
+    out of the front of the collection unnoticed, and the GPU gate's run would end later again."""
+    from tests.conftest import RUN_FIRST, first_rank
+
+    for rank, nodeid in enumerate(RUN_FIRST):
+        path, function = nodeid.split("::")
+        assert f"def {function}(" in (REPO / path).read_text(), nodeid
+        assert first_rank(f"{nodeid}[some-param]") == rank
+    assert first_rank("tests/test_hygiene.py::test_the_tests_collected_first_exist") == len(RUN_FIRST)
