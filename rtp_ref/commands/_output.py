@@ -23,12 +23,21 @@ VALID_DIR = "a directory this user can create and write in (created if missing)"
 def positive_int(text: str) -> int:
     """An argparse ``type``: an integer >= 1. Anything else is argparse's error line naming the option, the
     value and what is valid (exit 2)."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 0, else argparse's one-line error (exit 2), as ``positive_int``."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; valid: an integer >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not valid; valid: an integer >= 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; valid: an integer >= {minimum}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid; valid: an integer >= {minimum}")
     return value
 
 

@@ -22,6 +22,7 @@ from rtp_ref.commands._output import (
     INTERRUPTED,
     add_json_flag,
     add_layout_flag,
+    non_negative_int,
     positive_int,
     print_json,
     writable_dir,
@@ -375,10 +376,12 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "-n",
         "--workers",
-        type=positive_int,
+        type=non_negative_int,
         default=1,
         metavar="N",
-        help="worker processes (default 1); on a GPU host each worker gets its own GPU",
+        help="worker processes (default 1); on a GPU host each worker gets its own GPU; 0: the cases run in "
+        "certify's own process, without fault isolation (a kernel that crashes or hangs ends the run with no "
+        "report), for a debugger's breakpoints and for kernels that cannot crash",
     )
     parser.add_argument(
         "--jobs",

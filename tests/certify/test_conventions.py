@@ -201,7 +201,8 @@ def test_a_real_certify_run_names_the_convention_in_its_report(tmp_path: Path) -
     out = tmp_path / "rep"
     env = child_env(REPO, RTP_REF_KERNELS="tests.certify.test_conventions:kernels")
     proc = shared_zygote().run(["certify", "--platform", "rocm-gfx942", "--kernel", AiterIndexer.name,
-                                "--kernel", "reference-indexer", "--report", str(out)], env, REPO, timeout=300)
+                                "--kernel", "reference-indexer", "--report", str(out), "-n", "0"], env, REPO,
+                               timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     rows = {(r["kernel"], r["layout"]): r for r in json.loads((out / "report.json").read_text())["summary"][
@@ -214,7 +215,8 @@ def test_a_real_certify_run_names_the_convention_in_its_report(tmp_path: Path) -
     assert f"| {AiterIndexer.name} | none | certified (convention: AITER) |" in md, md
     assert "| reference-indexer | none | certified |" in md, md
     failing = shared_zygote().run(["certify", "--platform", "rocm-gfx942", "--kernel", Divisor200Indexer.name,
-                                   "--layout", "none", "--report", str(tmp_path / "bad")], env, REPO, timeout=300)
+                                   "--layout", "none", "--report", str(tmp_path / "bad"), "-n", "0"], env, REPO,
+                                  timeout=300)
     assert failing.returncode == 1, (failing.stdout + failing.stderr)[-3000:]
     assert "this table also accepts AITER" in (tmp_path / "bad" / "report.md").read_text()
 

@@ -170,6 +170,8 @@ BAD_INPUTS = [
         "unknown platform 'sm90'; known platforms", output="{tmp}/rep"),
     Bad("certify-unknown-kernel", ("certify", "--platform", "cpu", "--kernel", "tritonn", "--report", "{tmp}/rep"),
         "unknown kernel(s) 'tritonn'; known kernels: reference", output="{tmp}/rep"),
+    Bad("certify-negative-workers", ("certify", "--platform", "cpu", "-n", "-1", "--report", "{tmp}/rep"),
+        "argument -n/--workers: '-1' is not valid; valid: an integer >= 0", output="{tmp}/rep"),
     Bad("certify-jobs-one-platform", ("certify", "--platform", "cpu", "--jobs", "2", "--report", "{tmp}/rep"),
         "--jobs 2: platforms are certified at once only with --platform all", output="{tmp}/rep"),
     Bad("certify-unknown-layout", ("certify", "--platform", "cpu", "--layout", "fp9", "--report", "{tmp}/rep"),

@@ -31,10 +31,15 @@ def certify(
     kernels_env: str = "tests.mutants.kernels:mutants",
     timeout: float = 600,
 ) -> dict[str, object]:
-    """Run ``rtp-ref certify`` in a process of its own and return its report."""
+    """Run ``rtp-ref certify`` in a process of its own and return its report.
+
+    Unless ``extra`` names its workers (``-n``), the cases run in certify's own process (``-n 0``): these kernels
+    raise at worst, and a fresh worker would cost each run a second torch import (about 2.5 s of 3.5 for a small
+    run). The tests whose subject is a crash, a hang or a worker name theirs."""
     # A fresh process, not an xdist worker of this run: drop pytest's own variables.
     env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
-    argv = ["certify", "--platform", platform, "--report", str(out)]
+    options = (extra or [])[:(extra or []).index("--")] if "--" in (extra or []) else (extra or [])
+    argv = ["certify", "--platform", platform, "--report", str(out), *([] if "-n" in options else ["-n", "0"])]
     for k in kernels:
         argv += ["--kernel", k]
     proc = shared_zygote().run([*argv, *(extra or [])], env, REPO, timeout=timeout)

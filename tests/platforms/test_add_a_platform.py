@@ -56,7 +56,7 @@ def test_a_platform_written_from_scratch_is_detected_and_certified(tmp_path: Pat
     out = tmp_path / "report"
     argv = ["certify", "--platform", str(path), "--report", str(out),
             "--kernel", "reference", "--kernel", "reference-mha", "--kernel", "reference-indexer",
-            "--layout", "fp8_ds_mla", "--layout", "fp8", "--layout", "none", "--", "-q"]
+            "--layout", "fp8_ds_mla", "--layout", "fp8", "--layout", "none", "-n", "0", "--", "-q"]
     done = shared_zygote().run(argv, child_env(REPO), tmp_path, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
