@@ -53,7 +53,7 @@ def test_kernels_that_fault_on_every_call_cost_a_bounded_time(tmp_path: Path) ->
         "cpu",
         ["reference", "fault-always-raises", *ALWAYS],
         tmp_path,
-        extra=["--layout", "auto", "--layout", "fp8", "--case-timeout", "4", "-n", "2"],
+        extra=["--layout", "auto", "--layout", "fp8", "--case-timeout", "3", "-n", "2"],
         kernels_env="tests.mutants.faults:kernels",
         timeout=600,
     )
