@@ -355,7 +355,7 @@ def _pin_gpus(config: pytest.Config) -> None:
             os.environ["HIP_VISIBLE_DEVICES"] = gpu
         return
     workers = getattr(config.option, "numprocesses", None)
-    if not isinstance(workers, int) or workers <= 0 or config.getoption("rtp_platform") == "cpu":
+    if not isinstance(workers, int) or workers <= 0 or not _pins_workers(config):
         return
     gpus = visible_gpus()
     if gpus:
@@ -365,13 +365,18 @@ def _pin_gpus(config: pytest.Config) -> None:
         config.pluginmanager.register(GpuSlots(gpus), "rtp_ref_gpu_slots")
 
 
+def _pins_workers(config: pytest.Config) -> bool:
+    """Whether this run's xdist workers each get a GPU of their own: on every platform but ``cpu``, whose workers
+    share the GPUs (``tox -e cuda``'s unit tests run so, their kernel tests on the GPU)."""
+    return bool(config.getoption("rtp_platform") != "cpu")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` on a GPU host means one worker per GPU when an rtp-ref option asked for the plugin and the
-    workers are pinned to GPUs (any platform but ``cpu``, as ``_pin_gpus``); else xdist's own choice, one per
-    core: the workers of a ``--platform cpu`` run share the GPUs, as ``tox -e cuda``'s unit tests do (xdist asks
-    before any conftest's ``pytest_configure`` could call ``activate``)."""
-    if not config.stash.get(_REQUESTED, False) or config.getoption("rtp_platform") == "cpu":
+    workers are pinned (``_pins_workers``); else xdist's own choice, one per core (xdist asks before any
+    conftest's ``pytest_configure`` could call ``activate``)."""
+    if not config.stash.get(_REQUESTED, False) or not _pins_workers(config):
         return None
     return len(visible_gpus()) or None
 

@@ -40,11 +40,12 @@ def certify(
     run). The tests whose subject is a crash, a hang or a worker name theirs."""
     # A fresh process, not an xdist worker of this run: drop pytest's own variables.
     env = child_env(REPO, RTP_REF_KERNELS=kernels_env)
-    options = (extra or [])[:(extra or []).index("--")] if "--" in (extra or []) else (extra or [])
+    extra = extra or []
+    options = extra[:extra.index("--")] if "--" in extra else extra  # certify's own, not pytest's after "--"
     argv = ["certify", "--platform", platform, "--report", str(out), *([] if "-n" in options else ["-n", "0"])]
     for k in kernels:
         argv += ["--kernel", k]
-    proc = shared_zygote().run([*argv, *(extra or [])], env, REPO, timeout=timeout)
+    proc = shared_zygote().run([*argv, *extra], env, REPO, timeout=timeout)
     report_file = out / "report.json"
     assert report_file.exists(), (
         f"certify wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
