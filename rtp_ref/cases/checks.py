@@ -87,6 +87,9 @@ CHECKS: tuple[CheckSpec, ...] = (
        "(heads permuted, or head and dim exchanged)"),
     _c("layout.cache_order", "layout", "reshape_and_cache_flash: an HND cache (the order its strides give) was "
        "written as if it were NHD"),
+    _c("layout.v_scale_order", "layout", "reshape_and_cache_flash, nvfp4: the V scales are in the other order than "
+       "the platform's (swizzled in 4-token groups where its readers read them linearly, SM120/121: vLLM #50084; "
+       "or linear where SM100's reader wants them swizzled)"),
     _c("layout.scale_placement", "layout", "indexer_k_quant_and_cache: the scales are not at the end of the block "
        "(written inside the token data, right after the token's values)"),
     _c("layout.offset_width", "layout", "large-address tier: the entries whose byte offset from the cache's base "

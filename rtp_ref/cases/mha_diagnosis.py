@@ -7,17 +7,22 @@ conversion mode. The alternatives are the ways production kernels have computed 
 ``aiter_opus_plus.h``), the scale applied as a multiplier
 ``x * s`` (the quantisation direction confused), rounding toward zero, and the other conversion mode (saturating
 or not). Every one is tried on every written token's key and value codes, the contract's first; the first that
-reproduces them all is named.
+reproduces them all is named. For a variant whose bytes follow layout flags (``nvfp4``), each other value of each
+flag that changes the layout is tried instead (``diagnose_flags``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
+from rtp_ref.contract import WriteContract
+from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8 import decode, encode
 from rtp_ref.fp8.formats import ConversionMode, Fp8Format
+from rtp_ref.kv.flags import FLAG_SPECS, FlagKind
 
 #: ``(x [T, H, D] float32, s [1, H or 1, 1] float32) -> the value to convert``, by name (the contract's first)
 QUOTIENTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -56,3 +61,43 @@ def diagnose_codes(rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], 
                     return (f"the fp8 codes follow {quotient}, rounded {rounding}, {m.value}; the contract is x / s "
                             f"in fp32, rounded to nearest even, {mode.value}")
     return f"the fp8 codes match no known conversion (tried {tried}); the contract is x / s, {mode.value}"
+
+
+def flag_alternatives(contract: WriteContract, layout_of: Callable[[WriteContract], object]) -> list[dict[str, Any]]:
+    """Each other value of each choice flag of ``contract`` that changes the layout ``layout_of`` builds under it
+    (typed, as ``WriteContract.under`` takes them), one flag at a time; flags that change nothing are left out, so
+    the alternatives are the ones a case of that layout can tell apart."""
+    base = layout_of(contract)
+    out: list[dict[str, Any]] = []
+    for name, spec in FLAG_SPECS.items():
+        if spec.kind is not FlagKind.CHOICE:
+            continue
+        for choice in spec.choices:
+            value = spec.convert(choice)
+            if value == getattr(contract.flags, name):
+                continue
+            try:
+                changed = layout_of(contract.under({name: value})) != base
+            except RtpRefError:  # the alternative cannot hold this case (a swizzle a block size does not fit)
+                continue
+            if changed:
+                out.append({name: value})
+    return out
+
+
+def flags_text(values: dict[str, Any]) -> str:
+    """``name=value, ...`` of typed flag values (enums as their strings)."""
+    return ", ".join(f"{name}={getattr(value, 'value', value)}" for name, value in values.items())
+
+
+def diagnose_flags(contract: WriteContract, layout_of: Callable[[WriteContract], object],
+                   storage_under: Callable[[WriteContract], torch.Tensor], after: torch.Tensor) -> str | None:
+    """Which layout flags a kernel's write follows instead of the table's: ``storage_under`` writes the case's
+    reference under a contract into a fresh canary-filled storage; each one-flag alternative (``flag_alternatives``)
+    whose storage equals the kernel's ``after`` byte for byte is named, with the value this table requires. None
+    where no alternative explains the bytes."""
+    for values in flag_alternatives(contract, layout_of):
+        if torch.equal(storage_under(contract.under(values)), after):
+            required = {name: getattr(contract.flags, name) for name in values}
+            return f"the kernel follows {flags_text(values)}; this table requires {flags_text(required)}"
+    return None

@@ -30,12 +30,12 @@ from rtp_ref.cases.domain import BLOCK_SIZE, INPUT_DTYPE, SLOT_MAPPING, ZERO_DIM
 from rtp_ref.cases.input_checks import EMPTY_CALL_KIND
 from rtp_ref.cases.launch_size import LAUNCH_BLOCK_SIZE, LAUNCH_KIND, LAUNCH_SEED, launch_blocks, launch_tokens
 from rtp_ref.cases.padding_cases import NAN_PADDING_KIND, engine_slots, input_rows, padding_rows, poison
-from rtp_ref.cases.storage import StorageMap, field_places, slot_namer
+from rtp_ref.cases.storage import FieldPlaces, StorageMap, field_places, slot_namer
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.codec import encode
 from rtp_ref.fp8.elements import dtype_element, element_traits
-from rtp_ref.kv.fields import Source, field_element
+from rtp_ref.kv.fields import ELEMENT_E2M1, Source, field_element
 from rtp_ref.kv.indexer import (
     IndexerLayout,
     encode_tokens,
@@ -44,7 +44,9 @@ from rtp_ref.kv.indexer import (
     reference_indexer_k_quant_and_cache,
     slice_scales,
 )
+from rtp_ref.kv.mha_indexer_records import NVFP4_SCALE_ELEMENT
 from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.kv.nvfp4_page import Nvfp4Page, ScaleOrder, other_scale_order, side_views
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP
 from rtp_ref.kv.padding import first_real_slot, reserved_slot
 
@@ -55,6 +57,12 @@ _SCALE_IDS = {"tensor": "", "head": "-ph", "mixed": "-pv", "0d": "-0d"}
 #: DeepSeek V3.2's indexer: head_dim 128 quantised in one block of 128
 _DEEPSEEK_INDEXER = ("DeepSeek V3.2's indexer keys (config.json index_head_dim 128), quantised by vLLM in blocks of "
                      "128 (vllm/model_executor/models/deepseek_v2.py)")
+#: MHA variants whose k_scale and v_scale are one value each: ``auto`` reads none, ``nvfp4``'s are global
+_PER_TENSOR_ONLY = ("auto", "nvfp4")
+#: a block of 16 whose bytes the FP4 fingerprints decide under a decode scale of 1 (tests/fp4/test_nvfp4.py): amax
+#: 1.40625 gives the scale 0.234375, 0.5859375 / 0.234375 is the E2M1 tie 2.5 (code 0x4) while 0.5859375 times the
+#: rounded reciprocal lands above it (0x5); -0.0 is 0x8 or 0x0
+FP4_WITNESS = (1.40625, 0.5859375, -0.5859375, -0.0) + (0.0,) * 12
 #: the arguments of the MHA write a kernel may narrow (``input_domain``: rtp_ref.cases.domain)
 MHA_DOMAIN = (INPUT_DTYPE, SLOT_MAPPING, BLOCK_SIZE,
               Dimension("head_size", "the head size of key and value", (), (128,),
@@ -133,7 +141,7 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     for seed, (kind, tokens, block, dtype, heads, size, order, scales) in enumerate(rows, start=1):
         yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
                              width=size, heads=heads, order=order,
-                             scales="tensor" if variant == "auto" and scales in ("head", "mixed") else scales)
+                             scales="tensor" if variant in _PER_TENSOR_ONLY and scales in ("head", "mixed") else scales)
     seed = len(rows)
     yield MhaIndexerSpec(variant, "random", 20, 16, num_blocks_for(20, 16), torch.bfloat16, seed + 1, "int32",
                          op=MHA_OP, width=128, heads=8)
@@ -142,7 +150,8 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
                              op=MHA_OP, width=128, heads=8)
     # a batch padded with NaN rows in the engine's convention (rtp_ref.cases.padding_cases)
     yield MhaIndexerSpec(variant, NAN_PADDING_KIND, 37, 16, num_blocks_for(37, 16), torch.bfloat16, seed + 3,
-                         op=MHA_OP, width=128, heads=8, order="HND", scales="head" if variant != "auto" else "tensor")
+                         op=MHA_OP, width=128, heads=8, order="HND",
+                         scales="tensor" if variant in _PER_TENSOR_ONLY else "head")
 
 
 def _quant(variant: str, quant: int) -> int:
@@ -205,9 +214,11 @@ def _values(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype) -> t
     return (x * spread).to(dtype)
 
 
-def _edges(x: torch.Tensor, reach: float) -> torch.Tensor:
+def _edges(x: torch.Tensor, reach: float, non_finite: bool = True) -> torch.Tensor:
     """Token 0 all zero (the indexer's amax floor); token 1 -0.0 and input subnormals; token 2 a ramp to
-    +-4 * ``reach`` (beyond the fp8 range once scaled); token 3 +-inf and NaN of both signs (set by bits)."""
+    +-4 * ``reach`` (beyond the fp8 range once scaled); token 3 +-inf and NaN of both signs (set by bits), or, without
+    ``non_finite`` (a variant that defines no bytes for them), the largest finite values of both signs after a first
+    block of ``FP4_WITNESS``."""
     x = x.clone()
     flat = x.reshape(x.shape[0], -1)
     finfo = torch.finfo(x.dtype)
@@ -216,6 +227,10 @@ def _edges(x: torch.Tensor, reach: float) -> torch.Tensor:
     flat[1, :half] = -0.0
     flat[1, half:] = finfo.smallest_normal / 4
     flat[2] = torch.linspace(-4 * reach, 4 * reach, flat.shape[1]).clamp(finfo.min, finfo.max).to(x.dtype)
+    if not non_finite:
+        flat[3, :half], flat[3, half:] = finfo.max, -finfo.max
+        flat[3, : len(FP4_WITNESS)] = torch.tensor(FP4_WITNESS)
+        return x
     flat[3, 1], flat[3, 2] = float("inf"), float("-inf")
     bits = flat.view(torch.int16)
     quiet = 0x7FC0 if x.dtype == torch.bfloat16 else 0x7E00
@@ -302,19 +317,23 @@ class MhaCase(_SlottedCase):
         else:
             key, value = _values(g, (rows, heads, size), dtype), _values(g, (rows, heads, size), dtype)
             if spec.kind == "edge":
-                fmt = self.layout.element_format
+                fmt, finite = self.layout.element_format, self.layout.fp4 is not None
                 reach = fmt.max_value * 2.0 if fmt is not None else 1e4
-                key, value = _edges(key, reach), _edges(value, reach)
+                key, value = _edges(key, reach, not finite), _edges(value, reach, not finite)
             self.key, self.value = key.to(device), value.to(device)
         k_count, v_count = {"tensor": (1, 1), "head": (heads, heads), "mixed": (1, heads), "0d": (1, 1)}[spec.scales]
         k_scale, v_scale = torch.rand(k_count, generator=g) * 1.5 + 0.5, torch.rand(v_count, generator=g) * 1.5 + 0.25
+        if spec.kind == "edge" and self.layout.fp4 is not None:
+            # engines' default decode scale (vLLM's k_scale without calibration): a scale of few significant bits,
+            # under which the witness's E2M1 tie is exact (a random scale gives no 16-bit input a tie)
+            k_scale, v_scale = torch.ones(k_count), torch.ones(v_count)
         if spec.scales == "0d":
             self.k_scale, self.v_scale = (scale_tensor(float(x), "0d", device) for x in (k_scale, v_scale))
         else:
             self.k_scale, self.v_scale = k_scale.to(device), v_scale.to(device)
         self._draw_slots(g, spec, contract, device, (self.key, self.value))
-        self.itemsize = 2 if self.layout.element_format is None else 1
-        self.cache_bytes = spec.num_blocks * spec.block_size * heads * size * self.itemsize
+        self.itemsize = 2 if self.layout.cache_dtype(dtype) != torch.uint8 else 1
+        self.cache_bytes = spec.num_blocks * spec.block_size * self.layout.k_bytes_per_token()
         size_all = 3 * guard + 2 * self.cache_bytes
         self.storage = torch.full((size_all,), CANARY, dtype=torch.uint8, device=device)
         self.key_cache, self.value_cache = self.caches(self.storage)
@@ -323,26 +342,38 @@ class MhaCase(_SlottedCase):
         """The K and V cache views over ``storage`` (this case's or a copy), in the case's order or ``order``; of the
         other 16-bit dtype than the inputs' in a ``MISMATCHED_CACHE_KIND`` case under ``auto``."""
         s = self.spec
-        dtype = s.cache_input_dtype if self.layout.element_format is None else torch.uint8
+        dtype = self.layout.cache_dtype(s.cache_input_dtype)
+        width = self.layout.row_width
         out = []
         for start in (self.guard, 2 * self.guard + self.cache_bytes):
             region = storage[start: start + self.cache_bytes].view(dtype)
             if (order or s.order) == "NHD":
-                out.append(region.view(s.num_blocks, s.block_size, s.heads, s.width))
+                out.append(region.view(s.num_blocks, s.block_size, s.heads, width))
             else:
-                out.append(region.view(s.num_blocks, s.heads, s.block_size, s.width).permute(0, 2, 1, 3))
+                out.append(region.view(s.num_blocks, s.heads, s.block_size, width).permute(0, 2, 1, 3))
         return out[0], out[1]
 
     def storage_map(self) -> StorageMap:
-        """The case storage's fields, ``key`` and ``value`` (every head of every slot), named by token and slot."""
+        """The case storage's fields, ``key`` and ``value`` (every head of every slot; ``nvfp4``: their codes, and
+        ``key_scale`` and ``value_scale``), named by token and slot."""
         layer = torch.empty(self.storage.numel(), dtype=torch.uint8)
         fmt = self.layout.element_format
-        element = dtype_element(self.spec.input_dtype) if fmt is None else element_traits(fmt.name)
-        fields = [field_places(name, cache, layer, element, 2, ("head",))
-                  for name, cache in zip(("key", "value"), self.caches(layer), strict=True)]
+        if self.layout.fp4 is not None:
+            fields = self._nvfp4_fields(layer)
+        else:
+            element = dtype_element(self.spec.input_dtype) if fmt is None else element_traits(fmt.name)
+            fields = [field_places(name, cache, layer, element, 2, ("head",))
+                      for name, cache in zip(("key", "value"), self.caches(layer), strict=True)]
         g, size = self.guard, self.cache_bytes
         areas = [("key_cache", g, g + size), ("value_cache", 2 * g + size, 2 * g + 2 * size)]
         return StorageMap(layer.numel(), fields, areas, slot_namer(self.slot_mapping, self.reserved_slot))
+
+    def _nvfp4_fields(self, layer: torch.Tensor) -> list[FieldPlaces]:
+        """``nvfp4``'s fields over ``layer``: each side's codes and scales (rtp_ref.kv.nvfp4_page.side_views)."""
+        page = self.layout.page(self.spec.block_size, self.spec.order)
+        orders = (ScaleOrder.LINEAR, self.layout.v_scale_order)
+        return [f for name, cache, order in zip(("key", "value"), self.caches(layer), orders, strict=True)
+                for f in nvfp4_field_places(name, cache, layer, page, order)]
 
     def call(self, kernel: Callable[..., None]) -> None:
         """Call ``kernel`` the way engines call ``reshape_and_cache_flash``."""
@@ -357,21 +388,25 @@ class MhaCase(_SlottedCase):
         """Write the reference (or the named wrong ``hypothesis``) into CPU ``storage``."""
         key, value = self.key.cpu(), self.value.cpu()
         k_scale, v_scale, slots = self.k_scale.cpu(), self.v_scale.cpu(), slot_values(self.slot_mapping)
-        order = None
+        order, layout = None, self.layout
         if hypothesis == "layout.kv_order":
             key, value, k_scale, v_scale = value, key, v_scale, k_scale
         elif hypothesis == "layout.cache_order":
             order = "NHD"
         elif hypothesis == "numerics.per_head_scale":
             k_scale, v_scale = (s[:1].expand(self.spec.heads).contiguous() for s in (k_scale, v_scale))
+        elif hypothesis == "layout.v_scale_order":
+            layout = dataclasses.replace(self.layout, v_scale_order=other_scale_order(self.layout.v_scale_order))
         elif hypothesis is not None:
             raise RtpRefError(f"unknown hypothesis {hypothesis!r}")
         kc, vc = self.caches(storage, order)
-        reference_reshape_and_cache_flash(self.layout, key, value, kc, vc, slots, k_scale, v_scale)
+        reference_reshape_and_cache_flash(layout, key, value, kc, vc, slots, k_scale, v_scale)
 
     def hypotheses(self) -> list[str]:
         """The wrong hypotheses this case can tell apart from the contract."""
         out = ["layout.kv_order"]
+        if self.layout.fp4 is not None and _both_orders_fit(self.layout.page(self.spec.block_size, self.spec.order)):
+            out.append("layout.v_scale_order")
         if self.spec.order == "HND" and self.spec.heads > 1:
             out.append("layout.cache_order")
         if self.spec.scales in ("head", "mixed") and self.spec.heads > 1:
@@ -467,6 +502,25 @@ class IndexerCase(_SlottedCase):
         if self.spec.quant_block < self.spec.width and self.layout.fp4 is None:
             out.append("numerics.quant_block")
         return out
+
+
+def nvfp4_field_places(name: str, cache: torch.Tensor, layer: torch.Tensor, page: Nvfp4Page,
+                       scale_order: ScaleOrder) -> list[FieldPlaces]:
+    """The places of one ``nvfp4`` cache side over ``layer``: its codes (``name``) and scales (``name_scale``), each
+    named by head and element (a swizzled NHD scale's two last dimensions form one index)."""
+    codes, scales, slot_dims = side_views(cache, page, scale_order)
+    labels = ("head", "") if scales.dim() == 6 else ("head",)
+    return [field_places(name, codes, layer, field_element(ELEMENT_E2M1), 2, ("head",)),
+            field_places(f"{name}_scale", scales, layer, field_element(NVFP4_SCALE_ELEMENT), slot_dims, labels)]
+
+
+def _both_orders_fit(page: Nvfp4Page) -> bool:
+    """Whether both scale orders are permutations of ``page``'s scale area (the swizzle needs multiples of 4)."""
+    try:
+        page.check_scale_order(ScaleOrder.SWIZZLED_4_TOKEN)
+    except RtpRefError:
+        return False
+    return True
 
 
 MhaIndexerCase = MhaCase | IndexerCase

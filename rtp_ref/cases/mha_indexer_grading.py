@@ -62,15 +62,12 @@ class _Targets:
         """``token 3 (slot 17)`` for target ``i``."""
         return f"token {int(self.tokens[i])} (slot {int(self.slots[i])})"
 
-    def parts(self, storage: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each part of every target entry as bytes ``[targets, part bytes]``: ``key``/``value`` (MHA),
-        ``values``/``scales`` (indexer)."""
+    def parts(self, storage: torch.Tensor, places: StorageMap) -> dict[str, torch.Tensor]:
+        """Each part of every target entry as bytes ``[targets, part bytes]``: each field of the storage map
+        (MHA: ``key``/``value``, and ``nvfp4``'s ``key_scale``/``value_scale``), ``values``/``scales`` (indexer)."""
         case = self.case
         if isinstance(case, MhaCase):
-            kc, vc = case.caches(storage)
-            entry = case.spec.heads * case.spec.width * case.itemsize
-            return {name: c[self.blocks, self.rows].contiguous().view(torch.uint8).reshape(-1, entry)
-                    for name, c in (("key", kc), ("value", vc))}
+            return {f.name: f.bytes_in(storage)[self.slots] for f in places.fields}
         lay, block_size = case.layout, case.spec.block_size
         blocks = case.cache(storage).reshape(case.spec.num_blocks, -1)
         d, t = lay.data_bytes_per_token, lay.trailing_bytes_per_token
@@ -186,6 +183,26 @@ def _scale_examples(targets: _Targets, images: _Images) -> Callable[[torch.Tenso
     return examples
 
 
+def _nvfp4_numerics(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, torch.Tensor],
+                    images: _Images) -> list[Check]:
+    """``nvfp4``'s scale check: each e4m3 byte of ``key_scale`` and ``value_scale`` the contract's
+    (rtp_ref.fp4.nvfp4); the E2M1 codes are graded by their bytes alone (``bit_exact.bytes``)."""
+    bad = {part: got[part] != want[part] for part in ("key_scale", "value_scale")}
+    count = sum(int(b.sum()) for b in bad.values())
+
+    def examples() -> list[str]:
+        out: list[str] = []
+        for part, mask in bad.items():
+            for i, j in first(mask):
+                place = images.map.at(part, int(targets.slots[i]), j)
+                contract = value_text(place.field.element, images.ref[place.positions])
+                out.append(f"{images.map.where(place)}: kernel {kernel_text(place, images.after, images.before)} vs "
+                           f"contract {contract}")
+        return out[:MAX_EXAMPLES]
+    return [failing("numerics.scale_value", count == 0, lambda: with_examples(
+        f"{count} scale(s) differ from e4m3(g * (amax * (1/6))), g = 1 / k_scale (or v_scale)", examples()))]
+
+
 def _mxfp4_numerics(targets: _Targets, got: dict[str, torch.Tensor], want: dict[str, torch.Tensor],
                     images: _Images) -> list[Check]:
     """``mxfp4``'s scale check: each ue8m0 byte the contract's (rtp_ref.kv.indexer); its E2M1 codes are graded by
@@ -247,7 +264,7 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
     images = _Images(after, ref, before, case.storage_map())
     checks = _untouched(case, images, written)
     targets = _Targets(case)
-    got, want, was = targets.parts(after), targets.parts(ref), targets.parts(before)
+    got, want, was = (targets.parts(image, images.map) for image in (after, ref, before))
     checks.append(_written(targets, got, want, was))
     differ = images.map.mismatched(after, ref, nan) & written
     exact = not bool(differ.any()) and not bool((after != before)[~written].any())
@@ -255,7 +272,7 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
     stats: dict[str, Any] = {"targets": int(targets.tokens.numel()), "tokens": case.spec.tokens}
     if isinstance(case, MhaCase):
         checks.append(_head_order(targets, got, want, case.itemsize))
-        if case.layout.element_format is None:
+        if case.layout.element_format is None and case.layout.fp4 is None:
             for part in ("key", "value"):
                 places = images.map.field(part)
                 copied = torch.zeros_like(differ)
@@ -265,7 +282,8 @@ def grade_mha_indexer_write(case: MhaIndexerCase, before: torch.Tensor, after: t
                                       lambda part=part, copied=copied, tokens=tokens: with_examples(  # type: ignore[misc]
                                           f"{part}: {tokens} token(s) are not copied bit for bit{pinned_nan(nan)}",
                                           images.differing(copied))))
-        checks += _mha_numerics(case, targets, got, images, max_ulp, stats)
+        checks += _mha_numerics(case, targets, got, images, max_ulp, stats) if case.layout.fp4 is None else \
+            _nvfp4_numerics(targets, got, want, images)
     elif targets.tokens.numel():
         checks += _indexer_numerics(case, targets, got, want, images, max_ulp, stats)
     mismatched = int(differ.sum())

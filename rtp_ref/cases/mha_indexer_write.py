@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from rtp_ref.cases.cases import GUARD_BYTES
+from rtp_ref.cases.cases import CANARY, GUARD_BYTES
 from rtp_ref.cases.grading import Grading
-from rtp_ref.cases.mha_diagnosis import diagnose_codes
+from rtp_ref.cases.mha_diagnosis import diagnose_codes, diagnose_flags
 from rtp_ref.cases.mha_indexer_cases import (
     STRIDED_MHA_INDEXER_KINDS,
     MhaCase,
@@ -22,6 +22,7 @@ from rtp_ref.cases.mha_indexer_grading import footprint, grade_mha_indexer_write
 from rtp_ref.cases.op_cases import PastCapacity
 from rtp_ref.cases.scale_diagnosis import diagnose_mxfp4, diagnose_scales
 from rtp_ref.contract import WriteContract
+from rtp_ref.kv.mha_paged import mha_layout
 
 
 class MhaIndexerWriteCase:
@@ -64,7 +65,7 @@ class MhaIndexerWriteCase:
         if not bool(keep.any()):
             return None
         if isinstance(case, MhaCase):
-            return self._diagnose_mha(case, after, slots, keep)
+            return self._diagnose_mha(case, after, slots, keep, contract)
         places = case.storage_map()
         x = case.k.cpu()[: slots.numel()][keep]
         if case.layout.fp4 is not None:
@@ -75,7 +76,19 @@ class MhaIndexerWriteCase:
         return diagnose_scales(x, case.layout.quant_block_size, stored, case.layout.scale_divisor,
                                self.key.layout == "ue8m0")
 
-    def _diagnose_mha(self, case: MhaCase, after: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor) -> str | None:
+    def _diagnose_mha(self, case: MhaCase, after: torch.Tensor, slots: torch.Tensor, keep: torch.Tensor,
+                      contract: WriteContract) -> str | None:
+        if case.layout.fp4 is not None:  # the bytes follow layout flags: each other value of each that matters
+            spec = self.key
+
+            def storage_under(alternative: WriteContract) -> torch.Tensor:
+                other = build_mha_indexer_case(spec, alternative, "cpu", case.guard)
+                storage = torch.full_like(after, CANARY)
+                other.reference_on(storage)
+                return storage
+
+            return diagnose_flags(contract, lambda c: mha_layout(c, spec.layout, spec.heads, spec.width),
+                                  storage_under, after)
         fmt = case.layout.element_format
         if fmt is None:  # auto: the bits are copied, no conversion to search
             return None

@@ -100,15 +100,23 @@ class FieldPlaces:
         return pos
 
     def index_text(self, index: int) -> str:
-        """``key head 2 [5]`` for flat element index ``index`` (``nope[5]`` for a one-dimensional field)."""
+        """``key head 2 [5]`` for flat element index ``index`` (``nope[5]`` for a one-dimensional field). Dimensions
+        whose label is ``""`` form one index with the last (a field whose elements are split over two strided
+        dimensions: NVFP4's swizzled scales)."""
         parts, rest = [], index
         for n in reversed(self.shape):
             rest, i = divmod(rest, n)
             parts.append(i)
         parts.reverse()
-        lead = "".join(f" {label} {i}" for label, i in zip(self.labels, parts[:-1], strict=True))
+        split = len(self.labels)
+        while split and not self.labels[split - 1]:
+            split -= 1
+        merged = 0
+        for n, i in zip(self.shape[split:], parts[split:], strict=True):
+            merged = merged * n + i
+        lead = "".join(f" {label} {i}" for label, i in zip(self.labels[:split], parts[:split], strict=True))
         per = self.element.per_unit
-        last = ",".join(str(parts[-1] * per + k) for k in range(per))
+        last = ",".join(str(merged * per + k) for k in range(per))
         return f"{self.name}{lead}{' ' if lead else ''}[{last}]"
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rtp_ref.cases.mha_indexer_cases import nvfp4_field_places
 from rtp_ref.cases.storage import FieldPlaces, StorageMap, field_places, slot_namer, value_text
 from rtp_ref.fp8.elements import ElementTraits, dtype_element
 from rtp_ref.kv.fields import ELEMENT_INPUT16, Field, Placement, field_element
@@ -22,6 +23,7 @@ from rtp_ref.kv.golden_file import LISTED_MISMATCHES, GoldenFile, Mismatch
 from rtp_ref.kv.golden_read_mla import locate_mla
 from rtp_ref.kv.indexer import IndexerLayout
 from rtp_ref.kv.mha_paged import MhaPagedLayout
+from rtp_ref.kv.nvfp4_page import ScaleOrder, order_of
 from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP
 
 #: names the places of the first differing bytes (``positions``: ascending, over the caches' bytes one after the
@@ -74,6 +76,10 @@ def _mha_fields(golden: GoldenFile, cache: str, view: torch.Tensor, layer: torch
     """The cache's one value field (``key`` or ``value``): every head of every row, through the kernel's view."""
     layout = golden.layout
     assert isinstance(layout, MhaPagedLayout), "an MHA golden file has an MHA layout"
+    if layout.fp4 is not None:  # nvfp4: the side's codes and scales, where its page puts them
+        order = layout.v_scale_order if cache == "value_cache" else ScaleOrder.LINEAR
+        page = layout.page(view.shape[1], order_of(view))
+        return nvfp4_field_places(cache.removesuffix("_cache"), view, layer, page, order)
     f = next(f for f in layout.fields if f.area == cache and f.placement is Placement.PER_TOKEN)
     return [field_places(f.name, view, layer, _element(golden, f), 2, ("head",))]
 

@@ -25,7 +25,14 @@ from rtp_ref.kv.indexer import (
     indexer_layout_for,
     validate_indexer_args,
 )
-from rtp_ref.kv.mha_paged import MHA_CACHE_DTYPES, MhaPagedLayout, mha_layout, validate_mha_args
+from rtp_ref.kv.mha_paged import (
+    FP8_MHA_CACHE_DTYPES,
+    MHA_CACHE_DTYPES,
+    MhaPagedLayout,
+    mha_head_size,
+    mha_layout,
+    validate_mha_args,
+)
 from rtp_ref.kv.padding import as_negative
 from rtp_ref.kv.validate import accepted_slot_dtypes
 from rtp_ref.ops import INDEXER_OP, MHA_OP, OPS, op_reference
@@ -123,21 +130,24 @@ class _MhaIndexerKernel:
 
 class MhaPagedKernel(_MhaIndexerKernel):
     """``reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
-    v_scale)`` by one MHA writer: heads and head size come from the caches' shape."""
+    v_scale)`` by one MHA writer: heads and head size come from the caches' shape. ``kv_cache_dtypes``: the variants
+    it writes (every one by default; the torch-eager, Triton and CUDA writers: the fp8 ones and ``auto``)."""
 
     op = MHA_OP
-    kv_cache_dtypes: Collection[str] = MHA_CACHE_DTYPES
 
     def __init__(self, impl: str, writer: MhaWriter, devices: Collection[str], path_rule: PathRule,
                  contract: WriteContract | None = None, *, lean: bool = False,
-                 validation: Validation = "device", input_domain: Mapping[str, tuple[str, ...]] | None = None) -> None:
+                 validation: Validation = "device", input_domain: Mapping[str, tuple[str, ...]] | None = None,
+                 kv_cache_dtypes: Collection[str] = MHA_CACHE_DTYPES) -> None:
         super().__init__(impl, OPS[MHA_OP].name_suffix, devices, path_rule, contract, lean, validation, input_domain)
         self.writer = writer
+        self.kv_cache_dtypes: Collection[str] = tuple(kv_cache_dtypes)
 
     def bind(self, contract: WriteContract, *, validation: Validation | None = None) -> MhaPagedKernel:
         """This kernel following ``contract`` (and checking values by ``validation``, when given)."""
         return MhaPagedKernel(self.impl, self.writer, self.devices, self.path_rule, contract, lean=self.lean,
-                              validation=validation or self.validation, input_domain=self.domain)
+                              validation=validation or self.validation, input_domain=self.domain,
+                              kv_cache_dtypes=self.kv_cache_dtypes)
 
     def __call__(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
@@ -152,7 +162,7 @@ class MhaPagedKernel(_MhaIndexerKernel):
                 raise RtpRefError(f"key_cache: {getattr(key_cache, 'shape', key_cache)}; valid: a tensor "
                                   f"[num_blocks, block_size, num_kv_heads, head_size]")
             layout = mha_layout(self.contract_for(key_cache.device), kv_cache_dtype, key_cache.shape[2],
-                                key_cache.shape[3])
+                                mha_head_size(kv_cache_dtype, key_cache.shape[3]))
             if self.lean:  # the lean writers check nothing themselves
                 validate_mha_args(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
                                   values=self.validation == "host", slot_dtypes=self.slot_dtypes())
@@ -247,7 +257,8 @@ def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
     kernels: list[MhaPagedKernel | IndexerKernel] = [
         MhaPagedKernel("reference", reference_on_cpu_mha, everywhere, _software),
         IndexerKernel("reference", reference_on_cpu_indexer, everywhere, _software),
-        MhaPagedKernel("torch-eager", torch_eager_reshape_and_cache_flash, everywhere, _torch),
+        MhaPagedKernel("torch-eager", torch_eager_reshape_and_cache_flash, everywhere, _torch,
+                       kv_cache_dtypes=FP8_MHA_CACHE_DTYPES),
         IndexerKernel("torch-eager", torch_eager_indexer_k_quant_and_cache, everywhere, _torch),
     ]
     missing = unavailable_builtin_kernels()
@@ -258,7 +269,8 @@ def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
 
         # the interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch)
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MhaPagedKernel("triton", prepare_triton_mha, devices, _triton_path, lean=True),
+        kernels += [MhaPagedKernel("triton", prepare_triton_mha, devices, _triton_path, lean=True,
+                                   kv_cache_dtypes=FP8_MHA_CACHE_DTYPES),
                     IndexerKernel("triton", prepare_triton_indexer, devices, _triton_path,
                                   max_quant_block=TRITON_MAX_QUANT_BLOCK, lean=True)]
     if "cuda" not in missing:
@@ -266,7 +278,7 @@ def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
         from rtp_ref.kernels.cuda_mha_indexer import CUDA_MAX_QUANT_BLOCK, prepare_cuda_indexer, prepare_cuda_mha
 
         kernels += [MhaPagedKernel("cuda", prepare_cuda_mha, ("cuda",), _cuda_path, lean=True,
-                                   input_domain=CUDA_SLOT_DOMAIN),
+                                   input_domain=CUDA_SLOT_DOMAIN, kv_cache_dtypes=FP8_MHA_CACHE_DTYPES),
                     # the CUDA writer stores fp8 only: it claims no E2M1 variant, and raises for one
                     IndexerKernel("cuda", prepare_cuda_indexer, ("cuda",), _cuda_path,
                                   max_quant_block=CUDA_MAX_QUANT_BLOCK, lean=True, input_domain=CUDA_SLOT_DOMAIN,

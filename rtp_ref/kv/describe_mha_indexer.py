@@ -8,15 +8,27 @@ from typing import Any
 from rtp_ref.errors import RtpRefError
 from rtp_ref.fp8.formats import FormatSource
 from rtp_ref.kv.describe import field_as_dict, field_table
-from rtp_ref.kv.fields import Source
+from rtp_ref.kv.fields import ELEMENT_E2M1, Source
 from rtp_ref.kv.flags import LayoutFlags
 from rtp_ref.kv.indexer import FP8_SCALE_FORMATS, IndexerLayout, indexer_layout_for, quant_block_for
 from rtp_ref.kv.mha_indexer_records import INDEXER_VARIANTS, MHA_VARIANTS, VariantRecord, variant_record
 from rtp_ref.kv.mha_paged import MhaPagedLayout
+from rtp_ref.kv.nvfp4_page import ScaleOrder
 
 
 def _element(layout: MhaPagedLayout) -> str:
+    if layout.fp4 is not None:
+        return ELEMENT_E2M1
     return "bf16/fp16" if layout.element_format is None else layout.element_format.name
+
+
+def _page(layout: MhaPagedLayout) -> dict[str, Any]:
+    """An ``nvfp4`` layout's page: what a block of each side holds, in which order (rtp_ref.kv.nvfp4_page)."""
+    if layout.fp4 is None:
+        return {}
+    return {"page": "per block and side: the E2M1 codes of every (token, head), D/2 bytes each, then their e4m3 "
+                    "scales, D/16 each, rows in the cache's order (NHD: t * H + h; HND: h * T + t)",
+            "k_scale_order": ScaleOrder.LINEAR.value, "v_scale_order": layout.v_scale_order.value}
 
 
 def mha_as_dict(layouts: list[MhaPagedLayout], heads_total: int, tp_size: int, block_size: int) -> dict[str, Any]:
@@ -41,6 +53,7 @@ def mha_as_dict(layouts: list[MhaPagedLayout], heads_total: int, tp_size: int, b
                 "summary": record.summary,
                 "sources": record.sources,
                 "fields": [field_as_dict(f) for f in layout.fields],
+                **_page(layout),
             }
             for layout, record in ((lay, variant_record(MHA_VARIANTS, lay.kv_cache_dtype, "kv_cache_dtype"))
                                    for lay in layouts)
@@ -62,8 +75,11 @@ def mha_table(layouts: list[MhaPagedLayout], heads_total: int, tp_size: int, blo
                      f"{row['v_bytes_per_token']:>14}{row['kv_bytes_per_block']:>17}")
     lines.append(f"  scales: {view['scales']}")
     for row, layout in zip(view["layouts"], layouts, strict=True):
-        lines += ["", f"  {row['kv_cache_dtype']}: {row['summary']}", f"  sources: {row['sources']}",
-                  *field_table(layout.fields)]
+        lines += ["", f"  {row['kv_cache_dtype']}: {row['summary']}", f"  sources: {row['sources']}"]
+        if "page" in row:
+            lines.append(f"  page: {row['page']}; K scales {row['k_scale_order']}, V scales {row['v_scale_order']} "
+                         "(the table lists offsets as NHD with linear scales)")
+        lines += field_table(layout.fields)
     return lines
 
 

@@ -26,6 +26,8 @@ PLATFORM_FORMAT = "platform"
 #: because loading a platform table imports no torch; tests/kv checks they agree)
 FP4_VALUE_QUOTIENTS = ("ieee_div", "reciprocal_mul")
 FP4_NEGATIVE_ZEROS = ("keep", "positive")
+#: the choices of ``nvfp4_v_scale_order``: the values of rtp_ref.kv.nvfp4_page's ``ScaleOrder``
+NVFP4_SCALE_ORDERS = ("swizzled_4_token", "linear")
 #: the choices of ``padding_slot`` (rtp_ref.kv.padding): which slot values an engine's padding tokens carry
 PADDING_SLOTS = ("negative", "zero")
 
@@ -232,6 +234,32 @@ class LayoutFlags:
                 "decodes both as zero; default keep",
                 FP4_NEGATIVE_ZEROS,
                 stored_scale=True,
+            )
+        ),
+    )
+
+    nvfp4_value_quotient: str = field(
+        default="reciprocal_mul",
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "how the NVFP4 MHA cache divides a value by its block's decode scale s: reciprocal_mul (x * (1/s), "
+                "vLLM's and TensorRT-LLM's writers) or ieee_div (x / s); default reciprocal_mul",
+                FP4_VALUE_QUOTIENTS,
+                stored_scale=True,
+            )
+        ),
+    )
+    nvfp4_v_scale_order: str = field(
+        default="swizzled_4_token",
+        metadata=_flag(
+            FlagSpec(
+                FlagKind.CHOICE,
+                "the order of the NVFP4 MHA cache's V scales in a block (rtp_ref.kv.nvfp4_page): swizzled_4_token "
+                "(each 4 tokens' scales of a head stored transposed, as SM100's trtllm-gen attention reads them, and "
+                "vLLM's writer stores them on every GPU, vLLM #50084) or linear (SM120/121's readers, vLLM #55976); "
+                "the K scales are linear on both; default swizzled_4_token",
+                NVFP4_SCALE_ORDERS,
             )
         ),
     )

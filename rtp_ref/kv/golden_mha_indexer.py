@@ -104,7 +104,11 @@ def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: 
     key = _values(g, (shape.tokens, num_kv_heads, head_size), dtype)
     value = _values(g, (shape.tokens, num_kv_heads, head_size), dtype)
     slots = shape.slots(g)
-    fmt_max = layout.element_format.max_value if layout.element_format is not None else 1.0
+    # a scale that maps amax to the format's largest value: fp8's, or nvfp4's 6 x 448 (the E2M1 maximum times the
+    # e4m3 block scale's: NVIDIA's global-scale recipe); auto reads none
+    fmt_max = layout.element_format.max_value if layout.element_format is not None else \
+        6.0 * 448.0 if layout.fp4 is not None else 1.0
+
     def calibrated(x: torch.Tensor) -> torch.Tensor:  # amax / fp8 max, per head or per tensor
         amax = x.float().abs().amax(dim=(0, 2)) if per_head_scales else x.float().abs().amax().reshape(1)
         return (amax / fmt_max).to(torch.float32)
@@ -113,10 +117,11 @@ def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: 
                "v_scale": calibrated(value)}
     cache_dtype = layout.cache_dtype(dtype)
     for name in ("key_cache", "value_cache"):
-        storage = (shape.num_blocks, num_kv_heads, shape.block_size, head_size) if order == "HND" \
-            else (shape.num_blocks, shape.block_size, num_kv_heads, head_size)
+        width = layout.row_width
+        storage = (shape.num_blocks, num_kv_heads, shape.block_size, width) if order == "HND" \
+            else (shape.num_blocks, shape.block_size, num_kv_heads, width)
         itemsize = torch.empty((), dtype=cache_dtype).element_size()
-        raw = torch.randint(0, 256, (*storage[:-1], head_size * itemsize), dtype=torch.uint8, generator=g)
+        raw = torch.randint(0, 256, (*storage[:-1], width * itemsize), dtype=torch.uint8, generator=g)
         tensors[f"{name}_before"] = raw.view(cache_dtype)
         tensors[f"{name}_expected"] = tensors[f"{name}_before"].clone()
     views = [tensors[f"{n}_expected"] if order == "NHD" else tensors[f"{n}_expected"].permute(0, 2, 1, 3)

@@ -84,8 +84,9 @@ def read_mha(path: str, tensors: dict[str, torch.Tensor], metadata: dict[str, st
     because = f"kv_cache_dtype {variant} under these flags and platform_fp8_format"
     stated(where, metadata, "fp8_format", layout.element_format.name if layout.element_format else "none", because)
     stated(where, metadata, "k_bytes_per_token", str(layout.k_bytes_per_token()), f"{because}, {heads} x {size}")
-    stored = (call.num_blocks, heads, call.block_size, size) if order == "HND" else \
-        (call.num_blocks, call.block_size, heads, size)
+    width = layout.row_width
+    stored = (call.num_blocks, heads, call.block_size, width) if order == "HND" else \
+        (call.num_blocks, call.block_size, heads, width)
     cache = (layout.cache_dtype(call.dtype), stored)
     scale = (torch.float32, (heads if scales == "per_head" else 1,))
     check_tensors(where, tensors, {

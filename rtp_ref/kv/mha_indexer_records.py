@@ -56,6 +56,37 @@ def _mha_fields(element: str) -> tuple[FieldRecord, ...]:
     return values + (scales if scaled else ())
 
 
+def _nvfp4_fields() -> tuple[FieldRecord, ...]:
+    """K and V as E2M1 codes with an e4m3 scale per 16 values, each side's codes then its scales (the field table's
+    offsets are NHD's with linear scales: rtp_ref.kv.nvfp4_page places HND rows and swizzled scales), and the
+    per-tensor decode scales."""
+    out: list[FieldRecord] = []
+    for name, source in (("key", Source.KEY), ("value", Source.VALUE)):
+        area = f"{name}_cache"
+        out += [FieldRecord(name, source, Placement.PER_TOKEN, ELEMENT_E2M1, "HD", f"{name}_scale",
+                            note="head h's D/2 bytes at h * D/2 (value 2i in the low nibble of byte i)", area=area),
+                FieldRecord(f"{name}_scale", Source.SCALE, Placement.BLOCK_TRAILING, NVFP4_SCALE_ELEMENT, "HD/16",
+                            note="e4m3(g * amax * (1/6)) of each 16 values, in "
+                                 f"{'layout flag nvfp4_v_scale_order' if name == 'value' else 'linear'} order",
+                            area=area)]
+    return (*out, *(FieldRecord(f"{c}_scale", Source.SCALE, Placement.EXTERNAL, ELEMENT_FP32, 1,
+                                note=f"the {c}_scale argument: [1] or 0-D, float32, the decode scale (g = 1 / it)")
+                    for c in "kv"))
+
+
+#: the element of NVFP4's block scales
+NVFP4_SCALE_ELEMENT = "e4m3fn"
+_NVFP4_SCALES = ("k_scale and v_scale, one float32 each: the decode scales (g = 1 / k_scale); per 16 values one "
+                 "e4m3 scale e4m3(g * (amax * (1/6))), nearest even, saturating; values stored as "
+                 "e2m1(x * (1 / (scale * (1 / g)))), 0 where the scale is 0")
+_NVFP4_NON_FINITE = ("undefined: vLLM's amax skips NaN (__hmax2) and no source states the E2M1 conversion of NaN; "
+                     "a block holding NaN or +-inf is not certified")
+_NVFP4_SOURCES = ("vLLM reshape_and_cache_flash, kv_cache_dtype 'nvfp4' (PR #37332; vllm-project/vllm@0cd789b397ef:"
+                  "csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu, PR #55976's version; vllm-project/vllm@"
+                  "20b4ad8eb933:csrc/libtorch_stable/quantization/fp4/nvfp4_utils.cuh); FlashInfer "
+                  "nvfp4_quantize_paged_kv_cache (flashinfer-ai/flashinfer@fb28d7242b35:flashinfer/quantization/"
+                  "fp4_quantization.py); V-scale order: vLLM #50084")
+
 _MHA_SCALES = "k_scale and v_scale arguments, each [1] (per tensor) or [H] (per head); values stored as fp8(x / s)"
 _INDEXER_SCALES = "one fp32 per quant_block_size values, block-trailing; max(amax, 1e-4) / divisor"
 #: the indexer cache's fields: both scale formats store the same ones
@@ -94,6 +125,10 @@ MHA_VARIANTS: tuple[VariantRecord, ...] = (
                   "vLLM reshape_and_cache_flash, kv_cache_dtype 'fp8' / 'fp8_e4m3' (scaled_convert)"),
     VariantRecord("mha", "fp8_e5m2", _mha_fields("e5m2"), _MHA_SCALES, "K and V in OCP e5m2",
                   "vLLM reshape_and_cache_flash, kv_cache_dtype 'fp8_e5m2'"),
+    VariantRecord("mha", "nvfp4", _nvfp4_fields(), _NVFP4_SCALES,
+                  "K and V as E2M1 codes (D/2 bytes a head) and an e4m3 scale per 16 values (D/16 bytes a head): a "
+                  "block's codes of every token and head, then their scales, per side",
+                  _NVFP4_SOURCES, non_finite=_NVFP4_NON_FINITE),
 )
 INDEXER_VARIANTS: tuple[VariantRecord, ...] = (
     VariantRecord("indexer", "none", INDEXER_FIELDS, _INDEXER_SCALES, "fp8 values, fp32 slice scales as computed",

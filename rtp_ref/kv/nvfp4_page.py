@@ -50,6 +50,11 @@ class ScaleOrder(str, Enum):
     SWIZZLED_4_TOKEN = "swizzled_4_token"
 
 
+def other_scale_order(order: ScaleOrder) -> ScaleOrder:
+    """The scale order that is not ``order``: what a writer of the other platform's convention stores."""
+    return ScaleOrder.LINEAR if ScaleOrder(order) is ScaleOrder.SWIZZLED_4_TOKEN else ScaleOrder.SWIZZLED_4_TOKEN
+
+
 @dataclass(frozen=True)
 class Nvfp4Page:
     """One side of one block: ``block_size`` tokens of ``heads`` heads of ``head_size`` values, rows in ``order``."""
@@ -131,6 +136,29 @@ def side_pages(cache: torch.Tensor, page: Nvfp4Page) -> torch.Tensor:
     """uint8 ``[num_blocks, side_bytes]``: each block's side bytes of ``cache``, a view (writing it writes the
     cache); a block's bytes start at its first element, ``stride(0)`` elements apart."""
     return torch.as_strided(cache, (cache.shape[0], page.side_bytes), (cache.stride(0), 1), cache.storage_offset())
+
+
+def side_views(cache: torch.Tensor, page: Nvfp4Page, scale_order: ScaleOrder) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Views of a cache side's blocks (writing them writes the cache), slot dimensions first: ``(codes, scales,
+    scale slot dims)``. The codes are ``[blocks, T, H, D/2]``; the scales ``[blocks, T, H, D/16]`` when linear (two
+    slot dimensions), and when swizzled ``[blocks, T/4, 4, H, D/16]`` (HND) or ``[blocks, T/4, 4, H, 4, D/64]``
+    (NHD, the last two one index ``s``), the 4-token group and lane (three slot dimensions, block-major as slots
+    count)."""
+    pages = side_pages(cache, page)
+    T, H, S = page.block_size, page.heads, page.scales
+    nb, area = cache.shape[0], T * H * page.code_bytes
+    codes, scales = pages[:, :area], pages[:, area:]
+    hnd = page.order == "HND"
+    code_view = codes.reshape(nb, H, T, -1).permute(0, 2, 1, 3) if hnd else codes.reshape(nb, T, H, -1)
+    if ScaleOrder(scale_order) is ScaleOrder.LINEAR:
+        scale_view = scales.reshape(nb, H, T, S).permute(0, 2, 1, 3) if hnd else scales.reshape(nb, T, H, S)
+        return code_view, scale_view, 2
+    page.check_scale_order(scale_order)
+    q = SWIZZLE_TOKENS
+    if hnd:  # [head][group][s][lane] (Nvfp4Page.scale_offsets)
+        return code_view, scales.reshape(nb, H, T // q, S, q).permute(0, 2, 4, 1, 3), 3
+    # NHD: [group][s // (S/4)][head][s % (S/4)][lane]
+    return code_view, scales.reshape(nb, T // q, q, H, S // q, q).permute(0, 1, 5, 3, 2, 4), 3
 
 
 def write_nvfp4_side(cache: torch.Tensor, x: torch.Tensor, slots: torch.Tensor, k_scale: torch.Tensor,

@@ -24,6 +24,8 @@ FLAG_NAMES = [
     "indexer_scale_apply",
     "fp4_value_quotient",
     "fp4_negative_zero",
+    "nvfp4_value_quotient",
+    "nvfp4_v_scale_order",
     "padding_slot",
 ]
 
@@ -39,6 +41,8 @@ def test_the_registry_is_the_flags_dataclass() -> None:
         "number",
         "number",
         "number",
+        "choice",
+        "choice",
         "choice",
         "choice",
         "choice",
@@ -120,7 +124,8 @@ def test_every_platform_file_states_every_flag_without_a_default(platform: Platf
     # table states them only to differ (tests/certify/test_conventions.py)
     assert list(platform.layout_flags) == [name for name in FLAG_NAMES if name not in FLAG_DEFAULTS]
     assert FLAG_DEFAULTS == {"indexer_scale_apply": "divide", "fp4_value_quotient": "ieee_div",
-                             "fp4_negative_zero": "keep", "padding_slot": "negative"}
+                             "fp4_negative_zero": "keep", "nvfp4_value_quotient": "reciprocal_mul",
+                             "nvfp4_v_scale_order": "swizzled_4_token", "padding_slot": "negative"}
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:

@@ -18,7 +18,7 @@ from rtp_ref.fp8 import decode, encode
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.indexer import IndexerLayout, indexer_layout_for, reference_indexer_k_quant_and_cache
 from rtp_ref.kv.mha_indexer_records import INDEXER_FIELDS
-from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_layout, reference_reshape_and_cache_flash
+from rtp_ref.kv.mha_paged import MhaPagedLayout, mha_head_size, mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.ops import INDEXER_OP, MHA_OP
 
@@ -49,7 +49,8 @@ class MhaMutant(_BoundMutant):
         if kv_cache_dtype not in self.kv_cache_dtypes:
             raise UnsupportedLayoutError(f"{self.name} does not support {kv_cache_dtype}")
         contract = self.contract or default_contract(key_cache.device)
-        layout = mha_layout(contract, kv_cache_dtype, key_cache.shape[2], key_cache.shape[3])
+        layout = mha_layout(contract, kv_cache_dtype, key_cache.shape[2],
+                            mha_head_size(kv_cache_dtype, key_cache.shape[3]))
         self.write(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 
     def write(self, layout: MhaPagedLayout, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
