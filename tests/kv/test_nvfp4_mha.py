@@ -21,7 +21,7 @@ from rtp_ref.kv.nvfp4_page import ScaleOrder
 from rtp_ref.platform import load_platform
 from tests.fp4.test_nvfp4 import oracle_block
 from tests.kv.test_nvfp4_page import vllm_offsets
-from tests.mutants.nvfp4_mha_mutants import NVFP4_MHA_EXPECTED
+from tests.mutants.nvfp4_mha_mutants import NVFP4_MHA_EXPECTED, SwizzlesVEverywhere
 from tests.processes import child_env
 from tests.zygote import shared_zygote
 
@@ -99,6 +99,25 @@ def test_certify_the_reference_and_fail_each_mutant(tmp_path: Path) -> None:
         assert failed, (cls.name, check)
         if diagnosis is not None:
             assert any(f"the kernel follows {diagnosis}" in c.get("diagnosis", "") for c in failed), (cls.name, failed)
+
+
+@pytest.mark.parametrize(("platform", "verdict"), [("cuda-sm100", "certified"), ("cuda-sm120", "failed")])
+def test_a_writer_that_swizzles_v_everywhere_fails_only_where_readers_read_v_linearly(tmp_path: Path, platform: str,
+                                                                                       verdict: str) -> None:
+    """vLLM's writer before #55976 swizzles V for SM100 on every GPU: certified on SM100's table, failed on SM120's
+    by ``layout.v_scale_order`` (vLLM #50084), where the reference, following the table, is certified."""
+    env = child_env(REPO, RTP_REF_KERNELS="tests.mutants.nvfp4_mha_mutants:nvfp4_mha_mutants")
+    argv = ["certify", "--platform", platform, "--report", str(tmp_path / "report"), "--layout", "nvfp4", "-n", "0",
+            "--kernel", "reference-mha", "--kernel", SwizzlesVEverywhere.name]
+    done = shared_zygote().run([*argv, "--", "-q"], env, tmp_path, timeout=600)
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    rows = {r["kernel"]: r["verdict"] for r in report["summary"]["by_kernel_layout"] if r["layout"] == "nvfp4"}
+    assert rows == {"reference-mha": "certified", SwizzlesVEverywhere.name: verdict}, done.stdout[-3000:]
+    assert done.returncode == (0 if verdict == "certified" else 1)
+    if verdict == "failed":
+        checks = {name for c in report["cases"] if c.get("kernel") == SwizzlesVEverywhere.name
+                  for name in c.get("failed_checks", [])}
+        assert "layout.v_scale_order" in checks, checks
 
 
 def test_layouts_lists_d_half_plus_d_sixteenth_per_head(capsys: pytest.CaptureFixture[str]) -> None:

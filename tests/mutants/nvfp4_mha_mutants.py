@@ -17,7 +17,7 @@ import torch
 from rtp_ref.fp4.e2m1 import NegativeZero
 from rtp_ref.fp4.quantize import PayloadDivision
 from rtp_ref.kv.mha_paged import MhaPagedLayout, reference_reshape_and_cache_flash
-from rtp_ref.kv.nvfp4_page import other_scale_order
+from rtp_ref.kv.nvfp4_page import ScaleOrder, other_scale_order
 from tests.mutants.mha_indexer_mutants import HndAsNhd, MhaMutant
 
 
@@ -66,6 +66,16 @@ class OtherVScaleOrder(_Nvfp4Mutant):
         return dataclasses.replace(layout, v_scale_order=other_scale_order(layout.v_scale_order))
 
 
+class SwizzlesVEverywhere(_Nvfp4Mutant):
+    """vLLM's writer before its fix (#55976): V scales swizzled for SM100 on every GPU, whatever the table says. Right
+    on SM100 (and the cpu table, which states SM100's order), wrong on SM120/121 (vLLM #50084)."""
+
+    name = "nvfp4-mha-swizzles-v-everywhere"
+
+    def changed(self, layout: MhaPagedLayout) -> MhaPagedLayout:
+        return dataclasses.replace(layout, v_scale_order=ScaleOrder.SWIZZLED_4_TOKEN)
+
+
 class Nvfp4HndAsNhd(HndAsNhd):
     """Reads the page order from the wrong place and writes an HND cache as NHD (vLLM #49012: the block size and
     order taken from dim 1 of a physically HND cache)."""
@@ -93,5 +103,6 @@ NVFP4_MHA_EXPECTED: dict[type[MhaMutant], tuple[str, str | None]] = {
 
 
 def nvfp4_mha_mutants() -> list[object]:
-    """The entry point for ``RTP_REF_KERNELS``: one instance of every NVFP4 MHA mutant."""
-    return [cls() for cls in NVFP4_MHA_EXPECTED]
+    """The entry point for ``RTP_REF_KERNELS``: one instance of every NVFP4 MHA mutant, and the writer that swizzles V
+    everywhere."""
+    return [*(cls() for cls in NVFP4_MHA_EXPECTED), SwizzlesVEverywhere()]

@@ -26,12 +26,13 @@ EXPECTED_ELEMENT_FORMAT = {
     "cpu": "e4m3fn",
     "cuda-sm90": "e4m3fn",
     "cuda-sm100": "e4m3fn",
+    "cuda-sm120": "e4m3fn",
     "rocm-gfx942": "e4m3fnuz",
     "rocm-gfx950": "e4m3fn",
 }
 
 
-def test_the_five_targets_are_bundled_and_valid() -> None:
+def test_the_six_targets_are_bundled_and_valid() -> None:
     assert platform_names() == sorted(EXPECTED_ELEMENT_FORMAT)
     for p in all_platforms():
         assert p.element_format.name == EXPECTED_ELEMENT_FORMAT[p.name]
@@ -41,8 +42,8 @@ def test_the_five_targets_are_bundled_and_valid() -> None:
         # format the platform's own (the reader of a target decodes the format its writers store)
         assert p.reader is not None and p.reader.element_format == p.element_format
     readers = {p.name: p.reader.tile_scale for p in all_platforms() if p.reader is not None}
-    assert readers == {"cpu": "fp32", "cuda-sm90": "bf16", "cuda-sm100": "e8m0_toward_zero", "rocm-gfx942": "fp32",
-                       "rocm-gfx950": "fp32"}
+    assert readers == {"cpu": "fp32", "cuda-sm90": "bf16", "cuda-sm100": "e8m0_toward_zero", "cuda-sm120": "fp32",
+                       "rocm-gfx942": "fp32", "rocm-gfx950": "fp32"}
 
 
 def test_the_wheel_carries_exactly_the_repository_tables(tmp_path: Path) -> None:
@@ -132,7 +133,7 @@ def test_gpu_backend_needs_detection_keys(tmp_path: Path) -> None:
 
 def test_unknown_platform_name_lists_known() -> None:
     with pytest.raises(
-        RtpRefError, match="known platforms: cpu, cuda-sm100, cuda-sm90, rocm-gfx942, rocm-gfx950"
+        RtpRefError, match="known platforms: cpu, cuda-sm100, cuda-sm120, cuda-sm90, rocm-gfx942, rocm-gfx950"
     ):
         load_platform("sm90")
 
@@ -148,6 +149,8 @@ def test_unreadable_file(tmp_path: Path) -> None:
         ("cuda", "9.0", "cuda-sm90"),
         ("cuda", "10.0", "cuda-sm100"),
         ("cuda", "10.3", "cuda-sm100"),
+        ("cuda", "12.0", "cuda-sm120"),
+        ("cuda", "12.1", "cuda-sm120"),
         ("rocm", "gfx942:sramecc+:xnack-", "rocm-gfx942"),
         ("rocm", "gfx950", "rocm-gfx950"),
         ("cpu", "", "cpu"),
@@ -158,7 +161,7 @@ def test_device_to_platform(backend: str, arch: str, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("backend", "arch"), [("cuda", "8.0"), ("cuda", "12.0"), ("rocm", "gfx90a"), ("rocm", "gfx1100")]
+    ("backend", "arch"), [("cuda", "8.0"), ("cuda", "11.0"), ("rocm", "gfx90a"), ("rocm", "gfx1100")]
 )
 def test_unknown_gpu_is_an_error_listing_known_platforms(backend: str, arch: str) -> None:
     with pytest.raises(
