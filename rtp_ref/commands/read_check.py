@@ -8,12 +8,16 @@ from typing import Any
 
 from rtp_ref.commands._output import add_json_flag, print_json
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kv.flags import resolve_flags
 from rtp_ref.kv.golden_file import GoldenFile
 from rtp_ref.kv.golden_read import read_golden
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.mha_paged import MhaPagedLayout
+from rtp_ref.kv.nvfp4_page import ScaleOrder
+from rtp_ref.kv.nvfp4_reader_view import nvfp4_reader_changes
 from rtp_ref.kv.reader_view import reader_changes
 from rtp_ref.ops import MLA_OP, OPS
-from rtp_ref.platform import resolve_platform
+from rtp_ref.platform import Platform, resolve_platform
 
 
 def no_reader_convention(golden: GoldenFile) -> str:
@@ -37,6 +41,8 @@ def _read_check(args: argparse.Namespace) -> int:
                           "[reader] section (every bundled table has one)")
     golden = read_golden(args.file)
     layout, meta = golden.layout, golden.metadata
+    if isinstance(layout, MhaPagedLayout) and layout.fp4 is not None:
+        return _nvfp4_read_check(args, golden, layout, platform)
     if not isinstance(layout, MlaLayout):
         raise RtpRefError(no_reader_convention(golden))
     if reader.reads and layout.name not in reader.reads:
@@ -69,6 +75,31 @@ def _read_check(args: argparse.Namespace) -> int:
     return 1 if changed else 0
 
 
+def _nvfp4_read_check(args: argparse.Namespace, golden: GoldenFile, layout: MhaPagedLayout,
+                      platform: Platform) -> int:
+    """read-check of an ``nvfp4`` MHA golden file: its caches as the platform's NVFP4 readers take them (the table's
+    ``nvfp4_v_scale_order``), against the order the file was written in."""
+    order = ScaleOrder(resolve_flags(platform).nvfp4_v_scale_order)
+    t = golden.tensors
+    key_cache, value_cache = (golden.cache_view(t[f"{name}_expected"]) for name in golden.caches)
+    changes = nvfp4_reader_changes(layout, key_cache, value_cache, t["slot_mapping"], t["k_scale"], t["v_scale"],
+                                   order)
+    changed = any(c.changed for c, _ in changes)
+    if args.json:
+        print_json({"file": golden.path, "layout": layout.kv_cache_dtype, "written_for": golden.metadata["platform"],
+                    "written_v_scale_order": layout.v_scale_order.value, "platform": platform.name,
+                    "reader_v_scale_order": order.value,
+                    "changes": [{**asdict(c), "rel_l2": err} for c, err in changes], "changed": changed})
+        return 1 if changed else 0
+    print(f"{golden.path}: nvfp4 written for {golden.metadata['platform']} (V scales {layout.v_scale_order.value}), "
+          f"read by {platform.name}'s NVFP4 readers (V scales {order.value}: layout flag nvfp4_v_scale_order)")
+    for c, err in changes:
+        print(f"  {c.describe()}; relative L2 error of what is read {err:.3g}")
+    verdict = "CHANGES stored values on read" if changed else "reads every stored value as written"
+    print(f"rtp-ref: {platform.name}'s NVFP4 readers {verdict}")
+    return 1 if changed else 0
+
+
 def register(sub: Any) -> None:
     """Add ``read-check``."""
     parser = sub.add_parser(
@@ -78,11 +109,13 @@ def register(sub: Any) -> None:
         description="Read the written entries of an MLA golden file (rtp-ref golden --family mla) as the platform "
         "table's [reader] takes them (FlashMLA SM90: fp32 tile scales as bf16; SM100: as e8m0 rounded toward zero; "
         "AITER: as stored, in the platform's fp8 format) and report, per kind of value, how many change on read and by "
-        "how much. Exits 0 when the reader sees every value as stored, 1 when some change, 2 on a bad file or "
-        "argument (a golden file of the MHA or indexer write among them: no table states a reader of those caches). "
-        "Example: rtp-ref read-check ds_mla.safetensors --platform cuda-sm100",
+        "how much. An nvfp4 MHA golden file (rtp-ref golden --family mha --layout nvfp4) is read with the V-scale "
+        "order of the platform's NVFP4 readers (layout flag nvfp4_v_scale_order: SM100 swizzled, SM120 linear). "
+        "Exits 0 when the reader sees every value as stored, 1 when some change, 2 on a bad file or argument (a "
+        "golden file of another MHA variant or of the indexer write among them: no table states a reader of those "
+        "caches). Example: rtp-ref read-check ds_mla.safetensors --platform cuda-sm100",
     )
-    parser.add_argument("file", metavar="FILE", help="the golden .safetensors file (an MLA layout)")
+    parser.add_argument("file", metavar="FILE", help="the golden .safetensors file (an MLA layout, or MHA nvfp4)")
     parser.add_argument("--platform", required=True, help="platform name or .toml path whose [reader] reads it")
     add_json_flag(parser)
     parser.set_defaults(func=_read_check)

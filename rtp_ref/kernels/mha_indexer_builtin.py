@@ -131,7 +131,7 @@ class _MhaIndexerKernel:
 class MhaPagedKernel(_MhaIndexerKernel):
     """``reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
     v_scale)`` by one MHA writer: heads and head size come from the caches' shape. ``kv_cache_dtypes``: the variants
-    it writes (every one by default; the torch-eager, Triton and CUDA writers: the fp8 ones and ``auto``)."""
+    it writes (every one by default; the torch-eager and CUDA writers: the fp8 ones and ``auto``)."""
 
     op = MHA_OP
 
@@ -269,8 +269,7 @@ def mha_indexer_kernels() -> list[MhaPagedKernel | IndexerKernel]:
 
         # the interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch)
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MhaPagedKernel("triton", prepare_triton_mha, devices, _triton_path, lean=True,
-                                   kv_cache_dtypes=FP8_MHA_CACHE_DTYPES),
+        kernels += [MhaPagedKernel("triton", prepare_triton_mha, devices, _triton_path, lean=True),
                     IndexerKernel("triton", prepare_triton_indexer, devices, _triton_path,
                                   max_quant_block=TRITON_MAX_QUANT_BLOCK, lean=True)]
     if "cuda" not in missing:

@@ -30,6 +30,7 @@ from rtp_ref.kernels.triton_fp8 import (
     load_f32,
 )
 from rtp_ref.kernels.triton_launch import CompiledLaunch, has_backend
+from rtp_ref.kernels.triton_nvfp4_mha import prepare_triton_nvfp4_mha
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python
@@ -139,8 +140,11 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
     Checks nothing: its caller (rtp_ref.kernels.mha_indexer_builtin) has checked the arguments' metadata as the
     reference does (validate_mha_args); a slot past the cache sets ``flags`` and is written nowhere
     (rtp_ref.kernels.input_flags). k_scale and v_scale are each per tensor or per head, independently (read at
-    their own ``scale_step``).
+    their own ``scale_step``). ``nvfp4`` is rtp_ref.kernels.triton_nvfp4_mha's.
     """
+    if layout.fp4 is not None:
+        return prepare_triton_nvfp4_mha(layout, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                                        flags)
     tokens, heads = slot_mapping.numel(), layout.num_kv_heads
     if tokens == 0:
         return no_launch

@@ -34,8 +34,11 @@ from enum import Enum
 import torch
 
 from rtp_ref.errors import RtpRefError
-from rtp_ref.fp4.e2m1 import pack
+from rtp_ref.fp4.e2m1 import decode as decode_e2m1
+from rtp_ref.fp4.e2m1 import pack, unpack
 from rtp_ref.fp4.nvfp4 import NVFP4_BLOCK, Nvfp4Conventions, nvfp4_quantize
+from rtp_ref.fp8.codec import decode as decode_fp8
+from rtp_ref.fp8.formats import E4M3FN
 
 #: the two orders a cache side's rows may follow
 ROW_ORDERS = ("NHD", "HND")
@@ -176,3 +179,19 @@ def write_nvfp4_side(cache: torch.Tensor, x: torch.Tensor, slots: torch.Tensor, 
     pages = side_pages(cache, page)
     pages[blocks.reshape(-1, 1, 1), page.code_offsets()[rows]] = pack(quantized.codes)
     pages[blocks.reshape(-1, 1, 1), page.scale_offsets(scale_order)[rows]] = quantized.scales
+
+
+def read_nvfp4_side(cache: torch.Tensor, slots: torch.Tensor, heads: int, head_size: int, k_scale: torch.Tensor,
+                    scale_order: ScaleOrder) -> torch.Tensor:
+    """The values a reader that takes the scales in ``scale_order`` sees at ``slots`` (int64 ``[N]``, each in the
+    cache) of the cache side ``cache``: float32 ``[N, heads, head_size]``, each code's E2M1 value times its block's
+    e4m3 scale times the decode scale ``k_scale`` (vLLM's ``dequant_nvfp4_kv_cache``; FlashInfer: "e2m1_value *
+    block_scale * global_scale")."""
+    page = Nvfp4Page(cache.shape[1], heads, head_size, order_of(cache))
+    codes, scales, _ = side_views(cache.cpu(), page, scale_order)
+    T, S = page.block_size, page.scales
+    blocks, rows = slots // T, slots % T
+    values = decode_e2m1(unpack(codes[blocks, rows].contiguous()))  # [N, H, D]
+    block_scales = decode_fp8(scales.reshape(cache.shape[0], T, heads, S)[blocks, rows], E4M3FN)
+    per_value = block_scales.repeat_interleave(NVFP4_BLOCK, dim=-1)
+    return values * per_value * k_scale.to(torch.float32).reshape(())

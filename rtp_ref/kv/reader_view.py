@@ -61,8 +61,8 @@ def scale_as_read(scales: torch.Tensor, how: str) -> torch.Tensor:
     raise ValueError(f"unknown tile-scale reading {how!r}")
 
 
-def _change(what: str, stored: torch.Tensor, read: torch.Tensor, label: list[str]) -> ReadChange:
-    """Compare ``stored`` and ``read`` values ``[entries, n]``; ``label[i]`` names entry ``i``."""
+def value_change(what: str, stored: torch.Tensor, read: torch.Tensor, label: list[str]) -> ReadChange:
+    """How ``read`` values ``[entries, n]`` differ from the ``stored`` ones; ``label[i]`` names entry ``i``."""
     differ = ~((stored == read) | (torch.isnan(stored) & torch.isnan(read)))
     if not bool(differ.any()):
         return ReadChange(what, stored.numel(), 0, 0, 1.0, "")
@@ -89,12 +89,12 @@ def reader_changes(layout: MlaLayout, kv_cache: torch.Tensor, slots: torch.Tenso
     scale = layout.field(nope.scale_field) if nope.scale_field else None
     if scale is not None and scale.tile_scale is not None and scale.element == ELEMENT_FP32:
         stored = stored_tile_scales(layout, entries)
-        out.append(_change("tile scales", stored, scale_as_read(stored, reader.tile_scale), label))
+        out.append(value_change("tile scales", stored, scale_as_read(stored, reader.tile_scale), label))
     # fp8 value fields: E2M1 codes (and their e4m3 scales, OCP on every platform) have one reading
     codes = [entries[:, layout.entry_offset(f): layout.entry_offset(f) + f.size]
              for f in (nope, layout.value_field(Source.K_PE)) if is_fp8_element(f.element)]
     if codes:
         raw = torch.cat(codes, dim=1)
-        out.append(_change("fp8 values", decode(raw, layout.element_format), decode(raw, reader.element_format),
+        out.append(value_change("fp8 values", decode(raw, layout.element_format), decode(raw, reader.element_format),
                            label))
     return out

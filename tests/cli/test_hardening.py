@@ -77,7 +77,7 @@ BAD_INPUTS = [
     Bad("platforms-missing-file", ("platforms", "show", "{tmp}/none.toml"),
         "platform file '{tmp}/none.toml' cannot be read: No such file or directory"),
     Bad("platforms-unknown-name", ("platforms", "show", "sm90"),
-        "unknown platform 'sm90'; known platforms: cpu, cuda-sm100, cuda-sm90, rocm-gfx942, rocm-gfx950"),
+        "unknown platform 'sm90'; known platforms: cpu, cuda-sm100, cuda-sm120, cuda-sm90, rocm-gfx942, rocm-gfx950"),
     # kernels
     Bad("kernels-unknown-op", ("kernels", "--op", "concat_and_cache"),
         "--op 'concat_and_cache': not an op rtp-ref certifies; valid: concat_and_cache_mla, reshape_and_cache_flash, "

@@ -26,6 +26,7 @@ SPARSE_FP8_LAYOUT = {
     "cpu": "fp8_ds_mla",
     "cuda-sm90": "fp8_ds_mla",
     "cuda-sm100": "fp8_ds_mla",
+    "cuda-sm120": "fp8_ds_mla",  # rtp-llm's CUDA build: compact_fp8_for_sparse is false on every NVIDIA GPU
     "rocm-gfx942": "fp8_rocm_compact",
     "rocm-gfx950": "fp8_rocm_compact",
 }

@@ -83,16 +83,17 @@ def test_a_call_the_variant_cannot_take_is_refused() -> None:
 
 
 def test_certify_the_reference_and_fail_each_mutant(tmp_path: Path) -> None:
-    """The reference certifies nvfp4 on the cpu table; each mutant fails by its named check, and a convention's
-    diagnosis names the flag it follows."""
+    """The reference and the Triton writer certify nvfp4 on the cpu table; each mutant fails by its named check, and a
+    convention's diagnosis names the flag it follows."""
     env = child_env(REPO, RTP_REF_KERNELS="tests.mutants.nvfp4_mha_mutants:nvfp4_mha_mutants")
     argv = ["certify", "--platform", "cpu", "--report", str(tmp_path / "report"), "--layout", "nvfp4", "-n", "0",
-            "--kernel", "reference-mha", *(a for cls in NVFP4_MHA_EXPECTED for a in ("--kernel", cls.name))]
+            "--kernel", "reference-mha", "--kernel", "triton-mha",
+            *(a for cls in NVFP4_MHA_EXPECTED for a in ("--kernel", cls.name))]
     done = shared_zygote().run([*argv, "--", "-q"], env, tmp_path, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     rows = {r["kernel"]: r["verdict"] for r in report["summary"]["by_kernel_layout"] if r["layout"] == "nvfp4"}
-    assert rows["reference-mha"] == "certified", rows
+    assert rows["reference-mha"] == rows["triton-mha"] == "certified", rows
     for cls, (check, diagnosis) in NVFP4_MHA_EXPECTED.items():
         assert rows[cls.name] == "failed", (cls.name, rows)
         failed = [c for c in report["cases"] if c.get("kernel") == cls.name and check in c.get("failed_checks", [])]
@@ -126,3 +127,21 @@ def test_layouts_lists_d_half_plus_d_sixteenth_per_head(capsys: pytest.CaptureFi
     rows = {row["kv_cache_dtype"]: row for row in json.loads(capsys.readouterr().out)["mha"]["layouts"]}
     assert rows["nvfp4"]["k_bytes_per_token"] == rows["nvfp4"]["v_bytes_per_token"] == 8 * (64 + 8)
     assert rows["nvfp4"]["element"] == "e2m1"
+
+
+def test_read_check_shows_an_sm100_ordered_v_cache_wrong_to_sm120s_readers(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache written for SM100 (V scales swizzled) reads back as written on SM100 and changes on SM120, whose
+    readers read V linearly (vLLM #50084); K, linear everywhere, reads the same on both."""
+    golden = tmp_path / "nvfp4.safetensors"
+    assert main(["golden", "--family", "mha", "--layout", "nvfp4", "--platform", "cuda-sm100", "--num-kv-heads", "4",
+                 "--head-size", "64", "--cache-order", "HND", "--out", str(golden)]) == 0
+    capsys.readouterr()
+    assert main(["read-check", str(golden), "--platform", "cuda-sm100", "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert not same["changed"] and [c["rel_l2"] for c in same["changes"]] == [0.0, 0.0]
+    assert main(["read-check", str(golden), "--platform", "cuda-sm120", "--json"]) == 1
+    other = json.loads(capsys.readouterr().out)
+    key, value = other["changes"]
+    assert (other["written_v_scale_order"], other["reader_v_scale_order"]) == ("swizzled_4_token", "linear")
+    assert key["changed"] == 0 and value["changed"] > value["total"] // 2 and value["rel_l2"] > 0.5
