@@ -26,13 +26,15 @@ MHA_HEADS, MHA_HEAD_SIZE = 8, 128
 def _mha_caches(variant: str, contract: WriteContract, block_size: int) -> PoolCaches:
     layout = mha_layout(contract, variant, MHA_HEADS, MHA_HEAD_SIZE)
     return PoolCaches(("key_cache", "value_cache"), layout.cache_dtype(INPUT_DTYPE),
-                      (block_size, MHA_HEADS, MHA_HEAD_SIZE), layout)
+                      (block_size, MHA_HEADS, layout.row_width), layout)
 
 
 def _mha_inputs(layout: MhaPagedLayout, g: torch.Generator, tokens: int) -> tuple[torch.Tensor, ...]:
     key = spread_values(g, INPUT_DTYPE, tokens, MHA_HEADS, MHA_HEAD_SIZE)
     value = spread_values(g, INPUT_DTYPE, tokens, MHA_HEADS, MHA_HEAD_SIZE)
-    fmt_max = 1.0 if layout.element_format is None else layout.element_format.max_value
+    # the scale that maps amax to the format's largest value (nvfp4: E2M1's 6 times e4m3's 448)
+    fmt_max = layout.element_format.max_value if layout.element_format is not None else \
+        6.0 * 448.0 if layout.fp4 is not None else 1.0
     return key, value, per_tensor_scale(key, fmt_max=fmt_max), per_tensor_scale(value, fmt_max=fmt_max)
 
 

@@ -28,6 +28,8 @@ from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 from rtp_ref.kv.nvfp4_page import SWIZZLE_TOKENS, ScaleOrder, order_of
 
+#: SWIZZLE_TOKENS as a Triton constexpr (a kernel reads no other global)
+SWIZZLE = tl.constexpr(SWIZZLE_TOKENS)
 #: tokens a program writes under Triton's interpreter (each program costs milliseconds of Python) and on a GPU
 INTERPRETER_BLOCK_T = 64
 GPU_BLOCK_T = 1
@@ -63,23 +65,25 @@ def _side(  # type: ignore[no-untyped-def]  # Triton kernel arguments: pointers 
     # the side's page: rows of D/2 code bytes, then rows of D/16 scale bytes
     page = block[:, None, None] * page_stride
     tt = row[:, None, None]
-    rows = h * T + tt if HND else tt * H + h
+    if HND:  # noqa: SIM108 - a constexpr branch, one of two expressions compiled
+        rows = h * T + tt
+    else:
+        rows = tt * H + h
     j = tl.arange(0, D_PAD // 2)[None, None, :]
     code_mask = valid[:, None, None] & (h < H) & (j < D // 2)
     tl.store(cache + page + rows * (D // 2) + j, packed.to(tl.uint8), mask=code_mask)
-    S: tl.constexpr = D // 16
     sg = tl.arange(0, D_PAD // 16)[None, None, :]
     area = page + T * H * (D // 2)
-    if SWIZZLED:  # each 4 tokens' [4, S] scales of a head stored [S, 4] (rtp_ref.kv.nvfp4_page)
-        group = tt // SWIZZLE_TOKENS
-        within = sg * SWIZZLE_TOKENS + tt % SWIZZLE_TOKENS
+    if SWIZZLED:  # each 4 tokens' [4, S] scales of a head stored [S, 4] (rtp_ref.kv.nvfp4_page), S = D / 16
+        group = tt // SWIZZLE
+        within = sg * SWIZZLE + tt % SWIZZLE
         if HND:
-            where = area + (h * T + group * SWIZZLE_TOKENS) * S + within
+            where = area + (h * T + group * SWIZZLE) * (D // 16) + within
         else:
-            where = area + ((group * SWIZZLE_TOKENS + within // S) * H + h) * S + within % S
+            where = area + ((group * SWIZZLE + within // (D // 16)) * H + h) * (D // 16) + within % (D // 16)
     else:
-        where = area + rows * S + sg
-    tl.store(cache + where, code.to(tl.uint8), mask=valid[:, None, None] & (h < H) & (sg < S))
+        where = area + rows * (D // 16) + sg
+    tl.store(cache + where, code.to(tl.uint8), mask=valid[:, None, None] & (h < H) & (sg < D // 16))
 
 
 @triton.jit
