@@ -66,3 +66,24 @@ class CompiledLaunch:
         made = self.kernel[self.grid](*runtime, **self.options, **self.constexprs)
         if self.tail and reusable(made):
             self.compiled = made
+
+
+def mha_write_launch(kernel: Any, tokens: int, block_t: int, constexprs: dict[str, Any], num_warps: int,
+                     key_cache: Any, flags: Any, scalars: tuple[Any, ...]) -> Any:
+    """The launch of an MHA paged writer's ``kernel`` over ``tokens`` tokens, ``block_t`` a program:
+    ``launch(key, value, key_cache, value_cache, slots, k_scale, v_scale)`` calls it with those, ``flags`` and the
+    cache's slot capacity in the kernel's order (``key, value, key_cache, value_cache, slot_mapping, flags, capacity,
+    k_scale, v_scale``), then ``scalars``, on ``key_cache``'s device (rtp_ref.kernels.call_signature.Launch)."""
+    from rtp_ref.kernels.call_signature import on_device
+
+    steps = (flags, key_cache.shape[0] * key_cache.shape[1])
+    write = CompiledLaunch(kernel, (triton.cdiv(tokens, block_t),), constexprs, enable_fp_fusion=False,
+                           num_warps=num_warps)
+    index = key_cache.device.index if key_cache.is_cuda else None
+
+    def launch(key: Any, value: Any, key_cache: Any, value_cache: Any, slots: Any, k_scale: Any,
+               v_scale: Any) -> None:
+        with on_device(index):
+            write(key, value, key_cache, value_cache, slots, *steps, k_scale, v_scale, *scalars)
+
+    return launch

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
-from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
+from rtp_ref.kernels.call_signature import Launch, no_launch
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.triton_fp8 import (
     HARDWARE_TYPES,
@@ -29,7 +29,7 @@ from rtp_ref.kernels.triton_fp8 import (
     interpreted,
     load_f32,
 )
-from rtp_ref.kernels.triton_launch import CompiledLaunch, has_backend
+from rtp_ref.kernels.triton_launch import has_backend, mha_write_launch
 from rtp_ref.kernels.triton_nvfp4_mha import prepare_triton_nvfp4_mha
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
@@ -152,18 +152,10 @@ def prepare_triton_mha(layout: MhaPagedLayout, key: torch.Tensor, value: torch.T
     fmt = layout.element_format
     hw = SW if fmt is None else hardware_selector(fmt, layout.conversion_mode, key_cache.device)
     constexprs = _constexprs(layout, BLOCK_T, key.dtype == torch.bfloat16, hw, clamp=not conversion_saturates())
-    steps = (flags, key_cache.shape[0] * key_cache.shape[1])
     scalars = (scale_step(k_scale, heads), scale_step(v_scale, heads), tokens,
                key.stride(0), key.stride(1), value.stride(0), value.stride(1),
                key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
                value_cache.stride(0), value_cache.stride(1), value_cache.stride(2), key_cache.shape[1])
-    write = CompiledLaunch(_reshape_and_cache_flash, (triton.cdiv(tokens, BLOCK_T),), constexprs,
-                           enable_fp_fusion=False, num_warps=GPU_NUM_WARPS)
-    index = key_cache.device.index if key_cache.is_cuda else None
-
-    def launch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-               slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
-        with on_device(index):
-            write(key, value, key_cache, value_cache, slots, *steps, k_scale, v_scale, *scalars)
-
+    launch: Launch = mha_write_launch(_reshape_and_cache_flash, tokens, BLOCK_T, constexprs, GPU_NUM_WARPS, key_cache,
+                                      flags, scalars)
     return launch

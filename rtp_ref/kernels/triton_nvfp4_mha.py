@@ -21,10 +21,10 @@ import triton.language as tl
 
 from rtp_ref.fp4.e2m1 import NegativeZero
 from rtp_ref.fp4.quantize import PayloadDivision
-from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
+from rtp_ref.kernels.call_signature import Launch, no_launch
 from rtp_ref.kernels.triton_fp4 import ONE_SIXTH_F32, e2m1_codes, e4m3_value
 from rtp_ref.kernels.triton_fp8 import fp8_software, interpreted, load_f32
-from rtp_ref.kernels.triton_launch import CompiledLaunch
+from rtp_ref.kernels.triton_launch import mha_write_launch
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 from rtp_ref.kv.nvfp4_page import SWIZZLE_TOKENS, ScaleOrder, order_of
 
@@ -126,16 +126,8 @@ def prepare_triton_nvfp4_mha(layout: MhaPagedLayout, key: torch.Tensor, value: t
                   "V_SWIZZLED": layout.v_scale_order is ScaleOrder.SWIZZLED_4_TOKEN,
                   "RECIPROCAL": fp4.payload is PayloadDivision.RECIPROCAL_MUL,
                   "NEG_ZERO_POSITIVE": fp4.negative_zero is NegativeZero.POSITIVE}
-    steps = (flags, key_cache.shape[0] * key_cache.shape[1])
     scalars = (tokens, key.stride(0), key.stride(1), value.stride(0), value.stride(1), key_cache.stride(0),
                value_cache.stride(0))
-    write = CompiledLaunch(_reshape_and_cache_nvfp4, (triton.cdiv(tokens, BLOCK_T),), constexprs,
-                           enable_fp_fusion=False, num_warps=GPU_NUM_WARPS)
-    index = key_cache.device.index if key_cache.is_cuda else None
-
-    def launch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-               slots: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
-        with on_device(index):
-            write(key, value, key_cache, value_cache, slots, *steps, k_scale, v_scale, *scalars)
-
+    launch: Launch = mha_write_launch(_reshape_and_cache_nvfp4, tokens, BLOCK_T, constexprs, GPU_NUM_WARPS, key_cache,
+                                      flags, scalars)
     return launch
