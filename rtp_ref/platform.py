@@ -38,6 +38,7 @@ from rtp_ref.grades import GRADES
 from rtp_ref.kv.flags import FLAG_SPECS, check_flag_table, check_flag_values
 from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
+from rtp_ref.kv.mha_indexer_records import MHA_VARIANTS
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP, MLA_OP
 from rtp_ref.kv.reader_convention import TILE_SCALE_READS, ReaderConvention
 
@@ -63,6 +64,8 @@ FlagValue = bool | int | float | str
 CITATION_FORMS = ("owner/repo@commit:path[#Lfirst[-last]]", "docs/PAGE.md#anchor")
 _CITATION = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+@[0-9a-f]{7,40}:[\w./+-]+(?:#L\d+(?:-\d+)?)?"
                        r"|docs/[\w-]+\.md#[a-z0-9-]+")
+#: the MHA paged cache's variant names (``[layouts] mha`` lists some of them)
+MHA_VARIANT_NAMES = tuple(r.name for r in MHA_VARIANTS)
 #: the sections whose every key is a claim (``[layouts] supported`` makes one claim per layout)
 _CITED_SECTIONS = ("fp8", "hardware", "layout_flags", "layout_bytes")
 
@@ -138,6 +141,9 @@ class Platform:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     #: how the target's attention reader interprets a written cache (``[reader]``; None: the table states none)
     reader: ReaderConvention | None = None
+    #: the MHA paged cache's variants the target supports (``[layouts] mha``; None: every one, as for a table
+    #: written before the list existed)
+    mha_variants: tuple[str, ...] | None = None
     #: each claim's key (``claim_keys``, plus ``reader`` and ``deviations.N``) -> its citations (empty: uncited)
     citations: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
@@ -262,6 +268,9 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     },
     "layouts": {
         "supported": _Key("list of strings", _is_str_list, check=_each_one_of(MLA_LAYOUT_NAMES)),
+        # the MHA paged cache's variants (every one where the key is absent): NVFP4 needs an FP4-converting GPU's
+        # readers
+        "mha": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(MHA_VARIANT_NAMES)),
     },
     # Bytes per token of each supported layout at R=512/P=64 (model1 448/64), written by hand from the
     # kernels' sources: an independent statement that tests/kv compares with what rtp_ref.kv derives.
@@ -407,10 +416,12 @@ def _validate_conventions(path: str, conventions: Any) -> None:
 
 def claim_keys(data: Mapping[str, Any]) -> list[str]:
     """The ``[sources]`` keys of a validated table's claims, in table order: ``SECTION.KEY`` for each key of
-    ``[fp8]``, ``[hardware]``, ``[layout_flags]`` and ``[layout_bytes]``, ``layouts.NAME`` for each supported layout.
+    ``[fp8]``, ``[hardware]``, ``[layout_flags]`` and ``[layout_bytes]``, ``layouts.NAME`` for each supported layout,
+    ``layouts.mha.NAME`` for each MHA variant listed.
     (``[reader]`` and each ``[[deviations]]`` cite in their own ``source``.)"""
     keys = [f"{section}.{key}" for section in _CITED_SECTIONS for key in data.get(section, {})]
-    return keys + [f"layouts.{name}" for name in data["layouts"]["supported"]]
+    return keys + [f"layouts.{name}" for name in data["layouts"]["supported"]] + [
+        f"layouts.mha.{name}" for name in data["layouts"].get("mha", ())]
 
 
 def citations_in(text: str) -> tuple[str, ...]:
@@ -469,6 +480,7 @@ def parse_platform(text: bytes, source: str) -> Platform:
         conversion_mode=ConversionMode(fp8["conversion_mode"]),
         scale_formats=tuple(fp8["scale_formats"]),
         supported_layouts=tuple(data["layouts"]["supported"]),
+        mha_variants=tuple(data["layouts"]["mha"]) if "mha" in data["layouts"] else None,
         fp8_conversion=tuple(hardware.get("fp8_conversion", ())),
         triton_fp8_conversion=tuple(hardware.get("triton_fp8_conversion", ())),
         triton_fp8_since=_parse_version(hardware["triton_fp8_since"]) if "triton_fp8_since" in hardware else None,

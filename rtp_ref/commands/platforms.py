@@ -39,6 +39,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  fp8 element:     {fmt.name} (max {fmt.max_value:g}), conversion {p.conversion_mode.value}")
     print(f"  scale formats:   {', '.join(p.scale_formats)}")
     print(f"  MLA layouts:     {', '.join(p.supported_layouts)}")
+    print(f"  MHA variants:    {', '.join(p.mha_variants) if p.mha_variants is not None else 'every one'}")
     print("  layout flags:    " + ", ".join(f"{k}={v}" for k, v in p.layout_flags.items()))
     print(f"  tolerances:      numerics within {p.numerics_max_ulp:g} ulp; required grade {p.required_grade}")
     for d in p.deviations:

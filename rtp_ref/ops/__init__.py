@@ -86,9 +86,14 @@ def claimed_variants(kernel: object) -> tuple[str, ...]:
 
 def supported_variants(platform: Platform, op: str) -> tuple[str, ...]:
     """The variants of ``op`` a platform table supports: its ``supported_layouts`` for the MLA ops (write and
-    gather); every variant of the other ops (their formats are the platform's e4m3 and OCP e5m2, which every
-    table has)."""
-    return tuple(platform.supported_layouts) if OPS[op].family == "mla" else OPS[op].variants
+    gather), its ``mha_variants`` for the MHA write (every one when the table lists none); every variant of the
+    indexer ops."""
+    family = OPS[op].family
+    if family == "mla":
+        return tuple(platform.supported_layouts)
+    if family == "mha" and platform.mha_variants is not None:
+        return tuple(v for v in OPS[op].variants if v in platform.mha_variants)
+    return OPS[op].variants
 
 
 def every_variant(platform: Platform) -> list[str]:

@@ -18,7 +18,8 @@ from rtp_ref.fp4.nvfp4 import NVFP4_VLLM
 from rtp_ref.kv.flags import NVFP4_SCALE_ORDERS
 from rtp_ref.kv.mha_paged import mha_layout, reference_reshape_and_cache_flash
 from rtp_ref.kv.nvfp4_page import ScaleOrder
-from rtp_ref.platform import load_platform
+from rtp_ref.ops import MHA_OP, supported_variants
+from rtp_ref.platform import all_platforms, load_platform
 from tests.fp4.test_nvfp4 import oracle_block
 from tests.kv.test_nvfp4_page import vllm_offsets
 from tests.mutants.nvfp4_mha_mutants import NVFP4_MHA_EXPECTED, SwizzlesVEverywhere
@@ -145,3 +146,13 @@ def test_read_check_shows_an_sm100_ordered_v_cache_wrong_to_sm120s_readers(tmp_p
     key, value = other["changes"]
     assert (other["written_v_scale_order"], other["reader_v_scale_order"]) == ("swizzled_4_token", "linear")
     assert key["changed"] == 0 and value["changed"] > value["total"] // 2 and value["rel_l2"] > 0.5
+
+
+def test_only_the_tables_of_fp4_gpus_list_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``[layouts] mha`` lists nvfp4 on the cpu, SM100 and SM120 tables (the E2M1 conversion is sm_100a and later);
+    a table without it refuses the variant by name."""
+    listing = {p.name: "nvfp4" in supported_variants(p, MHA_OP) for p in all_platforms()}
+    assert listing == {"cpu": True, "cuda-sm100": True, "cuda-sm120": True, "cuda-sm90": False, "rocm-gfx942": False,
+                       "rocm-gfx950": False}
+    assert main(["certify", "--platform", "cuda-sm90", "--layout", "nvfp4", "--report", "unused"]) == 2
+    assert "--layout 'nvfp4': platform cuda-sm90 does not support it" in capsys.readouterr().err
