@@ -31,6 +31,7 @@ from rtp_ref.kernels.triton_fp8 import (
 )
 from rtp_ref.kernels.triton_launch import has_backend, mha_write_launch
 from rtp_ref.kernels.triton_nvfp4_mha import prepare_triton_nvfp4_mha
+from rtp_ref.kernels.triton_slots import program_slots
 from rtp_ref.kv.mha_paged import MhaPagedLayout, scale_step
 
 #: tokens a program writes under Triton's interpreter, where each program costs milliseconds of Python
@@ -77,16 +78,7 @@ def _reshape_and_cache_flash(  # type: ignore[no-untyped-def]  # Triton kernel a
         EMIN: tl.constexpr, MAX_CODE: tl.constexpr, NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr,
         HAS_INF: tl.constexpr, INF_CODE: tl.constexpr, SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr,
         CLAMP: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
-    slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
-    # a slot past the cache is flagged and written nowhere (rtp_ref.kernels.input_flags)
-    past = slot >= capacity
-    tl.store(flags + 0 * t, tl.full([BLOCK_T], 1, tl.int32), mask=past)
-    valid = (slot >= 0) & ~past
-    # padding slots address block 0 row 0 (masked off): no negative offset is ever formed
-    slot = tl.where(valid, slot, 0)
-    block = slot // block_size
-    row = slot % block_size
+    t, block, row, valid = program_slots(slot_mapping, flags, capacity, tokens, block_size, BLOCK_T)
     _rows(key, key_t, key_h, key_cache, kc_block, kc_page, kc_head, k_scale, k_step, t, block, row, valid,
           BLOCK_T, H, H_PAD, D, D_PAD, IN_BF16, FP8, HW, MAN_BITS, EMIN, MAX_CODE, NAN_CODE, NEG_ZERO,
           HAS_INF, INF_CODE, SATFINITE, MAX_VALUE, CLAMP)

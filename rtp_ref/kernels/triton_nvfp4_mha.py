@@ -25,6 +25,7 @@ from rtp_ref.kernels.call_signature import Launch, no_launch
 from rtp_ref.kernels.triton_fp4 import ONE_SIXTH_F32, e2m1_codes, e4m3_value
 from rtp_ref.kernels.triton_fp8 import fp8_software, interpreted, load_f32
 from rtp_ref.kernels.triton_launch import mha_write_launch
+from rtp_ref.kernels.triton_slots import program_slots
 from rtp_ref.kv.mha_paged import MhaPagedLayout
 from rtp_ref.kv.nvfp4_page import SWIZZLE_TOKENS, ScaleOrder, order_of
 
@@ -93,15 +94,7 @@ def _reshape_and_cache_nvfp4(  # type: ignore[no-untyped-def]  # Triton kernel a
         BLOCK_T: tl.constexpr, T: tl.constexpr, H: tl.constexpr, H_PAD: tl.constexpr, D: tl.constexpr,
         D_PAD: tl.constexpr, IN_BF16: tl.constexpr, K_HND: tl.constexpr, V_HND: tl.constexpr,
         V_SWIZZLED: tl.constexpr, RECIPROCAL: tl.constexpr, NEG_ZERO_POSITIVE: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
-    slot = tl.load(slot_mapping + t, mask=t < tokens, other=-1).to(tl.int64)
-    # a slot past the cache is flagged and written nowhere (rtp_ref.kernels.input_flags)
-    past = slot >= capacity
-    tl.store(flags + 0 * t, tl.full([BLOCK_T], 1, tl.int32), mask=past)
-    valid = (slot >= 0) & ~past
-    slot = tl.where(valid, slot, 0)
-    block = slot // T
-    row = slot % T
+    t, block, row, valid = program_slots(slot_mapping, flags, capacity, tokens, T, BLOCK_T)
     _side(key, key_t, key_h, key_cache, kc_block, k_scale, t, block, row, valid, BLOCK_T, T, H, H_PAD, D, D_PAD,
           IN_BF16, K_HND, False, RECIPROCAL, NEG_ZERO_POSITIVE)
     _side(value, value_t, value_h, value_cache, vc_block, v_scale, t, block, row, valid, BLOCK_T, T, H, H_PAD, D,
