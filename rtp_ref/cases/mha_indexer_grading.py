@@ -170,12 +170,14 @@ def _mha_numerics(case: MhaCase, targets: _Targets, got: dict[str, torch.Tensor]
     return checks
 
 
-def _scale_examples(targets: _Targets, images: _Images) -> Callable[[torch.Tensor], list[str]]:
-    """Names the scales of a ``[targets, scales]`` mask: ``token 3 (slot 17) scale[1]: kernel ... vs contract ...``."""
+def _scale_examples(targets: _Targets, images: _Images,
+                    field: str = "scale") -> Callable[[torch.Tensor], list[str]]:
+    """Names the scales of a ``[targets, scales]`` mask of ``field``: ``token 3 (slot 17) scale[1]: kernel ... vs
+    contract ...``."""
     def examples(mask: torch.Tensor) -> list[str]:
         out = []
         for i, j in first(mask):
-            place = images.map.at("scale", int(targets.slots[i]), j)
+            place = images.map.at(field, int(targets.slots[i]), j)
             contract = value_text(place.field.element, images.ref[place.positions])
             out.append(f"{images.map.where(place)}: kernel {kernel_text(place, images.after, images.before)} vs "
                        f"contract {contract}")
@@ -191,14 +193,8 @@ def _nvfp4_numerics(targets: _Targets, got: dict[str, torch.Tensor], want: dict[
     count = sum(int(b.sum()) for b in bad.values())
 
     def examples() -> list[str]:
-        out: list[str] = []
-        for part, mask in bad.items():
-            for i, j in first(mask):
-                place = images.map.at(part, int(targets.slots[i]), j)
-                contract = value_text(place.field.element, images.ref[place.positions])
-                out.append(f"{images.map.where(place)}: kernel {kernel_text(place, images.after, images.before)} vs "
-                           f"contract {contract}")
-        return out[:MAX_EXAMPLES]
+        named = [e for part, mask in bad.items() for e in _scale_examples(targets, images, part)(mask)]
+        return named[:MAX_EXAMPLES]
     return [failing("numerics.scale_value", count == 0, lambda: with_examples(
         f"{count} scale(s) differ from e4m3(g * (amax * (1/6))), g = 1 / k_scale (or v_scale)", examples()))]
 

@@ -32,9 +32,7 @@ def _mha_caches(variant: str, contract: WriteContract, block_size: int) -> PoolC
 def _mha_inputs(layout: MhaPagedLayout, g: torch.Generator, tokens: int) -> tuple[torch.Tensor, ...]:
     key = spread_values(g, INPUT_DTYPE, tokens, MHA_HEADS, MHA_HEAD_SIZE)
     value = spread_values(g, INPUT_DTYPE, tokens, MHA_HEADS, MHA_HEAD_SIZE)
-    # the scale that maps amax to the format's largest value (nvfp4: E2M1's 6 times e4m3's 448)
-    fmt_max = layout.element_format.max_value if layout.element_format is not None else \
-        6.0 * 448.0 if layout.fp4 is not None else 1.0
+    fmt_max = layout.calibration_max
     return key, value, per_tensor_scale(key, fmt_max=fmt_max), per_tensor_scale(value, fmt_max=fmt_max)
 
 

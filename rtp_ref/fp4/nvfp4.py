@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from rtp_ref.fp4.e2m1 import NO_CODE, UNDEFINED, NegativeZero, encode
-from rtp_ref.fp4.quantize import Fp4Quantized, PayloadDivision
+from rtp_ref.fp4.quantize import Fp4Quantized, PayloadDivision, payload_quotient
 from rtp_ref.fp4.scales import AmaxDivision, amax_quotient
 from rtp_ref.fp8.codec import decode
 from rtp_ref.fp8.codec import encode as encode_fp8
@@ -98,10 +98,7 @@ def nvfp4_quantize(x: torch.Tensor, k_scale: torch.Tensor, conventions: Nvfp4Con
     scales = torch.where(defined, scales, torch.zeros_like(scales))
     s = decode_scales(scales, g).unsqueeze(-1)
     blocks = x.to(torch.float32).reshape(*x.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK)
-    if PayloadDivision(conventions.payload) is PayloadDivision.RECIPROCAL_MUL:
-        quotient = blocks * (torch.ones_like(s) / s)
-    else:
-        quotient = blocks / s
+    quotient = payload_quotient(blocks, s, conventions.payload)
     # a zero scale stores every value as a zero of its sign, whichever the payload: the writer's reciprocal is 0
     quotient = torch.where(s == 0, blocks * 0.0, quotient)
     codes = encode(quotient, UNDEFINED, conventions.negative_zero)

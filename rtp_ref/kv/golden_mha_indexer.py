@@ -104,10 +104,7 @@ def make_mha_golden(platform: PlatformTable, kv_cache_dtype: str, num_kv_heads: 
     key = _values(g, (shape.tokens, num_kv_heads, head_size), dtype)
     value = _values(g, (shape.tokens, num_kv_heads, head_size), dtype)
     slots = shape.slots(g)
-    # a scale that maps amax to the format's largest value: fp8's, or nvfp4's 6 x 448 (the E2M1 maximum times the
-    # e4m3 block scale's: NVIDIA's global-scale recipe); auto reads none
-    fmt_max = layout.element_format.max_value if layout.element_format is not None else \
-        6.0 * 448.0 if layout.fp4 is not None else 1.0
+    fmt_max = layout.calibration_max
 
     def calibrated(x: torch.Tensor) -> torch.Tensor:  # amax / fp8 max, per head or per tensor
         amax = x.float().abs().amax(dim=(0, 2)) if per_head_scales else x.float().abs().amax().reshape(1)

@@ -36,7 +36,7 @@ from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, FormatSource, Fp8Fo
 from rtp_ref.kv.fields import ELEMENT_E2M1, ELEMENT_INPUT16, Field, Placement, is_fp8_element
 from rtp_ref.kv.flags import FlagSource, LayoutFlags, resolve_flags
 from rtp_ref.kv.mha_indexer_records import MHA_VARIANTS, NVFP4_SCALE_ELEMENT, variant_record
-from rtp_ref.kv.nvfp4_page import Nvfp4Page, ScaleOrder, order_of, write_nvfp4_side
+from rtp_ref.kv.nvfp4_page import Nvfp4Page, ScaleOrder, check_head_size, order_of, write_nvfp4_side
 from rtp_ref.kv.place_fields import place_fields
 from rtp_ref.kv.records import ELEMENT_FP8
 from rtp_ref.kv.validate import (
@@ -81,6 +81,15 @@ class MhaPagedLayout:
     def row_width(self) -> int:
         """The caches' last dimension: ``head_size`` values, or ``nvfp4``'s D/2 + D/16 bytes."""
         return self.head_size if self.fp4 is None else self.k_bytes_per_token() // self.num_kv_heads
+
+    @property
+    def calibration_max(self) -> float:
+        """The largest value a calibrated per-tensor scale maps a tensor's amax to: the fp8 format's largest, nvfp4's
+        6 x 448 (E2M1's largest times its e4m3 block scale's: NVIDIA's global-scale recipe), 1 for ``auto`` (no
+        scale is read)."""
+        if self.element_format is not None:
+            return self.element_format.max_value
+        return 6.0 * 448.0 if self.fp4 is not None else 1.0
 
     def page(self, block_size: int, order: str) -> Nvfp4Page:
         """``nvfp4``: one side of a block of ``block_size`` tokens in ``order`` (rtp_ref.kv.nvfp4_page)."""
@@ -148,7 +157,7 @@ def mha_layout(platform: FormatSource, kv_cache_dtype: str, num_kv_heads: int, h
     if record.element == ELEMENT_E2M1:
         if element_format is not None:
             raise RtpRefError(f"kv_cache_dtype {kv_cache_dtype!r} stores E2M1 codes; an element format needs fp8")
-        Nvfp4Page(4, num_kv_heads, head_size, "NHD")  # refuses a head size that is no multiple of 16
+        check_head_size(head_size)
         fields = place_fields(record.fields, {"HD": num_kv_heads * head_size, "HD/16": num_kv_heads * head_size // 16},
                               FP8_FORMATS[NVFP4_SCALE_ELEMENT])
         return _nvfp4_layout(platform, record.name, fields, num_kv_heads, head_size)

@@ -58,6 +58,12 @@ def other_scale_order(order: ScaleOrder) -> ScaleOrder:
     return ScaleOrder.LINEAR if ScaleOrder(order) is ScaleOrder.SWIZZLED_4_TOKEN else ScaleOrder.SWIZZLED_4_TOKEN
 
 
+def check_head_size(head_size: int) -> None:
+    """RtpRefError unless ``head_size`` is a positive multiple of 16 (whole blocks of one scale each)."""
+    if head_size < NVFP4_BLOCK or head_size % NVFP4_BLOCK:
+        raise RtpRefError(f"head_size {head_size}; valid: a positive multiple of {NVFP4_BLOCK} for nvfp4")
+
+
 @dataclass(frozen=True)
 class Nvfp4Page:
     """One side of one block: ``block_size`` tokens of ``heads`` heads of ``head_size`` values, rows in ``order``."""
@@ -70,8 +76,7 @@ class Nvfp4Page:
     def __post_init__(self) -> None:
         if self.order not in ROW_ORDERS:
             raise RtpRefError(f"order {self.order!r}; valid: {', '.join(ROW_ORDERS)}")
-        if self.head_size < NVFP4_BLOCK or self.head_size % NVFP4_BLOCK:
-            raise RtpRefError(f"head_size {self.head_size}; valid: a positive multiple of {NVFP4_BLOCK} for nvfp4")
+        check_head_size(self.head_size)
 
     @property
     def code_bytes(self) -> int:

@@ -87,8 +87,8 @@ class HndAsNhd(MhaMutant):
 
     def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
         def as_nhd(cache: torch.Tensor) -> torch.Tensor:
-            _, rows, heads, size = cache.shape
-            strides = (rows * heads * size, heads * size, size, 1)
+            heads, size = cache.shape[2:]
+            strides = (cache.stride(0), heads * size, size, 1)  # the blocks where they are, rows as if NHD
             return torch.as_strided(cache, cache.shape, strides, cache.storage_offset())
 
         reference_reshape_and_cache_flash(layout, key, value, as_nhd(key_cache), as_nhd(value_cache), slots,

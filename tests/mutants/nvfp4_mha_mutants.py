@@ -12,8 +12,6 @@ import dataclasses
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-import torch
-
 from rtp_ref.fp4.e2m1 import NegativeZero
 from rtp_ref.fp4.quantize import PayloadDivision
 from rtp_ref.kv.mha_paged import MhaPagedLayout, reference_reshape_and_cache_flash
@@ -77,20 +75,10 @@ class SwizzlesVEverywhere(_Nvfp4Mutant):
 
 
 class Nvfp4HndAsNhd(HndAsNhd):
-    """Reads the page order from the wrong place and writes an HND cache as NHD (vLLM #49012: the block size and
-    order taken from dim 1 of a physically HND cache)."""
+    """Writes an HND cache as NHD (vLLM #49012: the order of a physically HND cache read from the wrong dims)."""
 
     name = "mutant-nvfp4-mha-hnd-as-nhd"
     kv_cache_dtypes = ("nvfp4",)
-
-    def write(self, layout, key, value, key_cache, value_cache, slots, k_scale, v_scale):  # type: ignore[no-untyped-def]
-        def as_nhd(cache: torch.Tensor) -> torch.Tensor:
-            heads, size = cache.shape[2:]
-            strides = (cache.stride(0), heads * size, size, 1)
-            return torch.as_strided(cache, cache.shape, strides, cache.storage_offset())
-
-        reference_reshape_and_cache_flash(layout, key, value, as_nhd(key_cache), as_nhd(value_cache), slots,
-                                          k_scale, v_scale)
 
 
 #: mutant class -> (the check that must catch it on the cpu table, the flags its diagnosis names, or None)
