@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from rtp_ref.cases.mha_indexer_cases import FP4_WITNESS
 from rtp_ref.fp4.e2m1 import NO_CODE, NegativeZero
 from rtp_ref.fp4.nvfp4 import NVFP4_BLOCK, NVFP4_VLLM, Nvfp4Conventions, nvfp4_quantize
 from rtp_ref.fp4.quantize import PayloadDivision
@@ -57,10 +58,11 @@ def blocks(seed: int, count: int) -> np.ndarray:
     return np.concatenate([bf16, FINGERPRINT_BLOCKS])
 
 
-#: blocks whose bytes each fingerprint decides at k_scale 1: amax 1.40625 gives the scale 0.234375 (e4m3 0x27), and
-#: 0.5859375 / 0.234375 is the tie 2.5 (code 0x4, to even) where 0.5859375 * (1 / 0.234375) is just above it (0x5);
-#: -0.0 is 0x8 or 0x0 (found by a search over e4m3 scales and E2M1 ties)
-FINGERPRINT_BLOCKS = np.array([[1.40625, 0.5859375, -0.5859375, -0.0] + [0.0] * 12], dtype=F32)
+#: the conformance cases' witness (rtp_ref.cases.mha_indexer_cases.FP4_WITNESS), whose bytes each fingerprint decides
+#: at k_scale 1, proven so here by the oracle: amax 1.40625 gives the scale 0.234375 (e4m3 0x27), and 0.5859375 /
+#: 0.234375 is the tie 2.5 (code 0x4, to even) where 0.5859375 * (1 / 0.234375) is just above it (0x5); -0.0 is 0x8
+#: or 0x0
+FINGERPRINT_BLOCKS = np.array([FP4_WITNESS], dtype=F32)
 
 
 @pytest.mark.parametrize("name", CONVENTIONS)
@@ -90,21 +92,26 @@ def test_the_payload_and_negative_zero_fingerprints_change_bytes() -> None:
     assert quantized["vllm"] != quantized["ieee-div"] and quantized["vllm"] != quantized["positive-zero"]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_amax_over_six_or_times_one_sixth_never_changes_a_scale_of_16_bit_inputs(dtype: torch.dtype) -> None:
-    """Every positive finite bf16 and fp16 amax at each k_scale: the two ways of forming amax / 6 give the same
-    scale byte (a 16-bit amax has too few significant bits to land the two quotients on either side of an e4m3
-    tie), so this fingerprint of the FP4 MLA records cannot tell NVFP4 MHA writers apart; and the scales do move
-    with the amax, so the comparison is not vacuous."""
-    top = 0x7C00 if dtype is torch.float16 else 0x7F80  # +inf's bits
-    amax = torch.arange(1, top, dtype=torch.int32).to(torch.int16).view(dtype).to(torch.float32)
-    rows = torch.zeros(amax.numel(), NVFP4_BLOCK)
-    rows[:, 0] = amax
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+def test_amax_over_six_or_times_one_sixth_never_changes_a_scale_of_16_bit_inputs(dtype: type) -> None:
+    """Every positive finite bf16 and fp16 amax at each k_scale, in the oracle's arithmetic (numpy float32 and
+    ml_dtypes' e4m3fn, not the module's): the two ways of forming amax / 6 give the same scale byte (a 16-bit amax has
+    too few significant bits to land the two quotients on either side of an e4m3 tie), so this fingerprint of the FP4
+    MLA records cannot tell NVFP4 MHA writers apart, and no layout flag names it. The scales do move with the amax,
+    so the comparison is not vacuous; and the module agrees with the oracle on each."""
+    bits = np.arange(1, 0x7C00 if dtype is np.float16 else 0x7F80, dtype=np.uint16)  # up to +inf's bits
+    amax = bits.view(dtype).astype(F32)
     for k_scale in K_SCALES:
-        times = nvfp4_quantize(rows, torch.tensor([k_scale]), NVFP4_VLLM).scales
-        over = nvfp4_quantize(rows, torch.tensor([k_scale]), CONVENTIONS["div-six"]).scales
-        assert torch.equal(times, over), k_scale
-        assert len(set(times.flatten().tolist())) > 100
+        g = F32(1) / F32(k_scale)
+        with np.errstate(over="ignore"):  # a product past float32's range is inf, which saturates to 448 as any other
+            times, over = ((np.minimum(g * q, F32(448)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8))
+                           for q in (amax * F32(1 / 6), amax / F32(6)))
+        assert np.array_equal(times, over), k_scale
+        assert len(np.unique(times)) > 100
+        rows = torch.zeros(amax.size, NVFP4_BLOCK)
+        rows[:, 0] = torch.from_numpy(amax)
+        module = nvfp4_quantize(rows, torch.tensor([k_scale]), NVFP4_VLLM).scales.flatten().numpy()
+        assert np.array_equal(module, times), k_scale
 
 
 def test_a_zero_scale_stores_signed_zeros_and_non_finite_blocks_are_undefined() -> None:
