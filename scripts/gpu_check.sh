@@ -45,6 +45,8 @@
 #   scripts/gpu_check.sh all           certify --platform all (every table on this host's GPU), timed
 #   scripts/gpu_check.sh fp4           V41, V41_FP4 and nvfp4_fp8_ds_mla: triton and torch-eager certified on cuda-sm100
 #                                      (emulated), then the FP4 kernel tests
+#   scripts/gpu_check.sh nvfp4         rcp.approx probed, the NVFP4 MHA Triton writer certified on cuda-sm100 and
+#                                      cuda-sm120 (emulated on sm90), mxfp4 indexer writers and readers, their tests
 #   scripts/gpu_check.sh gatediag      the unit tests as gatetests runs them, each bounded by --timeout (stacks of a hang)
 #   scripts/gpu_check.sh padding       every built-in GPU writer certified natively under padding_slot=zero (every
 #                                      tier)
@@ -57,7 +59,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, gatediag or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, gatediag or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -136,10 +138,10 @@ for stage in "$@"; do
     # --platform all (every table on this GPU) in what is left of GATE_ALL_BOUND
     start=$(date +%s)
     { time timeout -s INT ${GATE_CERTIFY_BOUND:-170} "$RTP" certify --platform auto --tier all \
-        --report "$reports/auto" -- --durations=12; } > "$out/gate-certify.log" 2>&1
+        --report "$reports/auto" -- --durations=${GATE_CERTIFY_DURATIONS:-12}; } > "$out/gate-certify.log" 2>&1
     echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -45
     { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
-        --platform cpu -m "not large" --durations=25 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
+        --platform cpu -m "not large" --durations=${GATE_DURATIONS:-25} --durations-min=${GATE_DURATIONS_MIN:-3} tests; } > "$out/gate-tests.log" 2>&1
     echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real" "$out/gate-tests.log" | tail -40
     echo "gate total: $(( $(date +%s) - start )) s"
     left=$(( ${GATE_ALL_BOUND:-480} - ($(date +%s) - start) ))
@@ -171,6 +173,23 @@ for stage in "$@"; do
     timeout -s INT 120 "$PYTEST" -q -p no:cacheprovider -n 4 --platform cpu tests/kernels/test_triton_fp4.py tests/kernels/test_triton.py \
       tests/kv/test_nvfp4_mla.py 2>&1 | tail -15
     ;;
+  nvfp4)
+    # the NVFP4 MHA variant and the MXFP4 indexer on this GPU: whether rcp.approx.ftz.f32 is correctly rounded
+    # (scripts/probe_rcp.py), the Triton writers compiled here certified on the tables that list them (emulated on
+    # sm90), the readers' round trips of mxfp4, then their kernel tests
+    timeout 120 python3 scripts/probe_rcp.py 2>&1 | tee "$out/rcp.txt"
+    for table in cuda-sm100 cuda-sm120; do
+      { time timeout -s INT ${FP4_BOUND:-150} "$RTP" certify --platform $table --kernel triton-mha --layout nvfp4 \
+          --tier all --report "$reports/nvfp4-$table"; } > "$out/nvfp4-$table.log" 2>&1
+      echo "nvfp4 $table exit $?"; grep -vE " certified +bit_exact| raises as required|^SKIPPED" "$out/nvfp4-$table.log" | tail -15
+    done
+    { time timeout -s INT ${FP4_BOUND:-150} "$RTP" certify --platform cuda-sm90 --kernel triton-indexer --kernel cuda-indexer \
+        --kernel triton-indexer-gather --kernel cuda-indexer-gather --layout mxfp4 --tier all --report "$reports/mxfp4"; } > "$out/mxfp4.log" 2>&1
+    echo "mxfp4 exit $?"; grep -vE " certified +bit_exact| raises as required|^SKIPPED" "$out/mxfp4.log" | tail -15
+    timeout -s INT 150 "$PYTEST" -q -p no:cacheprovider -n 8 --platform cpu tests/kernels/test_triton_nvfp4_mha.py \
+      tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py tests/kv/test_nvfp4_mha.py \
+      tests/kv/test_mxfp4_indexer.py 2>&1 | tail -15
+    ;;
   gatediag)
     # the unit tests as gatetests runs them, each test bounded (pytest-timeout dumps the stacks of one that hangs),
     # every result line with its worker, and what the machine runs at 30, 90 and 150 s (the busiest processes), to
@@ -179,10 +198,13 @@ for stage in "$@"; do
       (sleep $at; echo "== processes at $at s"; ps -eo pid,ppid,pcpu,etimes,args --sort=-pcpu | cut -c1-220 | head -25) \
         >> "$out/gate-ps.log" 2>&1 &
     done
+    # each result line stamped with the seconds since the start: per worker, when it was busy and with what
+    started=$(date +%s.%N)
     { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -v -p no:cacheprovider -n auto --dist load \
         --platform cpu -m "not large" --timeout ${TEST_TIMEOUT:-90} --timeout-method thread -rfE \
-        --durations=60 --durations-min=2 tests; } > "$out/gate-diag.log" 2>&1
-    echo "gate diag exit $?"; grep -E "^(FAILED|ERROR)|Timeout|passed|failed|^real|^user" "$out/gate-diag.log" | tail -40
+        --durations=0 --durations-min=0.5 tests; } 2>&1 | while IFS= read -r line; do
+          printf '%.1f %s\n' "$(echo "$(date +%s.%N) - $started" | bc)" "$line"; done > "$out/gate-diag.log"
+    echo "gate diag exit $?"; grep -E " (FAILED|ERROR)|Timeout|passed|failed|real|user" "$out/gate-diag.log" | tail -40
     wait
     ;;
   padding)
@@ -404,7 +426,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, gatediag or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, gatediag or verify" >&2; exit 2
     ;;
   esac
 done

@@ -60,7 +60,7 @@ def minimum_bytes(layout: MlaLayout, tokens: int, input_dtype: torch.dtype) -> i
     int64 slots read once (block-trailing scale bytes are part of the entry)."""
     itemsize = torch.empty((), dtype=input_dtype).element_size()
     read = tokens * (layout.kv_lora_rank + layout.rope_dim) * itemsize + tokens * 8
-    return read + tokens * (layout.bytes_per_token - layout.pad_bytes_per_token)
+    return read + tokens * layout.written_bytes_per_token
 
 
 def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float = 0.2, max_reps: int = 200, *,

@@ -116,7 +116,7 @@ def _mla_gather(variant: str, tokens: int, contract: WriteContract, device: torc
     def reference(cache: torch.Tensor, out: Tensors, at_table: torch.Tensor, at_cu: torch.Tensor) -> None:
         op_reference(MLA_GATHER_OP)(layout, cache, out[0], at_table, at_cu, scale.cpu(), None)
 
-    entry = layout.bytes_per_token - layout.pad_bytes_per_token
+    entry = layout.bytes_per_token - layout.pad_bytes_per_token  # a reader reads no padding
     nbytes = tokens * entry + table.numel() * 4 + cu.numel() * 4 + tokens * (r + p) * 2
     return ReadWorkload(MLA_GATHER_OP, variant, tokens, nbytes, table, cu, (dst,), tuple(caches), invoke, reference)
 

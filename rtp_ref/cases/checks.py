@@ -119,7 +119,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     _c("graph.after_padding_warmup", GRAPH, "graph tier: after the real slots were copied into the warm-up "
        "graph's slot map, the replay did not write the reference's bytes"),
     _c("numerics.scale_positive", "numerics", "a stored scale is zero, negative, inf or NaN (e.g. a missing "
-       "floor on an all-zero tile)"),
+       "floor on an all-zero tile; a zero where the contract has one is not: a tile rule with no floor)"),
     _c("numerics.scale_form", "numerics", "the platform's rule is `pow2_ceil` (the indexer's: `scale_fmt` "
        "`ue8m0`) and a stored fp32 scale is not a "
        "power of two (readers truncate it)"),

@@ -256,7 +256,9 @@ class _NumericsCase:
         # where the contract itself stores a NaN scale (a layout whose non-finite policy defines one for a tile
         # holding NaN or inf: rtp_ref.kv.non_finite), the kernel's must be a NaN too
         contract_nan = r.isnan() & k.isnan()
-        positive = (torch.isfinite(k) & (k > 0)) | contract_nan
+        # and where its tile rule has no floor, a zero amax / 6 stores a zero scale (rtp_ref.fp4.scales.ScaleTraits)
+        contract_zero = (r == 0) & (k == 0) if spec.floor == 0 else torch.zeros_like(contract_nan)
+        positive = (torch.isfinite(k) & (k > 0)) | contract_nan | contract_zero
         checks = [failing("numerics.scale_positive", bool(positive.all()), lambda: with_examples(
             f"{name}: {int((~positive).sum())} scale(s) are zero, negative, inf or NaN (e.g. a missing floor on an "
             f"all-zero tile)", [self._scale_example(*rc, contract=False) for rc in first(~positive)]))]

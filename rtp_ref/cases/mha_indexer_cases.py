@@ -141,7 +141,7 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     for seed, (kind, tokens, block, dtype, heads, size, order, scales) in enumerate(rows, start=1):
         yield MhaIndexerSpec(variant, kind, tokens, block, num_blocks_for(tokens, block), dtype, seed, op=MHA_OP,
                              width=size, heads=heads, order=order,
-                             scales="tensor" if variant in _PER_TENSOR_ONLY and scales in ("head", "mixed") else scales)
+                             scales=variant_scales(variant, scales))
     seed = len(rows)
     yield MhaIndexerSpec(variant, "random", 20, 16, num_blocks_for(20, 16), torch.bfloat16, seed + 1, "int32",
                          op=MHA_OP, width=128, heads=8)
@@ -151,7 +151,14 @@ def mha_specs(variant: str) -> Iterator[MhaIndexerSpec]:
     # a batch padded with NaN rows in the engine's convention (rtp_ref.cases.padding_cases)
     yield MhaIndexerSpec(variant, NAN_PADDING_KIND, 37, 16, num_blocks_for(37, 16), torch.bfloat16, seed + 3,
                          op=MHA_OP, width=128, heads=8, order="HND",
-                         scales="tensor" if variant in _PER_TENSOR_ONLY else "head")
+                         scales=variant_scales(variant, "head"))
+
+
+def variant_scales(variant: str, scales: str) -> str:
+    """A case's ``scales`` form under MHA ``variant``: per-head forms (``head``, ``mixed``) become ``tensor`` for the
+    variants whose k_scale and v_scale are one value each (``auto`` reads none, ``nvfp4``'s are global); every other
+    form (``tensor``, ``0d``) stays."""
+    return "tensor" if variant in _PER_TENSOR_ONLY and scales in ("head", "mixed") else scales
 
 
 def _quant(variant: str, quant: int) -> int:

@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 from rtp_ref.cases.cases import CaseSpec
-from rtp_ref.cases.mha_indexer_cases import IndexerCase, MhaCase, MhaIndexerSpec, build_mha_indexer_case
+from rtp_ref.cases.mha_indexer_cases import (
+    IndexerCase,
+    MhaCase,
+    MhaIndexerSpec,
+    build_mha_indexer_case,
+    variant_scales,
+)
 from rtp_ref.cases.tier_hooks import LargeTier, PoolCaches, per_tensor_scale, spread_values
 from rtp_ref.contract import WriteContract
 from rtp_ref.kv.indexer import DEFAULT_HEAD_DIM, IndexerLayout, indexer_layout_for, quant_block_for
@@ -103,9 +109,10 @@ class MhaIndexerGraphCase:
 
 
 def mha_graph_case(spec: CaseSpec, contract: WriteContract, device: str) -> MhaIndexerGraphCase:
-    """The graph tier's MHA case: GQA heads of 128, per-head scales where the variant has scales."""
+    """The graph tier's MHA case: GQA heads of 128, per-head scales where the variant takes them (nvfp4's are
+    global: one value each)."""
     case_spec = MhaIndexerSpec(*_fields(spec), op=MHA_OP, width=MHA_HEAD_SIZE, heads=MHA_HEADS,
-                        scales="tensor" if spec.layout == "auto" else "head")
+                               scales=variant_scales(spec.layout, "head"))
     return MhaIndexerGraphCase(case_spec, contract, device)
 
 

@@ -81,7 +81,10 @@ def graph_ops() -> tuple[str, ...]:
     return tuple(name for name, spec in OPS.items() if spec.cases.graph is not None)
 
 
-def _build(spec: GraphSpec, contract: WriteContract, device: str, seed: int) -> GraphCase:
+def build_graph_case(spec: GraphSpec, contract: WriteContract, device: str, seed: int) -> GraphCase:
+    """The op's graph-tier case of ``spec``'s variant on ``device``, its values drawn from ``seed``: a decode-sized
+    batch (``TOKENS`` tokens, some of them padding, in ``NUM_BLOCKS`` blocks of ``BLOCK_SIZE``); RtpRefError for an
+    op with no graph-tier case."""
     build = op_spec(spec.op).cases.graph
     if build is None:
         raise RtpRefError(f"op {spec.op!r} has no graph-tier case")
@@ -126,8 +129,8 @@ class GraphRun:
 
     def __init__(self, spec: GraphSpec, contract: WriteContract, device: str) -> None:
         self.spec = spec
-        self.case = _build(spec, contract, device, spec.seed)
-        self.fresh = _build(spec, contract, device, spec.seed + 1)
+        self.case = build_graph_case(spec, contract, device, spec.seed)
+        self.fresh = build_graph_case(spec, contract, device, spec.seed + 1)
         self.initial = self.case.storage.cpu().clone()
         self.stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
         self.sentinel = padding_sentinel(contract.flags.padding_slot)

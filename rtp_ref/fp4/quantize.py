@@ -3,7 +3,8 @@
 Per block of ``scale.block`` consecutive values of the last dimension: ``amax`` (exact: an absolute value and a
 maximum), the scale code from it (``rtp_ref.fp4.scales``), the scale's value ``s``, then each value's code
 ``e2m1(x / s)`` with the quotient formed in float32 by a ``PayloadDivision``: one IEEE division, or a multiply by
-``1 / s`` rounded to float32 first. For a power-of-two scale (ue8m0) the two are the same number, as both are
+``1 / s`` rounded to float32 first; where ``s`` is 0 (an e4m3 scale with no floor), ``x * 0``, a zero of ``x``'s
+sign. For a power-of-two scale (ue8m0) the two are the same number, as both are
 exact scalings; for an e4m3 scale the reciprocal is rounded, and the product can land on the other side of an E2M1
 rounding boundary than the quotient (sglang PR #39123 notes it for DeepSeek V4.1's FP4 record).
 
@@ -89,7 +90,11 @@ def quantize_row(x: torch.Tensor, conventions: Fp4Conventions, scale_from: torch
     scales = scale_codes(torch.where(defined, amax, torch.zeros_like(amax)), conventions.scale)
     scales = torch.where(defined, scales, torch.zeros_like(scales))
     blocks = x.to(torch.float32).reshape(*x.shape[:-1], n // block, block)
-    q = payload_quotient(blocks, decode_scales(scales, conventions.scale).unsqueeze(-1), conventions.payload)
+    s = decode_scales(scales, conventions.scale).unsqueeze(-1)
+    q = payload_quotient(blocks, s, conventions.payload)
+    # a zero scale (an e4m3 clamp from 0: ScaleTraits) stores every value as a zero of its sign, whichever the
+    # payload: the writers that allow it take 0, not 1/0, as its reciprocal
+    q = torch.where(s == 0, blocks * 0.0, q)
     codes = encode(q, UNDEFINED, conventions.negative_zero)
     codes = torch.where(defined.unsqueeze(-1), codes, torch.full_like(codes, NO_CODE))
     return Fp4Quantized(codes.reshape(x.shape), scales, defined)

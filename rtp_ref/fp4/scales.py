@@ -82,8 +82,11 @@ class ScaleTraits:
     """One FP4 format's block scale: its ``element`` format, ``block`` (values per scale: 16 or 32), ``rounding``,
     ``division`` (how ``amax / 6`` is formed; None exactly for ``FLOOR_LOG2_EXACT``, which reads amax itself) and
     ``clamp``: the bounds ``(lo, hi)`` the quotient is clamped to before rounding (None: not clamped). An e4m3
-    scale needs a clamp with ``0 < lo`` (an all-zero block would otherwise get a zero scale, and ``x / 0`` no code)
-    and ``hi <= 448``; ``FLOAT_LOG2`` needs ``lo >= 2**-126``; ``FLOOR_LOG2_EXACT`` takes no clamp."""
+    scale needs a clamp with ``hi <= 448``; its ``lo`` may be 0, as in the writers with no floor (TensorRT-LLM's
+    ``cvt_warp_fp16_to_fp4``, which vLLM's NVFP4 writers copy): an all-zero block, or one whose ``amax / 6`` rounds
+    below e4m3's smallest subnormal, then gets scale code 0x00, and its values are stored as zeros of their sign
+    (rtp_ref.fp4.quantize). ``FLOAT_LOG2`` needs ``lo >= 2**-126``; ``FLOOR_LOG2_EXACT`` takes no clamp; a ue8m0
+    clamp needs ``0 < lo``."""
 
     element: ScaleElement
     block: int
@@ -106,8 +109,10 @@ class ScaleTraits:
             return "division is None exactly for floor_log2_exact, which reads amax itself"
         if self.rounding is ScaleRounding.FLOOR_LOG2_EXACT:
             return "floor_log2_exact takes no clamp" if self.clamp is not None else None
-        if self.clamp is not None and not 0 < self.clamp[0] <= self.clamp[1]:
-            return f"clamp {self.clamp} must satisfy 0 < lo <= hi"
+        lowest = 0.0 if self.element is ScaleElement.E4M3FN else math.nextafter(0.0, 1.0)
+        if self.clamp is not None and not lowest <= self.clamp[0] <= self.clamp[1]:
+            bound = "0 <= lo" if self.element is ScaleElement.E4M3FN else "0 < lo"
+            return f"clamp {self.clamp} must satisfy {bound} <= hi"
         if self.element is ScaleElement.E4M3FN and (self.clamp is None or self.clamp[1] > E4M3FN.max_value):
             return f"an e4m3 scale needs a clamp with hi <= {E4M3FN.max_value}"
         if self.rounding is ScaleRounding.FLOAT_LOG2 and (self.clamp is None or self.clamp[0] < F32_MIN_NORMAL):

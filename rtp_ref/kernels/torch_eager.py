@@ -86,6 +86,7 @@ def _fp4(x: torch.Tensor, spec: TileScale, n_tiles: int) -> tuple[torch.Tensor, 
         scale = (bits + ((scale.float() < target) & (bits < 0x7E)).to(torch.uint8)).view(torch.float8_e4m3fn)
     s = scale.float().unsqueeze(-1)
     q = tiles / s if conventions.payload == "ieee_div" else tiles * (1.0 / s)
+    q = torch.where(s == 0, tiles * 0.0, q)  # a scale with no floor can be 0: zeros of the values' signs
     if conventions.negative_zero == "positive":
         q = q + 0.0
     codes = _e2m1_codes(q)
@@ -105,7 +106,7 @@ class TorchEagerKernel(PlannedKernel):
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cpu", "cuda")
     conversion_path: Literal["torch"] = "torch"
-    plan_limits = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True)
+    plan_limits = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True, zero_pad=True)
 
     def __init__(self, contract: WriteContract | None = None) -> None:
         # its boolean masking of padding slots reads the slots on the host: it validates there as well
@@ -173,6 +174,8 @@ def write_eager(plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_
     modes = {Source.KV_C: plan.nope_mode, Source.K_PE: plan.rope_mode}
     pieces = [piece for source, x in values.items()
               for piece in _field_bytes(layout, layout.value_field(source), modes[source], x, scale, fp8)]
+    pieces += [(f, torch.zeros(slots.shape[0], f.size, dtype=torch.uint8, device=kv_cache.device))
+               for f in layout.fields if f.source is Source.ZERO]
 
     # Each block as one row of bytes (its stride honoured), then an index_put per field.
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]

@@ -83,8 +83,9 @@ def fp4_tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: t
     N_PAD] (padded columns 0.0) in tiles of ``TILE``; stores each valid token's ``N_TILES`` e4m3 scale codes at byte
     ``sbase``, in the order ``scale_slots`` gives. Per tile: ``q = clamp(amax * (1/6) or amax / 6, LOW, HIGH)``,
     its e4m3 code rounded to nearest even (one code up where that value is below ``q`` under ``BUMP``), ``s`` its
-    value, each code ``e2m1(x / s)`` (or of ``x * (1 / s)`` under ``RECIPROCAL``). Under ``POISON`` a tile holding
-    NaN or +-inf stores e4m3's NaN and every code 0."""
+    value, each code ``e2m1(x / s)`` (or of ``x * (1 / s)`` under ``RECIPROCAL``), a zero of ``x``'s sign where
+    ``s`` is 0 (``LOW`` 0: no floor). Under ``POISON`` a tile holding NaN or +-inf stores e4m3's NaN and every code
+    0."""
     x3 = tl.reshape(x, (BLOCK_T, N_PAD // TILE, TILE))
     # |x| as float32 bits orders like |x|; inf's bits and above are the non-finite values
     amax_bits = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
@@ -104,6 +105,9 @@ def fp4_tile_quantize(x: tl.tensor, cache: tl.tensor, sbase: tl.tensor, valid: t
         q3 = x3 * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, :, None]
     else:
         q3 = tl.math.div_rn(x3, s[:, :, None])
+    if LOW == 0.0:  # a scale with no floor can be 0: its tile's values are stored as zeros of their sign
+        signed_zero = (x3.to(tl.int32, bitcast=True) & -0x80000000).to(tl.float32, bitcast=True)
+        q3 = tl.where((s == 0.0)[:, :, None], signed_zero, q3)
     codes = e2m1_codes(q3, NEG_ZERO_POSITIVE)
     if POISON:
         codes = tl.where(finite[:, :, None], codes, 0)

@@ -110,14 +110,16 @@ def _mla_cache_write(
     MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
     SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
+    ZERO_OFF: tl.constexpr, ZERO_BYTES: tl.constexpr, ZERO_PAD: tl.constexpr,
 ) -> None:
     """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
 
     ``cache`` is the cache's bytes; ``block_bytes`` its block stride in bytes. Modes: 0 = 16-bit
     copy, 1 = fp8 with the per-tensor scale, 2 = fp8 with per-tile scales, 3 = E2M1 codes with per-tile e4m3
     scales (rtp_ref.kernels.triton_fp4), 4 = fp8 of the value itself (no scale); a tile-scaled rope's scales sit
-    beside the nope's, the nope's in the order ``ORDER_ROWS`` x ``ORDER_COLS`` transposed (0: tile order). A slot
-    at or past ``capacity`` writes nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
+    beside the nope's, the nope's in the order ``ORDER_ROWS`` x ``ORDER_COLS`` transposed (0: tile order); the
+    token's ``ZERO_BYTES`` at ``ZERO_OFF`` are set to 0 (a ``zero`` field). A slot at or past ``capacity`` writes
+    nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
     """
     t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     in_range = t < num_tokens
@@ -210,6 +212,12 @@ def _mla_cache_write(
                           MAX_VALUE, CLAMP)
         tl.store(cache + row[:, None] + ROPE_OFF + pcols[None, :], pcode, mask=pmask)
 
+    # ---- zero padding ----
+    if ZERO_BYTES > 0:
+        zcols = tl.arange(0, ZERO_PAD)
+        tl.store(cache + row[:, None] + ZERO_OFF + zcols[None, :], tl.zeros([BLOCK_T, ZERO_PAD], tl.uint8),
+                 mask=valid[:, None] & (zcols < ZERO_BYTES)[None, :])
+
 
 @triton.jit
 def _scale_base(block: tl.tensor, block_bytes: tl.tensor, block_size: tl.tensor, offset: tl.tensor, row: tl.tensor,
@@ -291,6 +299,7 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
         "ORDER_ROWS": plan.scale_order[0] if plan.scale_order else 0,
         "ORDER_COLS": plan.scale_order[1] if plan.scale_order else 0,
         **fp4_constexprs(plan.fp4_tile), "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
+        "ZERO_OFF": plan.zero_offset, "ZERO_BYTES": plan.zero_bytes, "ZERO_PAD": _pow2_at_least(plan.zero_bytes),
         **f.triton_constexprs(),
     }
 

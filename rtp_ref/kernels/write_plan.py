@@ -57,18 +57,19 @@ class ValueMode(IntEnum):
 class PlanLimits:
     """What a kernel's plan may hold beyond per-token 16-bit and fp8 fields with an external or nope tile scale:
     a tile-scaled rope (its scales beside the nope's, the same tile rule), E2M1 value fields, fp8 values with no
-    scale, and scales stored in another order than their tiles'."""
+    scale, scales stored in another order than their tiles', and a per-token ``zero`` field (padding written as 0)."""
 
     tiled_rope: bool = False
     fp4: bool = False
     unscaled: bool = False
     scale_order: bool = False
+    zero_pad: bool = False
 
 
 #: the CUDA C++ kernels and the compiled readers: the nope alone tile-scaled, no E2M1
 COMPILED_LIMITS = PlanLimits()
 #: the Triton writer: every mode (DeepSeek V4.1's V41 and V41_FP4, FlashMLA's NVFP4 record)
-TRITON_LIMITS = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True)
+TRITON_LIMITS = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True, zero_pad=True)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ class WritePlan:
     fp4_tile: TileScale | None = None
     #: the nope scale field's stored order (``Field.order``: rows x cols transposed), or None: tile i at element i
     scale_order: tuple[int, int] | None = None
+    #: the token's ``zero`` field (padding the writer sets to 0) in its data area: offset and bytes (0: none)
+    zero_offset: int = 0
+    zero_bytes: int = 0
 
     @property
     def rope_beside_nope(self) -> bool:
@@ -135,6 +139,7 @@ class WritePlan:
             raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel does not write unscaled fp8")
         if not limits.scale_order and nope_scale is not None and nope_scale.order is not None:
             raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel stores scales in tile order")
+        zero = _zero_field(layout, limits)
         beside = rope_scale is not None and rope_mode in (ValueMode.TILED, ValueMode.FP4) \
             and _shares_area(nope_mode, rope_mode, nope_scale, rope_scale)
         tile = n_tiles = scale_offset = 0
@@ -170,6 +175,8 @@ class WritePlan:
             rope_scale_offset=rope_scale.offset if beside and rope_scale else 0,
             fp4_tile=nope_scale.tile_scale if nope_mode is ValueMode.FP4 and nope_scale else None,
             scale_order=nope_scale.order if nope_scale else None,
+            zero_offset=zero.offset if zero else 0,
+            zero_bytes=zero.size if zero else 0,
         )
 
     def wide_fields_aligned(self, kv_cache: torch.Tensor) -> bool:
@@ -200,6 +207,19 @@ def _shares_area(nope_mode: ValueMode, rope_mode: ValueMode, nope_scale: Field |
     mode, element and placement (so one base address and one store pattern serve both)."""
     return (nope_mode is rope_mode and nope_scale is not None
             and (nope_scale.element, nope_scale.placement) == (rope_scale.element, rope_scale.placement))
+
+
+def _zero_field(layout: MlaLayout, limits: PlanLimits) -> Field | None:
+    """The layout's ``zero`` field (None: it has none); UnsupportedLayoutError where the kernel writes none
+    (``limits.zero_pad``), or where there are several or one outside the token's data area."""
+    zeros = [f for f in layout.fields if f.source is Source.ZERO]
+    if not zeros:
+        return None
+    if not limits.zero_pad:
+        raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel does not write zero padding")
+    if len(zeros) > 1 or zeros[0].placement is not Placement.PER_TOKEN:
+        raise UnsupportedLayoutError(f"layout {layout.name}: the built-in kernels write one zero field, per token")
+    return zeros[0]
 
 
 def block_shift_of(block_size: int) -> int:
@@ -233,8 +253,12 @@ def compiled_record(record: LayoutRecord, limits: PlanLimits = COMPILED_LIMITS) 
     """Whether a plan under ``limits`` (``WritePlan.of``) takes layout ``record``, read from its field records:
     every value field per token, 16-bit, fp8 scaled by the external scale or by an fp32 or ue8m0 tile scale of an
     fp8 tile rule, or (under ``limits.fp4``) E2M1 of an FP4 tile rule; a tile-scaled rope only under
-    ``limits.tiled_rope``, its scales placed as the nope's."""
+    ``limits.tiled_rope``, its scales placed as the nope's; a ``zero`` field only under ``limits.zero_pad``, one
+    per token."""
     by_name = {f.name: f for f in record.fields}
+    zeros = [f for f in record.fields if f.source is Source.ZERO]
+    if zeros and not (limits.zero_pad and len(zeros) == 1 and zeros[0].placement is Placement.PER_TOKEN):
+        return False
     for f in record.fields:
         if f.source not in (Source.KV_C, Source.K_PE) or f.element == ELEMENT_INPUT16:
             continue

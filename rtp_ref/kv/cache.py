@@ -69,7 +69,8 @@ def _block_rows(kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tens
 def scatter_entries(layout: MlaLayout, entries: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor) -> None:
     """Write entry ``i`` (uint8 ``[n, bytes_per_token]``) to slot ``slots[i]`` (all >= 0) of the cache.
 
-    Pad bytes are skipped. No validation: callers check first (``validate_write_args``).
+    Pad bytes are skipped (a ``zero`` field's are written: 0 in every entry). No validation: callers check first
+    (``validate_write_args``).
     """
     blocks, rows = _block_rows(kv_cache, slots)
     entries = entries.to(kv_cache.device)

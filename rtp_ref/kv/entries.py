@@ -18,7 +18,8 @@ Numerics (the contract the writer kernels are graded against):
 * ``encode`` is ``rtp_ref.fp8.encode`` with the layout's element format and conversion mode, and
   every division is one correctly rounded float32 division;
 * a scale field with an ``order`` stores its scales in that order (``Field.to_stored_order``);
-* pad bytes are 0 in an entry and are never written to a cache.
+* pad bytes are 0 in an entry and are never written to a cache; a ``zero`` field's bytes are 0 in an entry and
+  written (rtp_ref.kv.cache.scatter_entries).
 """
 
 from __future__ import annotations

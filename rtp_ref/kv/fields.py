@@ -101,6 +101,8 @@ class Source(str, Enum):
     SCALE = "scale"
     #: padding: neither written nor read
     PAD = "pad"
+    #: padding the writer sets to 0: written, never read (the 432-byte nvfp4_ds_mla record of local-inference-lab/vllm)
+    ZERO = "zero"
     #: the keys of an MHA cache, or the indexer's k
     KEY = "key"
     #: the values of an MHA cache
@@ -108,7 +110,7 @@ class Source(str, Enum):
 
 
 #: what an MLA layout's fields may hold (the MHA and indexer families add KEY and VALUE)
-MLA_SOURCES: tuple[Source, ...] = (Source.KV_C, Source.K_PE, Source.SCALE, Source.PAD)
+MLA_SOURCES: tuple[Source, ...] = (Source.KV_C, Source.K_PE, Source.SCALE, Source.PAD, Source.ZERO)
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,15 @@ _NVFP4_MLA_SOURCES = ("vllm-project/FlashMLA PR #18: csrc/sm100/decode/head64/co
                       "#51724: csrc/libtorch_stable/nvfp4_ds_mla_cache_kernels.cu@03b6016490cc (kv_cache_dtype "
                       "'nvfp4_fp8_ds_mla'; it multiplies by 1.0f / sf, fp4_value_quotient=reciprocal_mul)")
 
+#: the 432-byte record local-inference-lab/vllm names ``nvfp4_ds_mla`` (b12x PR #35 gives the same name 368 bytes,
+#: with an fp8 rope: the same name, other bytes)
+_NVFP4_DS_MLA_SOURCES = ("local-inference-lab/vllm PR #82 (merged 2026-07-07), "
+                         "csrc/libtorch_stable/nvfp4_kv_cache_kernels.cu@42d67f7630d8 "
+                         "(concat_and_cache_nvfp4_mla_kernel, kv_cache_dtype 'nvfp4_ds_mla', for B12X_MLA_SPARSE on "
+                         "SM120: [0,256) E2M1, [256,288) e4m3 scales, [288,304) zeros, [304,432) bf16 rope; "
+                         "cvt_warp_fp16_to_fp4 with SFScaleVal 1.0: e4m3(amax * (1/6)) with no floor, "
+                         "x * (1 / sf), 0 as the reciprocal of a zero scale)")
+
 BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
     LayoutRecord(
         "auto", "kv_c then k_pe in the inputs' own 16-bit type; no scale",
@@ -176,6 +185,27 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
             "fp4_negative_zero=positive)",
             "the sources disagree: FlashMLA's tests/quant.py takes a NaN into the tile's amax (a NaN scale), vLLM's "
             "writer drops it (fmaxf); an inf tile's codes are the hardware conversion's, which no source states")),
+    LayoutRecord(
+        "nvfp4_ds_mla_bf16rope", "a fork's NVFP4 sparse MLA with a bf16 rope, one 432-byte record a token: the nope "
+        "as E2M1 codes (two a byte, the even index low), 32 e4m3 nope scales (one per 16 values, in tile order, no "
+        "floor), 16 zero bytes, the rope's 16-bit bits (local-inference-lab/vllm's 'nvfp4_ds_mla')",
+        (_values("nope", Source.KV_C, ELEMENT_E2M1, "R", "nope_scale"),
+         FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, "e4m3fn", "tiles",
+                     note="scale i covers nope values [16i, 16(i+1)); 0x00 where amax * (1/6) rounds to 0"),
+         FieldRecord("zero", Source.ZERO, Placement.PER_TOKEN, ELEMENT_PAD, 16,
+                     note="written as 0, never read: the rope starts 16-byte aligned"),
+         _values("rope", Source.K_PE, ELEMENT_INPUT16, "P")),
+        "k + v != block: the inline e4m3 nope scales and the zero bytes are part of the entry but of neither k nor v",
+        _NVFP4_DS_MLA_SOURCES,
+        tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 0.0, 6.0,
+                           fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", payload="reciprocal_mul")),
+        fixed_dims=True,
+        non_finite=NonFinitePolicy(
+            UNDEFINED, UNDEFINED, "scale 0x00 (no floor) and every value a zero of its sign: 0x0, a -0.0 0x8 "
+            "(0x0 under fp4_negative_zero=positive)",
+            "the fork's writer takes the tile's amax with fmaxf, which drops a NaN, and converts with "
+            "cvt.rn.satfinite.e2m1x2.f32, whose NaN and inf results PTX does not state; a zero scale's reciprocal is "
+            "0 in cvt_warp_fp16_to_fp4")),
     LayoutRecord(
         "V41", "DeepSeek V4.1: per block, each token's nope and rope both fp8 in tiles of 32, then every token's 16 "
         "ue8m0 tile scales (14 nope, 2 rope)", _v41_fields(ELEMENT_FP8, ELEMENT_UE8M0, 32),

@@ -189,8 +189,13 @@ class MlaLayout:
 
     @property
     def pad_bytes_per_token(self) -> int:
-        """Cache bytes that are padding: never written, never read."""
-        return self._bytes(_IN_CACHE, (Source.PAD,))
+        """Cache bytes that are padding: never read; never written, or written as 0 (a ``zero`` field)."""
+        return self._bytes(_IN_CACHE, (Source.PAD, Source.ZERO))
+
+    @property
+    def written_bytes_per_token(self) -> int:
+        """Cache bytes a writer stores per token: all but the padding it never writes."""
+        return self.bytes_per_token - self._bytes(_IN_CACHE, (Source.PAD,))
 
     @property
     def k_plus_v_equals_block(self) -> bool:

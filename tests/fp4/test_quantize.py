@@ -14,17 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from rtp_ref.fp4.e2m1 import NO_CODE
+from rtp_ref.fp4.e2m1 import NO_CODE, NegativeZero
+from rtp_ref.fp4.nvfp4 import NVFP4_VLLM, nvfp4_quantize
 from rtp_ref.fp4.quantize import (
     FP4_CONVENTIONS,
     MXFP4_OCP,
     V41_FP4,
     V41_FP4_TORCH,
     Fp4Conventions,
+    PayloadDivision,
     dequantize_row,
     fp4_conventions,
     quantize_row,
 )
+from rtp_ref.fp4.scales import AmaxDivision, ScaleElement, ScaleRounding, ScaleTraits
 from tests.fp4.oracles import E2M1_MAGNITUDES, exact_e4m3_code, float32, floor_log2, mul_one_sixth, rational_code, rn32
 from tests.fp8.oracles import spec_value
 from tests.processes import child_env
@@ -139,3 +142,28 @@ def test_package_names_resolve_and_import_without_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], env=child_env(REPO), cwd=REPO, capture_output=True,
                           text=True, check=False, timeout=120)
     assert (proc.returncode, proc.stdout.strip()) == (0, "False"), proc.stderr
+
+
+#: NVFP4 with an implicit global scale of 1 and no floor on the e4m3 scale (the 432-byte ``nvfp4_ds_mla`` record of
+#: local-inference-lab/vllm PR #82): the conventions rtp_ref.kv builds from that record's tile rule
+NO_FLOOR = Fp4Conventions(
+    "no_floor",
+    ScaleTraits(ScaleElement.E4M3FN, 16, ScaleRounding.RNE, AmaxDivision.MUL_ONE_SIXTH, (0.0, 448.0)),
+    PayloadDivision.RECIPROCAL_MUL, NegativeZero.KEEP, "test",
+)
+
+
+def test_an_e4m3_scale_with_no_floor_is_nvfp4_under_a_global_scale_of_one() -> None:
+    """The same bytes as rtp_ref.fp4.nvfp4 (its own formula, proven against numpy and ml_dtypes in test_nvfp4.py)
+    with k_scale = 1, tiny blocks included: their scale rounds to 0x00 and their values to zeros of their sign."""
+    x = random_rows(8, 64, seed=82)
+    x[0, :16] = 0.0
+    x[0, 3] = -0.0
+    x[1, 16:32] = torch.linspace(-3e-4, 2e-4, 16)  # amax / 6 below half of e4m3's smallest subnormal (2**-10)
+    got = quantize_row(x, NO_FLOOR)
+    want = nvfp4_quantize(x, torch.tensor(1.0), NVFP4_VLLM)
+    assert torch.equal(got.codes, want.codes) and torch.equal(got.scales, want.scales)
+    assert got.scales[0, 0] == 0 and got.scales[1, 1] == 0
+    signs = torch.signbit(x[1, 16:32]).to(torch.uint8) * 0x8
+    assert got.codes[1, 16:32].tolist() == signs.tolist()  # zeros of their sign: 0x8 for a negative value
+    assert got.codes[0, :16].tolist() == [0x8 if i == 3 else 0 for i in range(16)]

@@ -140,7 +140,8 @@ def test_scale_codes_refuse_non_finite_amax_and_unclamped_quotients() -> None:
         ({"block": 8}, "block must be 16 or 32"),
         ({"rounding": ScaleRounding.FLOAT_LOG2}, "an e4m3fn scale rounds by one of rne, bump"),
         ({"clamp": None}, "needs a clamp"),
-        ({"clamp": (0.0, 448.0)}, "0 < lo <= hi"),
+        ({"clamp": (-1.0, 448.0)}, "0 <= lo <= hi"),
+        ({"clamp": (2.0, 1.0)}, "0 <= lo <= hi"),
         ({"clamp": (1.0, 500.0)}, "hi <= 448"),
         ({"division": None}, "division is None exactly for floor_log2_exact"),
     ],
@@ -155,5 +156,7 @@ def test_ue8m0_traits_refuse_inconsistent_records() -> None:
         ScaleTraits(ScaleElement.UE8M0, 32, ScaleRounding.FLOAT_LOG2, AmaxDivision.DIV_SIX, (2.0**-130, 1.0))
     with pytest.raises(ValueError, match="takes no clamp"):
         ScaleTraits(ScaleElement.UE8M0, 32, ScaleRounding.FLOOR_LOG2_EXACT, None, (1.0, 2.0))
+    with pytest.raises(ValueError, match="0 < lo <= hi"):  # a ue8m0 scale is never 0
+        ScaleTraits(ScaleElement.UE8M0, 32, ScaleRounding.CEIL_LOG2_EXACT, AmaxDivision.DIV_SIX, (0.0, 1.0))
     with pytest.raises(ValueError, match="an ue8m0 scale rounds by one of"):
         ScaleTraits(ScaleElement.UE8M0, 32, ScaleRounding.RNE, AmaxDivision.DIV_SIX, (1.0, 2.0))

@@ -26,9 +26,10 @@ LAYOUTS = MLA_LAYOUT_NAMES
 #: read from the records would be compared with itself)
 BUNDLED = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
 #: the bundled layouts only the Triton writer of the compiled kernels writes, written out by hand: DeepSeek V4.1's,
-#: whose rope is tile-scaled and whose FP4 values are E2M1, and FlashMLA's NVFP4 record (the references and
-#: torch-eager write them too); the CUDA C++ writer and the compiled readers do not
-TRITON_ONLY = ("V41", "V41_FP4", "nvfp4_fp8_ds_mla")
+#: whose rope is tile-scaled and whose FP4 values are E2M1, FlashMLA's NVFP4 record, and the fork's 432-byte NVFP4
+#: record with its zero bytes (the references and torch-eager write them too); the CUDA C++ writer and the compiled
+#: readers do not
+TRITON_ONLY = ("V41", "V41_FP4", "nvfp4_fp8_ds_mla", "nvfp4_ds_mla_bf16rope")
 #: the layouts every compiled kernel (the triton and cuda writers, their readers) claims and is tested on
 COMPILED = tuple(name for name in LAYOUTS if name not in TRITON_ONLY)
 #: the input dtypes the kernels take, by their short names

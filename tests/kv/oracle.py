@@ -23,9 +23,12 @@ import torch
 FLT_MIN = float(np.finfo(np.float32).tiny)
 ML_FP8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
 FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
-LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact", "nvfp4_fp8_ds_mla", "V41", "V41_FP4")
+LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact", "nvfp4_fp8_ds_mla",
+           "nvfp4_ds_mla_bf16rope", "V41", "V41_FP4")
 #: FlashMLA's NVFP4 record: 256 E2M1 bytes, 64 e4m3 rope bytes, 32 e4m3 scales stored at 8 * (s & 3) + (s >> 2)
 NVFP4 = "nvfp4_fp8_ds_mla"
+#: local-inference-lab/vllm's 'nvfp4_ds_mla' (PR #82): 256 E2M1 bytes, 32 e4m3 scales, 16 zeros, 128 bf16 rope bytes
+FORK432 = "nvfp4_ds_mla_bf16rope"
 #: the layouts of DeepSeek V4's dims, 448 nope and 64 rope values (every other layout's default is 512 / 64)
 V4_DIMS = ("fp8_model1_mla", "V41", "V41_FP4")
 #: sglang's V4.1 records: (data bytes, scale bytes, values per scale) a token, from its KVLayout
@@ -76,6 +79,9 @@ def byte_map(layout: str, r: int, p: int) -> dict[str, tuple[int, int]]:
     if layout == NVFP4:
         assert (r, p) == (512, 64)
         return {"nope": (0, 256), "rope": (256, 64), "nope_scale": (320, 32)}
+    if layout == FORK432:
+        assert (r, p) == (512, 64)
+        return {"nope": (0, 256), "nope_scale": (256, 32), "zero": (288, 16), "rope": (304, 128)}
     if layout == "auto":
         return {"nope": (0, 2 * r), "rope": (2 * r, 2 * p)}
     if layout in PER_TENSOR:
@@ -92,7 +98,7 @@ def bytes_per_token(layout: str, r: int, p: int) -> int:
 
 
 def written_entry_bytes(layout: str, r: int, p: int) -> list[int]:
-    """Entry bytes a write sets: all but model1's pad byte."""
+    """Entry bytes a write sets: all but model1's pad byte (FORK432's zero bytes are written, as 0)."""
     return [offset + i for name, (offset, size) in byte_map(layout, r, p).items() if name != "pad" for i in range(size)]
 
 
@@ -172,6 +178,32 @@ def nvfp4_tile(tile: npt.NDArray[np.float32]) -> tuple[Bytes, np.uint8]:
     return codes, bits
 
 
+def fork432_tile(tile: npt.NDArray[np.float32]) -> tuple[Bytes, np.uint8]:
+    """One tile of 16 nope values as the fork's cvt_warp_fp16_to_fp4 states it with a global scale of 1: ``sf =
+    e4m3(amax * (1/6))`` to nearest even with no floor (448 at most), each code ``e2m1(x * (1 / sf))``, the
+    reciprocal rounded to float32; where ``sf`` is 0 the reciprocal is 0, so each code is a zero of its value's
+    sign."""
+    amax = np.float32(np.abs(tile).max())
+    target = np.float32(min(np.float32(amax * ONE_SIXTH), np.float32(448.0)))
+    sf = np.array([target], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    value = sf.astype(np.float32)[0]
+    reciprocal = np.float32(0.0) if value == 0 else np.float32(np.float32(1.0) / value)
+    quotient = (tile * reciprocal).astype(np.float32)
+    codes: Bytes = quotient.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    return codes, sf.view(np.uint8)[0]
+
+
+def _fork432_entry(x: npt.NDArray[np.float32], k_pe: torch.Tensor) -> Bytes:
+    """The fork's 432-byte record of one token: 512 nope codes packed (even index low), the 32 scales in tile
+    order, 16 zero bytes, the rope's 16-bit bits."""
+    data, scales = [], np.zeros(32, np.uint8)
+    for s in range(32):
+        codes, scale = fork432_tile(x[16 * s: 16 * s + 16])
+        data.append((codes[0::2] | (codes[1::2] << 4)).astype(np.uint8))
+        scales[s] = scale
+    return np.concatenate([*data, scales, np.zeros(16, np.uint8), _bits16(k_pe)])
+
+
 def _nvfp4_entry(c: Contract, x: npt.NDArray[np.float32], rope: npt.NDArray[np.float32]) -> Bytes:
     """The NVFP4 record of one token: 512 nope codes packed (even index low), the rope as e4m3 (no scale), then the
     32 scales, scale s at byte 8 * (s & 3) + (s >> 2) of the scale area (FlashMLA ``nvfp4_sf_byte``)."""
@@ -208,6 +240,8 @@ def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Ten
         return _v41_entry(layout, c, np.concatenate([x, k_pe.to(torch.float32).numpy()]))
     if layout == NVFP4:
         return _nvfp4_entry(c, x, k_pe.to(torch.float32).numpy())
+    if layout == FORK432:
+        return _fork432_entry(x, k_pe)
     if layout == "auto":
         return np.concatenate([_bits16(kv_c), _bits16(k_pe)])
     if layout in PER_TENSOR:
@@ -254,6 +288,11 @@ def decode_entry(
         scales = np.array([stored[8 * (s & 3) + (s >> 2)] for s in range(32)], np.float32)
         nope = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32) * np.repeat(scales, 16)
         return nope, fields["rope"].view(ML_FP8[c.fp8]).astype(np.float32)
+    if layout == FORK432:
+        raw = fields["nope"]
+        codes = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(-1).astype(np.uint8)
+        stored = fields["nope_scale"].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+        return codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32) * np.repeat(stored, 16), bits16(fields["rope"])
     values = fields["nope"].view(ML_FP8[c.fp8]).astype(np.float32)
     if layout in PER_TENSOR:
         s = np.float32(scale)

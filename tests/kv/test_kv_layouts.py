@@ -46,6 +46,12 @@ SOURCE_MAPS = {
     "nvfp4_fp8_ds_mla": {
         "per_token": [("nope", 0, 256, "e2m1"), ("rope", 256, 64, "fp8"), ("nope_scale", 320, 32, "e4m3fn")],
     },
+    # local-inference-lab/vllm PR #82's 'nvfp4_ds_mla' (concat_and_cache_nvfp4_mla_kernel): [0, 256) E2M1 nope,
+    # [256, 288) e4m3 scales, [288, 304) zeros, [304, 432) bf16 rope
+    "nvfp4_ds_mla_bf16rope": {
+        "per_token": [("nope", 0, 256, "e2m1"), ("nope_scale", 256, 32, "e4m3fn"), ("zero", 288, 16, "pad"),
+                      ("rope", 304, 128, "bf16/fp16")],
+    },
     "V41_FP4": {
         "per_token": [("nope", 0, 224, "e2m1"), ("rope", 224, 32, "e2m1")],
         "block_trailing": [("nope_scale", 0, 28, "e4m3fn"), ("rope_scale", 28, 4, "e4m3fn")],
@@ -57,7 +63,8 @@ SOURCE_MAPS = {
 }
 # Whether k + v covers the block, from the byte maps above: only layouts with no scale or pad inside.
 K_PLUS_V_IS_BLOCK = {"auto": True, "fp8": True, "fp8_ds_mla": False, "fp8_model1_mla": False, "fp8_rocm_compact": True,
-                     "nvfp4_fp8_ds_mla": False, "V41": False, "V41_FP4": False, "fp8_ds_mla_3buffer": False}
+                     "nvfp4_fp8_ds_mla": False, "nvfp4_ds_mla_bf16rope": False, "V41": False, "V41_FP4": False,
+                     "fp8_ds_mla_3buffer": False}
 
 
 def _fields_by_placement(layout: MlaLayout, fp8: str) -> dict[str, list[tuple[str, int, int, str]]]:
@@ -92,7 +99,8 @@ def test_byte_counts_are_the_sum_of_the_byte_map(name: str) -> None:
     assert layout.k_bytes_per_token == size["nope"]
     assert layout.v_bytes_per_token == size["rope"]
     assert layout.scale_bytes_per_token == size.get("nope_scale", 0) + size.get("rope_scale", 0)
-    assert layout.pad_bytes_per_token == size.get("pad", 0)
+    assert layout.pad_bytes_per_token == size.get("pad", 0) + size.get("zero", 0)
+    assert layout.written_bytes_per_token == layout.bytes_per_token - size.get("pad", 0)
 
 
 @pytest.mark.parametrize("name", ALL_LAYOUT_NAMES)

@@ -1,6 +1,7 @@
 """Mutants of the FP4 MLA records: DeepSeek V4.1's V41_FP4 and FlashMLA's NVFP4 record (nvfp4_fp8_ds_mla), each the
 reference writer with one convention of the field in place of the record's, loaded into a certify run through
-``RTP_REF_KERNELS=tests.mutants.fp4_mutants:mutants`` (``:nvfp4_mutants`` for the NVFP4 ones); and writers of the
+``RTP_REF_KERNELS=tests.mutants.fp4_mutants:mutants`` (``:nvfp4_mutants`` for the NVFP4 ones, ``:fork432_mutants``
+for those of local-inference-lab/vllm's 432-byte record); and writers of the
 indexer's ``mxfp4`` cache that follow another MXFP4 quantizer's conventions (``:mxfp4_mutants``).
 
 ``EXPECTED`` names, for each, the check that catches it and the flags the diagnosis must name (None: no flag
@@ -24,7 +25,7 @@ from rtp_ref.fp4.scales import AmaxDivision, ScaleElement
 from rtp_ref.fp8.ue8m0 import decode_ue8m0
 from rtp_ref.kernels.protocol import UnsupportedLayoutError
 from rtp_ref.kv.entries import encode_entries
-from rtp_ref.kv.fields import ELEMENT_E2M1
+from rtp_ref.kv.fields import ELEMENT_E2M1, Source
 from rtp_ref.kv.indexer import MXFP4_INDEXER, MXFP4_NON_FINITE, IndexerLayout, indexer_layout_for, mxfp4_codes
 from rtp_ref.kv.layouts import MlaLayout
 from rtp_ref.ops import INDEXER_OP
@@ -128,6 +129,53 @@ NVFP4_EXPECTED: dict[type[Mutant], str] = {
 def nvfp4_mutants() -> list[object]:
     """The entry point for ``RTP_REF_KERNELS``: one instance of every NVFP4 mutant."""
     return [cls() for cls in NVFP4_EXPECTED]
+
+
+class _Fork432Mutant(Mutant):
+    """An nvfp4_ds_mla_bf16rope writer (local-inference-lab/vllm's 432-byte record): the reference with one of its
+    conventions changed."""
+
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("nvfp4_ds_mla_bf16rope",)
+
+
+class ZeroBytesNotWritten(_Fork432Mutant):
+    """Leaves the record's 16 zero bytes as it found them, as if they were padding no writer touches."""
+
+    name = "mutant-fork432-zero-bytes-not-written"
+
+    def write(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+              slots: torch.Tensor, scale: torch.Tensor) -> None:
+        unwritten = tuple(dataclasses.replace(f, source=Source.PAD) if f.source is Source.ZERO else f
+                          for f in layout.fields)
+        super().write(dataclasses.replace(layout, fields=unwritten), kv_c, k_pe, kv_cache, slots, scale)
+
+
+class FlooredScale(_Fork432Mutant):
+    """Floors ``amax * (1/6)`` at 2^-9, as FlashMLA's NVFP4 record does: an all-zero tile gets scale 0x01, not the
+    fork's 0x00."""
+
+    name = "mutant-fork432-floored-scale"
+
+    def entries(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        f = layout.field("nope_scale")
+        spec = f.tile_scale
+        assert spec is not None and spec.fp4 is not None
+        floored = dataclasses.replace(spec, floor=2.0**-9, fp4=dataclasses.replace(
+            spec.fp4, scale=dataclasses.replace(spec.fp4.scale, clamp=(2.0**-9, 448.0))))
+        fields = tuple(dataclasses.replace(g, tile_scale=floored) if g.name == f.name else g for g in layout.fields)
+        return encode_entries(dataclasses.replace(layout, fields=fields), kv_c, k_pe, scale)
+
+
+#: each mutant of the fork's record -> the check that must catch it in a certify run
+FORK432_EXPECTED: dict[type[Mutant], str] = {
+    ZeroBytesNotWritten: "bit_exact.bytes",
+    FlooredScale: "numerics.scale_value",
+}
+
+
+def fork432_mutants() -> list[object]:
+    """The entry point for ``RTP_REF_KERNELS``: one instance of every mutant of the fork's 432-byte record."""
+    return [cls() for cls in FORK432_EXPECTED]
 
 
 class _Mxfp4Mutant:

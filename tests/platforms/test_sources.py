@@ -23,7 +23,7 @@ DOCS = REPO / "docs"
 GFX942 = (REPO / "platforms" / "rocm-gfx942.toml").read_text()
 #: the repositories docs/sources.md names as its sources, written here by hand
 KNOWN_REPOSITORIES = {"deepseek-ai/FlashMLA", "vllm-project/vllm", "ROCm/aiter", "alibaba/rtp-llm",
-                      "sgl-project/sglang", "ROCm/ATOM", "vllm-project/FlashMLA"}
+                      "sgl-project/sglang", "ROCm/ATOM", "vllm-project/FlashMLA", "local-inference-lab/vllm"}
 
 
 def uncited(platforms: list[Platform]) -> list[str]:
