@@ -47,6 +47,8 @@
 #                                      (emulated), then the FP4 kernel tests
 #   scripts/gpu_check.sh nvfp4         rcp.approx probed, the NVFP4 MHA Triton writer certified on cuda-sm100 and
 #                                      cuda-sm120 (emulated on sm90), mxfp4 indexer writers and readers, their tests
+#   scripts/gpu_check.sh fork432       the Triton MLA writer on nvfp4_ds_mla_bf16rope (its kernel tests) and the
+#                                      NVFP4 MHA writer's graph tier on cuda-sm100
 #   scripts/gpu_check.sh gatediag      the unit tests as gatetests runs them, each bounded by --timeout (stacks of a hang)
 #   scripts/gpu_check.sh padding       every built-in GPU writer certified natively under padding_slot=zero (every
 #                                      tier)
@@ -59,7 +61,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, gatediag or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -189,6 +191,15 @@ for stage in "$@"; do
     timeout -s INT 150 "$PYTEST" -q -p no:cacheprovider -n 8 --platform cpu tests/kernels/test_triton_nvfp4_mha.py \
       tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py tests/kv/test_nvfp4_mha.py \
       tests/kv/test_mxfp4_indexer.py 2>&1 | tail -15
+    ;;
+  fork432)
+    # after the fork's 432-byte NVFP4 MLA record and the nvfp4 graph case: the Triton MLA writer compiled here against
+    # the reference on that record, and the NVFP4 MHA writer in the graph tier (emulated on sm90)
+    { time timeout -s INT 60 "$RTP" certify --platform cuda-sm100 --kernel triton-mha --layout nvfp4 --tier graph \
+        --report "$reports/nvfp4-graph"; } > "$out/nvfp4-graph.log" 2>&1
+    echo "nvfp4 graph exit $?"; tail -6 "$out/nvfp4-graph.log"
+    timeout -s INT 90 "$PYTEST" -q -p no:cacheprovider -n 4 --platform cpu tests/kernels/test_triton.py \
+      -k bf16rope 2>&1 | tail -4
     ;;
   gatediag)
     # the unit tests as gatetests runs them, each test bounded (pytest-timeout dumps the stacks of one that hangs),
@@ -426,7 +437,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, gatediag or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag or verify" >&2; exit 2
     ;;
   esac
 done
