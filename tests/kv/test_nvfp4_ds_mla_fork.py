@@ -17,13 +17,10 @@ import torch
 from rtp_ref.kv.entries import encode_entries
 from rtp_ref.kv.layouts import layout_for_platform
 from rtp_ref.platform import load_platform
-from tests.deviations import cpu_table_verdict
 from tests.kv import oracle
-from tests.mutants.fp4_mutants import FORK432_EXPECTED
-from tests.processes import child_env
-from tests.zygote import shared_zygote
+from tests.kv.fp4_certify import certify_record_and_mutants
+from tests.mutants.fp4_mutants import FORK432_EXPECTED, ZeroBytesNotWritten
 
-REPO = Path(__file__).resolve().parents[2]
 NAME = oracle.FORK432
 LAYOUT = layout_for_platform(load_platform("cpu"), NAME)
 
@@ -47,20 +44,6 @@ def test_a_zero_tile_and_a_tiny_tile_store_scale_zero_and_zeros_of_their_sign() 
 def test_certify_the_writers_and_fail_each_mutant(tmp_path: Path) -> None:
     """The reference, torch-eager and the Triton writer certify the record bit-exact on the cpu table, and the
     reference gather reads it; each mutant fails by the check that names its fault."""
-    env = child_env(REPO, RTP_REF_KERNELS="tests.mutants.fp4_mutants:fork432_mutants")
-    mutants = [cls.name for cls in FORK432_EXPECTED]
-    argv = ["certify", "--platform", "cpu", "--report", str(tmp_path / "report"), "--layout", NAME, "-n", "0"]
-    for kernel in ("reference", "torch-eager", "triton", "reference-gather", *mutants):
-        argv += ["--kernel", kernel]
-    done = shared_zygote().run([*argv, "--", "-q"], env, tmp_path, timeout=600)
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    rows = {r["kernel"]: r["verdict"] for r in report["summary"]["by_kernel_layout"] if r["layout"] == NAME}
-    builtins = ("reference", "torch-eager", "triton", "reference-gather")
-    assert {k: rows[k] for k in builtins} == {k: cpu_table_verdict(k, NAME) for k in builtins}, rows
-    for cls, check in FORK432_EXPECTED.items():
-        assert rows[cls.name] == "failed", (cls.name, rows)
-        mine = [c for c in report["cases"] if c.get("kernel") == cls.name]
-        assert any(check in c.get("failed_checks", []) for c in mine), (cls.name, check)
-    unwritten = [c for c in report["cases"] if c.get("kernel") == mutants[0] and c.get("failed_checks")]
+    report = certify_record_and_mutants(NAME, "tests.mutants.fp4_mutants:fork432_mutants", FORK432_EXPECTED, tmp_path)
+    unwritten = [c for c in report["cases"] if c.get("kernel") == ZeroBytesNotWritten.name and c.get("failed_checks")]
     assert "not written" in json.dumps(unwritten[0]["checks"]), unwritten[0]["checks"]

@@ -24,13 +24,10 @@ from rtp_ref.kernels.triton_mla import TritonMlaKernel
 from rtp_ref.kv.entries import decode_entries, encode_entries
 from rtp_ref.kv.layouts import layout_for_platform
 from rtp_ref.platform import load_platform
-from tests.deviations import cpu_table_verdict
 from tests.kv import oracle
+from tests.kv.fp4_certify import certify_record_and_mutants
 from tests.mutants.fp4_mutants import NVFP4_EXPECTED
-from tests.processes import child_env
-from tests.zygote import shared_zygote
 
-REPO = Path(__file__).resolve().parents[2]
 NAME = "nvfp4_fp8_ds_mla"
 CPU = load_platform("cpu")
 #: a tile whose amax 0.17578125 gives the bumped scale 0.029296875 (e4m3 0x0F), and a value whose quotient by it is
@@ -107,21 +104,7 @@ def test_certify_the_writers_and_fail_each_mutant(tmp_path: Path) -> None:
     """The reference, torch-eager and the Triton writer certify the record bit-exact on the CPU table (torch-eager
     with its declared deviation where torch's CPU cast does not saturate); each NVFP4 mutant fails by the check that
     names its convention."""
-    env = child_env(REPO, RTP_REF_KERNELS="tests.mutants.fp4_mutants:nvfp4_mutants")
-    mutants = [cls.name for cls in NVFP4_EXPECTED]
-    argv = ["certify", "--platform", "cpu", "--report", str(tmp_path / "report"), "--layout", NAME, "-n", "0"]
-    for kernel in ("reference", "torch-eager", "triton", "reference-gather", *mutants):
-        argv += ["--kernel", kernel]
-    done = shared_zygote().run([*argv, "--", "-q"], env, tmp_path, timeout=600)
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    rows = {r["kernel"]: r["verdict"] for r in report["summary"]["by_kernel_layout"] if r["layout"] == NAME}
-    builtins = ("reference", "torch-eager", "triton", "reference-gather")
-    assert {k: rows[k] for k in builtins} == {k: cpu_table_verdict(k, NAME) for k in builtins}, rows
-    for cls, check in NVFP4_EXPECTED.items():
-        assert rows[cls.name] == "failed", (cls.name, rows)
-        mine = [c for c in report["cases"] if c.get("kernel") == cls.name]
-        assert any(check in c.get("failed_checks", []) for c in mine), (cls.name, check)
+    certify_record_and_mutants(NAME, "tests.mutants.fp4_mutants:nvfp4_mutants", NVFP4_EXPECTED, tmp_path)
 
 
 def test_layouts_lists_it_and_a_golden_file_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

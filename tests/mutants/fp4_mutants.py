@@ -110,13 +110,18 @@ class NearestScaleNotBumped(_Nvfp4Mutant):
     name = "mutant-nvfp4-scale-not-bumped"
 
     def entries(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        f = layout.field("nope_scale")
-        spec = f.tile_scale
-        assert spec is not None and spec.fp4 is not None
-        nearest = dataclasses.replace(spec, fp4=dataclasses.replace(
-            spec.fp4, scale=dataclasses.replace(spec.fp4.scale, rounding=ScaleRounding.RNE)))
-        fields = tuple(dataclasses.replace(g, tile_scale=nearest) if g.name == f.name else g for g in layout.fields)
-        return encode_entries(dataclasses.replace(layout, fields=fields), kv_c, k_pe, scale)
+        return encode_entries(_nope_scale_traits(layout, rounding=ScaleRounding.RNE), kv_c, k_pe, scale)
+
+
+def _nope_scale_traits(layout: MlaLayout, floor: float | None = None, **traits: object) -> MlaLayout:
+    """``layout`` with its nope scale's FP4 scale traits changed by ``traits`` (and its tile rule's ``floor``)."""
+    f = layout.field("nope_scale")
+    spec = f.tile_scale
+    assert spec is not None and spec.fp4 is not None
+    changed = dataclasses.replace(spec, floor=spec.floor if floor is None else floor, fp4=dataclasses.replace(
+        spec.fp4, scale=dataclasses.replace(spec.fp4.scale, **traits)))
+    fields = tuple(dataclasses.replace(g, tile_scale=changed) if g.name == f.name else g for g in layout.fields)
+    return dataclasses.replace(layout, fields=fields)
 
 
 #: each NVFP4 mutant -> the check that must catch it in a certify run
@@ -157,13 +162,7 @@ class FlooredScale(_Fork432Mutant):
     name = "mutant-fork432-floored-scale"
 
     def entries(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        f = layout.field("nope_scale")
-        spec = f.tile_scale
-        assert spec is not None and spec.fp4 is not None
-        floored = dataclasses.replace(spec, floor=2.0**-9, fp4=dataclasses.replace(
-            spec.fp4, scale=dataclasses.replace(spec.fp4.scale, clamp=(2.0**-9, 448.0))))
-        fields = tuple(dataclasses.replace(g, tile_scale=floored) if g.name == f.name else g for g in layout.fields)
-        return encode_entries(dataclasses.replace(layout, fields=fields), kv_c, k_pe, scale)
+        return encode_entries(_nope_scale_traits(layout, floor=2.0**-9, clamp=(2.0**-9, 448.0)), kv_c, k_pe, scale)
 
 
 #: each mutant of the fork's record -> the check that must catch it in a certify run
