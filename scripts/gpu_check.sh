@@ -114,7 +114,7 @@ for stage in "$@"; do
     { time timeout -s INT 280 "$RTP" certify --platform auto --tier all --report "$reports/auto"; } \
       > "$out/gate-certify.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -40
-    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist load --maxschedchunk 1 \
         --platform cpu -m "not large" --durations=60 --durations-min=3 tests; } > "$out/gate-tests.log" 2>&1
     grep -E "^(FAILED|ERROR)|passed|failed|^real|^[0-9.]+s " "$out/gate-tests.log" | tail -90
     echo "gate total: $(( $(date +%s) - start )) s"
@@ -142,7 +142,7 @@ for stage in "$@"; do
     { time timeout -s INT ${GATE_CERTIFY_BOUND:-170} "$RTP" certify --platform auto --tier all \
         --report "$reports/auto" -- --durations=${GATE_CERTIFY_DURATIONS:-12}; } > "$out/gate-certify.log" 2>&1
     echo "gate certify exit $?"; grep -vE " certified +bit_exact| raises as required" "$out/gate-certify.log" | tail -45
-    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -q -p no:cacheprovider -n auto --dist load --maxschedchunk 1 \
         --platform cpu -m "not large" --durations=${GATE_DURATIONS:-25} --durations-min=${GATE_DURATIONS_MIN:-3} tests; } > "$out/gate-tests.log" 2>&1
     echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real" "$out/gate-tests.log" | tail -40
     echo "gate total: $(( $(date +%s) - start )) s"
@@ -155,7 +155,7 @@ for stage in "$@"; do
     ;;
   gatetests)
     # the unit tests as tox -e cuda runs them (after certify built the kernels, or building them), timed, bounded
-    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist load \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-270} "$PYTEST" -q -p no:cacheprovider -n auto --dist load --maxschedchunk 1 \
         --platform cpu -m "not large" --durations=40 --durations-min=4 tests; } > "$out/gate-tests.log" 2>&1
     echo "gate tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed|^real|^user|^[0-9.]+s " "$out/gate-tests.log" | tail -60
     ;;
@@ -211,7 +211,7 @@ for stage in "$@"; do
     done
     # each result line stamped with the seconds since the start: per worker, when it was busy and with what
     started=$(date +%s.%N)
-    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -v -p no:cacheprovider -n auto --dist load \
+    { time timeout -s INT ${GATE_TESTS_BOUND:-200} "$PYTEST" -v -p no:cacheprovider -n auto --dist load --maxschedchunk 1 \
         --platform cpu -m "not large" --timeout ${TEST_TIMEOUT:-90} --timeout-method thread -rfE \
         --durations=0 --durations-min=0.5 tests; } 2>&1 | while IFS= read -r line; do
           printf '%.1f %s\n' "$(echo "$(date +%s.%N) - $started" | bc)" "$line"; done > "$out/gate-diag.log"

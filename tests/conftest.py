@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 import torch
 
 from rtp_ref.certify.cores import THREADS_VARIABLE
 from rtp_ref.pytest_plugin import activate
+
+T = TypeVar("T")
 
 DEVICES = [
     pytest.param("cpu", id="cpu"),
@@ -28,10 +31,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: the tests that each take 20 s to 2 minutes on a 16-core GPU host (real certify runs, a CUDA build, pip installs,
-#: torch.compile's first compile), longest first, as tox -e cuda measured them on an H100 on 2026-12-06: they are
-#: collected first, so that xdist's ``load`` scheduling, which deals the first tests out one to each worker, starts
-#: them at once. Collected last, as before, they started after a minute or more and held the run's end: about 100 s
-#: of work per worker, 215 s in all.
+#: torch.compile's first compile), longest first, as tox -e cuda measured them on an H100 on 2026-12-06. Collected
+#: last, they started after a minute or more and held the run's end. Collected first and together, xdist's ``load``
+#: scheduling (3.x) gave them all to one worker: it deals the first tests out in runs of consecutive ones (a quarter
+#: of a worker's share each), and an H100 run on 2026-12-07 spent 280 s on that worker's first three (103 + 80 + 68 s)
+#: while the other fifteen stood idle. So each goes first in its own pair (``long_tests_apart``), and tox -e cuda
+#: passes ``--maxschedchunk 1``, under which ``load`` deals the first tests out two to each worker.
 RUN_FIRST = (
     "tests/mutants/test_mutation_score.py::test_every_mutant_is_caught_by_its_check",
     "tests/vendor/test_cuda_example_package.py::test_cuda_kernels_are_certified_on_an_h200",
@@ -52,6 +57,16 @@ RUN_FIRST = (
 )
 
 
+def long_tests_apart(items: list[T], rank: Callable[[T], int], first: int) -> list[T]:
+    """``items`` with the long ones (``rank`` below ``first``) in rank order, each followed by one of the others,
+    then the rest of the others in their order: dealt out two at a time, each worker starts one long test."""
+    ranked = sorted(items, key=rank)  # stable: the others keep pytest's order
+    long = [item for item in ranked if rank(item) < first]
+    others = ranked[len(long):]
+    paired = [x for pair in zip(long, others) for x in pair]
+    return paired + long[len(others):] + others[len(long):]
+
+
 def first_rank(nodeid: str) -> int:
     """Where a test goes in the collection: its place in RUN_FIRST (a node id or the id of its parametrized
     function), after them every other test, in pytest's order."""
@@ -60,7 +75,7 @@ def first_rank(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: first_rank(item.nodeid))  # stable: the rest keep pytest's order
+    items[:] = long_tests_apart(items, lambda item: first_rank(item.nodeid), len(RUN_FIRST))
 
 
 def _one_thread_per_worker() -> None:

@@ -57,3 +57,49 @@ def test_the_tests_collected_first_exist() -> None:
         assert f"def {function}(" in (REPO / path).read_text(), nodeid
         assert first_rank(f"{nodeid}[some-param]") == rank
     assert first_rank("tests/test_hygiene.py::test_the_tests_collected_first_exist") == len(RUN_FIRST)
+
+
+def test_long_tests_go_first_each_in_a_pair_of_its_own() -> None:
+    from tests.conftest import long_tests_apart
+
+    items = ["a", "L1", "b", "c", "L0", "d"]
+    rank = {"L0": 0, "L1": 1}
+    assert long_tests_apart(items, lambda i: rank.get(i, 2), 2) == ["L0", "a", "L1", "b", "c", "d"]
+    # more long tests than others: the long ones left over follow
+    assert long_tests_apart(["L1", "x", "L0"], lambda i: rank.get(i, 2), 2) == ["L0", "x", "L1"]
+
+
+_ORDER = '''
+from tests.conftest import long_tests_apart
+
+def pytest_collection_modifyitems(items):
+    items[:] = long_tests_apart(items, lambda item: 0 if "long" in item.name else 1, 1)
+'''
+_DEALT = '''
+import os, pathlib, pytest
+
+@pytest.mark.parametrize("i", range(200))
+def test_short(i): pass
+
+@pytest.mark.parametrize("i", range(4))
+def test_long(i):
+    pathlib.Path(os.environ["DEALT"], f"long{i}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+'''
+
+
+def test_xdist_load_deals_each_worker_one_long_test_first(tmp_path: Path) -> None:
+    """What tox -e cuda relies on (tests/conftest.py RUN_FIRST): under ``--dist load --maxschedchunk 1`` xdist deals
+    the first tests out two to each worker, so with the long tests paired each worker starts one. Without the option
+    (xdist 3.8) the first worker gets a run of consecutive tests, all four long ones among them: the GPU gate's
+    280 s on one worker of sixteen."""
+    (tmp_path / "conftest.py").write_text(_ORDER)
+    (tmp_path / "test_dealt.py").write_text(_DEALT)
+    out = tmp_path / "dealt"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "4", "--dist", "load",
+                           "--maxschedchunk", "1", "-p", "no:rtp_ref", str(tmp_path / "test_dealt.py")],
+                          env=child_env(REPO, DEALT=str(out)), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = [(out / f"long{i}").read_text() for i in range(4)]
+    assert sorted(workers) == ["gw0", "gw1", "gw2", "gw3"], workers
