@@ -63,7 +63,7 @@ def long_tests_apart(items: list[T], rank: Callable[[T], int], first: int) -> li
     ranked = sorted(items, key=rank)  # stable: the others keep pytest's order
     long = [item for item in ranked if rank(item) < first]
     others = ranked[len(long):]
-    paired = [x for pair in zip(long, others) for x in pair]
+    paired = [x for pair in zip(long, others, strict=False) for x in pair]  # the shorter list ends the pairs
     return paired + long[len(others):] + others[len(long):]
 
 
