@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rtp_ref.errors import RtpRefError
+from rtp_ref.fp4.element import E2M1_ELEMENT
 from rtp_ref.fp8.elements import ELEMENT_TRAITS, nan_pin_problem
 from rtp_ref.fp8.formats import FP8_FORMATS, ConversionMode, Fp8Format
 from rtp_ref.grades import GRADES
@@ -152,6 +153,9 @@ class Platform:
         return [claim for claim, cited in self.citations.items() if not cited]
     #: whether certification needs a clean empty call (``[tolerances] require_hardening``)
     require_hardening: bool = False
+    #: FP4 formats (``e2m1``) the target converts to with one instruction (``[hardware] fp4_conversion``; empty: none,
+    #: so an FP4 cache is written there in software, and certified on this table elsewhere in emulation)
+    fp4_conversion: tuple[str, ...] = ()
     #: the other writer conventions the table accepts (``[[conventions]]``, in table order)
     conventions: tuple[Convention, ...] = ()
 
@@ -294,6 +298,8 @@ _HARDWARE: dict[str, _Key] = {
     "fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
     "triton_fp8_conversion": _Key("list of strings", _is_str_list, check=_each_one_of(tuple(sorted(FP8_FORMATS)))),
     "triton_fp8_since": _Key("string", lambda v: isinstance(v, str), required=False, check=_version),
+    # the FP4 element formats the target converts to with one instruction (E2M1: sm_100a and later, CDNA4)
+    "fp4_conversion": _Key("list of strings", _is_str_list, required=False, check=_each_one_of((E2M1_ELEMENT.name,))),
     # what the instruction writes for a NaN input, per format of fp8_conversion, with the source that shows it
     "fp8_nan": _Key("table of format = NaN pattern, and source", lambda v: isinstance(v, dict), required=False,
                     check=lambda v: _nan_table(v, sorted(FP8_FORMATS))),
@@ -482,6 +488,7 @@ def parse_platform(text: bytes, source: str) -> Platform:
         supported_layouts=tuple(data["layouts"]["supported"]),
         mha_variants=tuple(data["layouts"]["mha"]) if "mha" in data["layouts"] else None,
         fp8_conversion=tuple(hardware.get("fp8_conversion", ())),
+        fp4_conversion=tuple(hardware.get("fp4_conversion", ())),
         triton_fp8_conversion=tuple(hardware.get("triton_fp8_conversion", ())),
         triton_fp8_since=_parse_version(hardware["triton_fp8_since"]) if "triton_fp8_since" in hardware else None,
         hardware_nan=_patterns(hardware.get("fp8_nan")),

@@ -38,6 +38,8 @@ def _show(args: argparse.Namespace) -> int:
     fmt = p.element_format
     print(f"  fp8 element:     {fmt.name} (max {fmt.max_value:g}), conversion {p.conversion_mode.value}")
     print(f"  scale formats:   {', '.join(p.scale_formats)}")
+    print(f"  conversion:      fp8 {', '.join(p.fp8_conversion) or 'none'} in one instruction, fp4 "
+          f"{', '.join(p.fp4_conversion) or 'none'} (else in software)")
     print(f"  MLA layouts:     {', '.join(p.supported_layouts)}")
     print(f"  MHA variants:    {', '.join(p.mha_variants) if p.mha_variants is not None else 'every one'}")
     print("  layout flags:    " + ", ".join(f"{k}={v}" for k, v in p.layout_flags.items()))

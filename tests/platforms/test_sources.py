@@ -23,7 +23,8 @@ DOCS = REPO / "docs"
 GFX942 = (REPO / "platforms" / "rocm-gfx942.toml").read_text()
 #: the repositories docs/sources.md names as its sources, written here by hand
 KNOWN_REPOSITORIES = {"deepseek-ai/FlashMLA", "vllm-project/vllm", "ROCm/aiter", "alibaba/rtp-llm",
-                      "sgl-project/sglang", "ROCm/ATOM", "vllm-project/FlashMLA", "local-inference-lab/vllm"}
+                      "sgl-project/sglang", "ROCm/ATOM", "vllm-project/FlashMLA", "local-inference-lab/vllm",
+                      "ROCm/composable_kernel"}
 
 
 def uncited(platforms: list[Platform]) -> list[str]:
@@ -92,9 +93,9 @@ def test_a_users_table_without_sources_loads_and_lists_its_uncited_claims(
     assert "layouts.fp8_ds_mla" in platform.uncited_claims() and "reader" not in platform.uncited_claims()
     assert main(["platforms", "show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "sources:         4 of 27 claims cite one; without a source: fp8.element_format, " in out
+    assert "sources:         4 of 28 claims cite one; without a source: fp8.element_format, " in out
     assert main(["platforms", "show", "rocm-gfx942"]) == 0
-    assert "sources:         27 of 27 claims cite one\n" in capsys.readouterr().out
+    assert "sources:         28 of 28 claims cite one\n" in capsys.readouterr().out
 
 
 def _anchors(page: Path) -> set[str]:
@@ -153,3 +154,16 @@ def test_a_reader_may_read_only_layouts_that_exist() -> None:
     bad = GFX942.replace('reads = ["fp8", "fp8_rocm_compact", "fp8_ds_mla_3buffer"]', 'reads = ["fp8_ds_mla_4buffer"]')
     with pytest.raises(RtpRefError, match=r"\[reader\]: key 'reads' has \['fp8_ds_mla_4buffer'\]; unknown"):
         parse_platform(bad.encode(), "copy.toml")
+
+
+def test_fp4_conversion_is_data_and_refuses_an_unknown_format(capsys: pytest.CaptureFixture[str]) -> None:
+    """The tables of targets with an E2M1 conversion instruction say so; others list none; `platforms show`
+    prints both conversions."""
+    assert {p.name: p.fp4_conversion for p in all_platforms()} == {
+        "cpu": (), "cuda-sm90": (), "cuda-sm100": ("e2m1",), "cuda-sm120": ("e2m1",), "rocm-gfx942": (),
+        "rocm-gfx950": ("e2m1",)}
+    with pytest.raises(RtpRefError, match=r"fp4_conversion.*unknown \['mxfp4'\]; valid values: e2m1"):
+        parse_platform(GFX942.replace("fp4_conversion = []", 'fp4_conversion = ["mxfp4"]').encode(), "copy.toml")
+    assert main(["platforms", "show", "cuda-sm100"]) == 0
+    assert "  conversion:      fp8 e4m3fn, e5m2 in one instruction, fp4 e2m1 (else in software)\n" in \
+        capsys.readouterr().out
