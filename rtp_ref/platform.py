@@ -39,7 +39,7 @@ from rtp_ref.grades import GRADES
 from rtp_ref.kv.flags import FLAG_SPECS, check_flag_table, check_flag_values
 from rtp_ref.kv.layout_records import ALL_LAYOUT_NAMES
 from rtp_ref.kv.layout_records import MLA_LAYOUT_NAMES as MLA_LAYOUT_NAMES  # re-exported: one list
-from rtp_ref.kv.mha_indexer_records import MHA_VARIANTS
+from rtp_ref.kv.mha_indexer_records import INDEXER_VARIANTS, MHA_VARIANTS
 from rtp_ref.kv.op_names import INDEXER_OP, MHA_OP, MLA_OP
 from rtp_ref.kv.reader_convention import TILE_SCALE_READS, ReaderConvention
 
@@ -67,6 +67,7 @@ _CITATION = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+@[0-9a-f]{7,40}:[\w./+-]+(?:#
                        r"|docs/[\w-]+\.md#[a-z0-9-]+")
 #: the MHA paged cache's variant names (``[layouts] mha`` lists some of them)
 MHA_VARIANT_NAMES = tuple(r.name for r in MHA_VARIANTS)
+INDEXER_VARIANT_NAMES = tuple(r.name for r in INDEXER_VARIANTS)
 #: the sections whose every key is a claim (``[layouts] supported`` makes one claim per layout)
 _CITED_SECTIONS = ("fp8", "hardware", "layout_flags", "layout_bytes")
 
@@ -145,6 +146,8 @@ class Platform:
     #: the MHA paged cache's variants the target supports (``[layouts] mha``; None: every one, as for a table
     #: written before the list existed)
     mha_variants: tuple[str, ...] | None = None
+    #: the indexer cache's variants (``scale_fmt``) the target supports (``[layouts] indexer``; None: every one)
+    indexer_variants: tuple[str, ...] | None = None
     #: each claim's key (``claim_keys``, plus ``reader`` and ``deviations.N``) -> its citations (empty: uncited)
     citations: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
@@ -275,6 +278,8 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         # the MHA paged cache's variants (every one where the key is absent): NVFP4 needs an FP4-converting GPU's
         # readers
         "mha": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(MHA_VARIANT_NAMES)),
+        # the DeepSeek indexer cache's scale formats (every one where the key is absent): mxfp4 needs its reader
+        "indexer": _Key("list of strings", _is_str_list, required=False, check=_each_one_of(INDEXER_VARIANT_NAMES)),
     },
     # Bytes per token of each supported layout at R=512/P=64 (model1 448/64), written by hand from the
     # kernels' sources: an independent statement that tests/kv compares with what rtp_ref.kv derives.
@@ -423,11 +428,12 @@ def _validate_conventions(path: str, conventions: Any) -> None:
 def claim_keys(data: Mapping[str, Any]) -> list[str]:
     """The ``[sources]`` keys of a validated table's claims, in table order: ``SECTION.KEY`` for each key of
     ``[fp8]``, ``[hardware]``, ``[layout_flags]`` and ``[layout_bytes]``, ``layouts.NAME`` for each supported layout,
-    ``layouts.mha.NAME`` for each MHA variant listed.
+    ``layouts.mha.NAME`` for each MHA variant listed, ``layouts.indexer.NAME`` for each indexer variant listed.
     (``[reader]`` and each ``[[deviations]]`` cite in their own ``source``.)"""
     keys = [f"{section}.{key}" for section in _CITED_SECTIONS for key in data.get(section, {})]
     return keys + [f"layouts.{name}" for name in data["layouts"]["supported"]] + [
-        f"layouts.mha.{name}" for name in data["layouts"].get("mha", ())]
+        f"layouts.mha.{name}" for name in data["layouts"].get("mha", ())] + [
+        f"layouts.indexer.{name}" for name in data["layouts"].get("indexer", ())]
 
 
 def citations_in(text: str) -> tuple[str, ...]:
@@ -487,6 +493,7 @@ def parse_platform(text: bytes, source: str) -> Platform:
         scale_formats=tuple(fp8["scale_formats"]),
         supported_layouts=tuple(data["layouts"]["supported"]),
         mha_variants=tuple(data["layouts"]["mha"]) if "mha" in data["layouts"] else None,
+        indexer_variants=tuple(data["layouts"]["indexer"]) if "indexer" in data["layouts"] else None,
         fp8_conversion=tuple(hardware.get("fp8_conversion", ())),
         fp4_conversion=tuple(hardware.get("fp4_conversion", ())),
         triton_fp8_conversion=tuple(hardware.get("triton_fp8_conversion", ())),

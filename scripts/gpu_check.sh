@@ -185,7 +185,7 @@ for stage in "$@"; do
           --tier all --report "$reports/nvfp4-$table"; } > "$out/nvfp4-$table.log" 2>&1
       echo "nvfp4 $table exit $?"; grep -vE " certified +bit_exact| raises as required|^SKIPPED" "$out/nvfp4-$table.log" | tail -15
     done
-    { time timeout -s INT ${FP4_BOUND:-150} "$RTP" certify --platform cuda-sm90 --kernel triton-indexer --kernel cuda-indexer \
+    { time timeout -s INT ${FP4_BOUND:-150} "$RTP" certify --platform cuda-sm100 --kernel triton-indexer --kernel cuda-indexer \
         --kernel triton-indexer-gather --kernel cuda-indexer-gather --layout mxfp4 --tier all --report "$reports/mxfp4"; } > "$out/mxfp4.log" 2>&1
     echo "mxfp4 exit $?"; grep -vE " certified +bit_exact| raises as required|^SKIPPED" "$out/mxfp4.log" | tail -15
     timeout -s INT 150 "$PYTEST" -q -p no:cacheprovider -n 8 --platform cpu tests/kernels/test_triton_nvfp4_mha.py \

@@ -42,6 +42,8 @@ def _show(args: argparse.Namespace) -> int:
           f"{', '.join(p.fp4_conversion) or 'none'} (else in software)")
     print(f"  MLA layouts:     {', '.join(p.supported_layouts)}")
     print(f"  MHA variants:    {', '.join(p.mha_variants) if p.mha_variants is not None else 'every one'}")
+    indexer = p.indexer_variants
+    print(f"  indexer formats: {', '.join(indexer) if indexer is not None else 'every one'}")
     print("  layout flags:    " + ", ".join(f"{k}={v}" for k, v in p.layout_flags.items()))
     print(f"  tolerances:      numerics within {p.numerics_max_ulp:g} ulp; required grade {p.required_grade}")
     for d in p.deviations:

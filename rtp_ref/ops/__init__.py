@@ -86,13 +86,14 @@ def claimed_variants(kernel: object) -> tuple[str, ...]:
 
 def supported_variants(platform: Platform, op: str) -> tuple[str, ...]:
     """The variants of ``op`` a platform table supports: its ``supported_layouts`` for the MLA ops (write and
-    gather), its ``mha_variants`` for the MHA write (every one when the table lists none); every variant of the
-    indexer ops."""
+    gather), its ``mha_variants`` for the MHA write and its ``indexer_variants`` for the indexer ops (write and
+    gather); every variant of the op where the table lists none."""
     family = OPS[op].family
     if family == "mla":
         return tuple(platform.supported_layouts)
-    if family == "mha" and platform.mha_variants is not None:
-        return tuple(v for v in OPS[op].variants if v in platform.mha_variants)
+    listed = {"mha": platform.mha_variants, "indexer": platform.indexer_variants}.get(family)
+    if listed is not None:
+        return tuple(v for v in OPS[op].variants if v in listed)
     return OPS[op].variants
 
 

@@ -30,9 +30,9 @@ def test_every_ops_reference_certifies_past_4_gib(tmp_path: Path) -> None:
                      timeout=300)
     assert report["_exit_code"] == 0
     rows = _rows(report)
-    # eight MLA layouts on the cpu table (five fp8/16-bit, V41, V41_FP4, nvfp4_fp8_ds_mla), four MHA variants (auto,
-    # fp8, fp8_e5m2, nvfp4), three indexer scale formats (none, ue8m0, mxfp4)
-    assert len(rows) == 15
+    # nine MLA layouts on the cpu table (five fp8/16-bit, V41, V41_FP4, nvfp4_fp8_ds_mla, nvfp4_ds_mla_bf16rope), four
+    # MHA variants (auto, fp8, fp8_e5m2, nvfp4), three indexer scale formats (none, ue8m0, mxfp4)
+    assert len(rows) == 16
     assert set(rows.values()) == {("certified", "bit_exact")}
 
 

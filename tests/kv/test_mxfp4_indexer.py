@@ -30,7 +30,8 @@ from rtp_ref.kv.indexer import (
     indexer_layout_for,
     reference_indexer_k_quant_and_cache,
 )
-from rtp_ref.platform import load_platform
+from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, supported_variants
+from rtp_ref.platform import all_platforms, load_platform
 from tests.mutants.fp4_mutants import MXFP4_EXPECTED, Mxfp4FloatLog2
 from tests.processes import child_env
 from tests.zygote import shared_zygote
@@ -247,3 +248,16 @@ def test_certify_the_writers_and_readers_and_fail_each_mutant(tmp_path: Path) ->
         mine = [c for c in report["cases"] if c.get("kernel") == cls.name]
         assert any(check in c.get("failed_checks", []) for c in mine), (cls.name, check)
         assert any(named in c.get("diagnosis", "") for c in mine), (cls.name, [c.get("diagnosis") for c in mine])
+
+
+def test_only_the_tables_whose_readers_read_it_list_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``[layouts] indexer`` lists mxfp4 on the cpu and SM100 tables (its readers, DeepGEMM's FP4 MQA logits, are
+    SM100-only; gfx950's MXFP4 indexer is another page layout), the fp8 formats everywhere; a table without it refuses
+    the variant by name, for the write and the read alike."""
+    listing = {p.name: supported_variants(p, INDEXER_OP) for p in all_platforms()}
+    fp8_only = ("none", "ue8m0")
+    assert listing == {"cpu": (*fp8_only, "mxfp4"), "cuda-sm100": (*fp8_only, "mxfp4"), "cuda-sm120": fp8_only,
+                       "cuda-sm90": fp8_only, "rocm-gfx942": fp8_only, "rocm-gfx950": fp8_only}
+    assert all(supported_variants(p, INDEXER_GATHER_OP) == listing[p.name] for p in all_platforms())
+    assert main(["certify", "--platform", "cuda-sm90", "--layout", "mxfp4", "--report", "unused"]) == 2
+    assert "--layout 'mxfp4': platform cuda-sm90 does not support it" in capsys.readouterr().err
