@@ -188,7 +188,7 @@ BAD_INPUTS = [
     Bad("certify-unsupported-layout", ("certify", "--platform", "cuda-sm90", "--layout", "fp8_rocm_compact",
                                        "--report", "{tmp}/rep"),
         "--layout 'fp8_rocm_compact': platform cuda-sm90 does not support it; valid: auto, fp8, fp8_ds_mla, "
-        "fp8_e5m2, fp8_model1_mla, mxfp4, none, ue8m0", output="{tmp}/rep"),
+        "fp8_e5m2, fp8_model1_mla, none, ue8m0", output="{tmp}/rep"),
     Bad("certify-wrong-layout-bytes", ("certify", "--platform", "{wrong_bytes_table}", "--report", "{tmp}/rep"),
         "[layout_bytes]: fp8_ds_mla = 600, but the reference layout fp8_ds_mla has 656 bytes per token at "
         "kv_lora_rank 512, rope_dim 64; valid: fp8_ds_mla = 656", output="{tmp}/rep"),
