@@ -137,6 +137,17 @@ def _flag(spec: FlagSpec) -> dict[str, FlagSpec]:
     return {"flag": spec}
 
 
+def _choice(default: str, choices: tuple[str, ...], doc: str, stored_scale: bool = False) -> Any:
+    """A string CHOICE flag's dataclass field: ``default`` among ``choices``, documented by ``doc``."""
+    return field(default=default, metadata=_flag(FlagSpec(FlagKind.CHOICE, doc, choices, stored_scale=stored_scale)))
+
+
+def _convention(default: str, choices: tuple[str, ...], doc: str) -> Any:
+    """A string CHOICE flag writers may differ in (``FlagSpec.stored_scale``): a platform table's
+    ``[[conventions]]`` may set it."""
+    return _choice(default, choices, doc, stored_scale=True)
+
+
 @dataclass(frozen=True)
 class LayoutFlags:
     """The typed layout flags; build with ``resolve_flags``. ``FLAG_SPECS`` describes each one."""
@@ -211,70 +222,42 @@ class LayoutFlags:
         ),
     )
 
-    fp4_value_quotient: str = field(
-        default="ieee_div",
-        metadata=_flag(
-            FlagSpec(
-                FlagKind.CHOICE,
-                "how an FP4 layout divides a value by its tile's scale before rounding it to E2M1: ieee_div (x / s, "
-                "DeepSeek V4.1, sglang PR #39123) or reciprocal_mul (x * (1/s), the reciprocal rounded to float32, "
-                "which can land on the other side of an E2M1 tie); default ieee_div",
-                FP4_VALUE_QUOTIENTS,
-                stored_scale=True,
-            )
-        ),
+    fp4_value_quotient: str = _convention(
+        "ieee_div",
+        FP4_VALUE_QUOTIENTS,
+        "how an FP4 layout divides a value by its tile's scale before rounding it to E2M1: ieee_div (x / s, "
+        "DeepSeek V4.1, sglang PR #39123) or reciprocal_mul (x * (1/s), the reciprocal rounded to float32, "
+        "which can land on the other side of an E2M1 tie); default ieee_div",
     )
-    fp4_negative_zero: str = field(
-        default="keep",
-        metadata=_flag(
-            FlagSpec(
-                FlagKind.CHOICE,
-                "what an FP4 layout stores for a -0.0 quotient: keep (code 0x8: sglang's torch reference, FlashMLA, "
-                "ml_dtypes) or positive (code 0x0: sglang's newer kernel adds +0.0 first, PR #39123); a reader "
-                "decodes both as zero; default keep",
-                FP4_NEGATIVE_ZEROS,
-                stored_scale=True,
-            )
-        ),
+    fp4_negative_zero: str = _convention(
+        "keep",
+        FP4_NEGATIVE_ZEROS,
+        "what an FP4 layout stores for a -0.0 quotient: keep (code 0x8: sglang's torch reference, FlashMLA, "
+        "ml_dtypes) or positive (code 0x0: sglang's newer kernel adds +0.0 first, PR #39123); a reader "
+        "decodes both as zero; default keep",
     )
 
-    nvfp4_value_quotient: str = field(
-        default="reciprocal_mul",
-        metadata=_flag(
-            FlagSpec(
-                FlagKind.CHOICE,
-                "how the NVFP4 MHA cache divides a value by its block's decode scale s: reciprocal_mul (x * (1/s), "
-                "vLLM's and TensorRT-LLM's writers) or ieee_div (x / s); default reciprocal_mul",
-                FP4_VALUE_QUOTIENTS,
-                stored_scale=True,
-            )
-        ),
+    nvfp4_value_quotient: str = _convention(
+        "reciprocal_mul",
+        FP4_VALUE_QUOTIENTS,
+        "how the NVFP4 MHA cache divides a value by its block's decode scale s: reciprocal_mul (x * (1/s), "
+        "vLLM's and TensorRT-LLM's writers) or ieee_div (x / s); default reciprocal_mul",
     )
-    nvfp4_v_scale_order: str = field(
-        default="swizzled_4_token",
-        metadata=_flag(
-            FlagSpec(
-                FlagKind.CHOICE,
-                "the order of the NVFP4 MHA cache's V scales in a block (rtp_ref.kv.nvfp4_page): swizzled_4_token "
-                "(each 4 tokens' scales of a head stored transposed, as SM100's trtllm-gen attention reads them, and "
-                "vLLM's writer stores them on every GPU, vLLM #50084) or linear (SM120/121's readers, vLLM #55976); "
-                "the K scales are linear on both; default swizzled_4_token",
-                NVFP4_SCALE_ORDERS,
-            )
-        ),
+    nvfp4_v_scale_order: str = _choice(
+        "swizzled_4_token",
+        NVFP4_SCALE_ORDERS,
+        "the order of the NVFP4 MHA cache's V scales in a block (rtp_ref.kv.nvfp4_page): swizzled_4_token "
+        "(each 4 tokens' scales of a head stored transposed, as SM100's trtllm-gen attention reads them, and "
+        "vLLM's writer stores them on every GPU, vLLM #50084) or linear (SM120/121's readers, vLLM #55976); "
+        "the K scales are linear on both; default swizzled_4_token",
     )
 
-    padding_slot: str = field(
-        default="negative",
-        metadata=_flag(
-            FlagSpec(
-                FlagKind.CHOICE,
-                "the engine's padding convention (rtp_ref.kv.padding): negative (a negative slot writes nothing: "
-                "vLLM, rtp-llm) or zero (slot 0 is also padding, a reserved sink no write may change, real tokens "
-                "from slot 1: sglang's store_cache reserved_skip_index=0, sglang #32477); default negative",
-                PADDING_SLOTS,
-            )
-        ),
+    padding_slot: str = _choice(
+        "negative",
+        PADDING_SLOTS,
+        "the engine's padding convention (rtp_ref.kv.padding): negative (a negative slot writes nothing: "
+        "vLLM, rtp-llm) or zero (slot 0 is also padding, a reserved sink no write may change, real tokens "
+        "from slot 1: sglang's store_cache reserved_skip_index=0, sglang #32477); default negative",
     )
 
     def cache_format(self, platform_format: Fp8Format) -> Fp8Format:
