@@ -98,9 +98,7 @@ def nvfp4_quantize(x: torch.Tensor, k_scale: torch.Tensor, conventions: Nvfp4Con
     scales = torch.where(defined, scales, torch.zeros_like(scales))
     s = decode_scales(scales, g).unsqueeze(-1)
     blocks = x.to(torch.float32).reshape(*x.shape[:-1], n // NVFP4_BLOCK, NVFP4_BLOCK)
-    quotient = payload_quotient(blocks, s, conventions.payload)
-    # a zero scale stores every value as a zero of its sign, whichever the payload: the writer's reciprocal is 0
-    quotient = torch.where(s == 0, blocks * 0.0, quotient)
+    quotient = payload_quotient(blocks, s, conventions.payload)  # a zero scale gives zeros of the values' signs
     codes = encode(quotient, UNDEFINED, conventions.negative_zero)
     codes = torch.where(defined.unsqueeze(-1), codes, torch.full_like(codes, NO_CODE))
     return Fp4Quantized(codes.reshape(x.shape), scales, defined)

@@ -66,12 +66,13 @@ class Fp4Quantized:
 
 
 def payload_quotient(x: torch.Tensor, scale: torch.Tensor, division: PayloadDivision | str) -> torch.Tensor:
-    """float32 ``x / scale`` by ``division``; ``scale`` broadcasts against ``x`` and is on its device."""
+    """float32 ``x / scale`` by ``division``; ``scale`` broadcasts against ``x`` and is on its device. Where
+    ``scale`` is 0 (an e4m3 scale with no floor), ``x * 0``, a zero of ``x``'s sign, whichever the division: the
+    writers that allow a zero scale take 0, not 1/0, as its reciprocal."""
     xf = x.to(torch.float32)
     s = scale.to(torch.float32)
-    if PayloadDivision(division) is PayloadDivision.IEEE_DIV:
-        return xf / s
-    return xf * (torch.ones_like(s) / s)
+    q = xf / s if PayloadDivision(division) is PayloadDivision.IEEE_DIV else xf * (torch.ones_like(s) / s)
+    return torch.where(s == 0, xf * 0.0, q)
 
 
 def quantize_row(x: torch.Tensor, conventions: Fp4Conventions, scale_from: torch.Tensor | None = None) -> Fp4Quantized:
@@ -90,11 +91,7 @@ def quantize_row(x: torch.Tensor, conventions: Fp4Conventions, scale_from: torch
     scales = scale_codes(torch.where(defined, amax, torch.zeros_like(amax)), conventions.scale)
     scales = torch.where(defined, scales, torch.zeros_like(scales))
     blocks = x.to(torch.float32).reshape(*x.shape[:-1], n // block, block)
-    s = decode_scales(scales, conventions.scale).unsqueeze(-1)
-    q = payload_quotient(blocks, s, conventions.payload)
-    # a zero scale (an e4m3 clamp from 0: ScaleTraits) stores every value as a zero of its sign, whichever the
-    # payload: the writers that allow it take 0, not 1/0, as its reciprocal
-    q = torch.where(s == 0, blocks * 0.0, q)
+    q = payload_quotient(blocks, decode_scales(scales, conventions.scale).unsqueeze(-1), conventions.payload)
     codes = encode(q, UNDEFINED, conventions.negative_zero)
     codes = torch.where(defined.unsqueeze(-1), codes, torch.full_like(codes, NO_CODE))
     return Fp4Quantized(codes.reshape(x.shape), scales, defined)
