@@ -40,6 +40,7 @@
 #                                      slowest listed)
 #   scripts/gpu_check.sh verify        certify --platform all (every table, this host's GPU), then compute-sanitizer
 #                                      over every built-in GPU kernel of every op
+#   scripts/gpu_check.sh sanitize      compute-sanitizer over every built-in GPU kernel of every op (verify's second half)
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
 #   scripts/gpu_check.sh gatetests     the unit tests as tox -e cuda runs them, timed, the 40 slowest listed
 #   scripts/gpu_check.sh all           certify --platform all (every table on this host's GPU), timed
@@ -61,7 +62,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -120,11 +121,14 @@ for stage in "$@"; do
     echo "gate total: $(( $(date +%s) - start )) s"
     ;;
   verify)
-    # every built-in kernel on every table on this GPU, then compute-sanitizer over every built-in GPU kernel of
-    # every op on this GPU's table
+    # every built-in kernel on every table on this GPU, then (the sanitize stage) compute-sanitizer over every
+    # built-in GPU kernel of every op on this GPU's table
     { time timeout -s INT 330 "$RTP" certify --platform all --report "$reports/all"; } \
       > "$out/certify-all.log" 2>&1
     grep -vE " certified +bit_exact| raises as required" "$out/certify-all.log" | tail -50
+    "$0" sanitize
+    ;;
+  sanitize)
     { time timeout -s INT 150 "$RTP" memcheck --kernel triton --kernel cuda --platform auto \
         --case-timeout 120 --report "$reports/memcheck"; } > "$out/memcheck.log" 2>&1
     echo "memcheck exit $?"; grep -vE "  clean$" "$out/memcheck.log" | tail -20
@@ -437,7 +441,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize or verify" >&2; exit 2
     ;;
   esac
 done
