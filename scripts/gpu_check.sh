@@ -132,10 +132,11 @@ for stage in "$@"; do
     { time timeout -s INT 150 "$RTP" memcheck --kernel triton --kernel cuda --platform auto \
         --case-timeout 120 --report "$reports/memcheck"; } > "$out/memcheck.log" 2>&1
     echo "memcheck exit $?"; grep -vE "  clean$" "$out/memcheck.log" | tail -20
-    # the other ops' GPU kernels: their kernel tests under the sanitizer
+    # the other ops' GPU kernels and the FP4 Triton writers: their kernel tests under the sanitizer
     { time timeout -s INT 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$PYTEST" -q \
         -p no:cacheprovider --platform cpu tests/kernels/test_mha_indexer_kernels.py tests/kernels/test_gather_kernels.py \
-        -k "cuda or triton"; } > "$out/sanitizer.log" 2>&1
+        tests/kernels/test_triton_fp4.py tests/kernels/test_triton_nvfp4_mha.py -k "cuda or triton or fp4"; } \
+        > "$out/sanitizer.log" 2>&1
     echo "compute-sanitizer exit $?"; grep -E "ERROR SUMMARY|passed|failed|^real" "$out/sanitizer.log" | tail -8
     ;;
   gateall)
