@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rtp_ref.certify.signals import interrupts_held
-from rtp_ref.commands._output import add_json_flag, print_json, writable_dir
+from rtp_ref.commands._output import add_json_flag, positive_int, print_json, writable_dir
 from rtp_ref.suites.run import SUITES, check_impl, run_suite
 from rtp_ref.suites.verdict import Verdict, write_report
 
@@ -25,7 +25,8 @@ def _check(args: argparse.Namespace) -> int:
     out = writable_dir("--report", args.report) if args.report else None
     with tempfile.TemporaryDirectory(prefix="rtp-ref-check-") as work:
         junit = Path(work) / "junit.xml"
-        verdict = Verdict(suite.name, args.impl or "reference", tuple(run_suite(suite, args.impl, junit)))
+        outcomes = run_suite(suite, args.impl, junit, examples=args.examples)
+        verdict = Verdict(suite.name, args.impl or "reference", tuple(outcomes))
         if out is not None:
             with interrupts_held():
                 write_report(verdict, junit, out)
@@ -61,5 +62,9 @@ def register(sub: Any) -> None:
                             help=f"a callable returning a kit ({_PROTOCOL[name]}) over the implementation to check")
         parser.add_argument("--report", metavar="DIR",
                             help=f"also write check-{name}.json, check-{name}.md and junit.xml into DIR")
+        parser.add_argument("--examples", type=positive_int, metavar="N",
+                            help="hypothesis examples per property test (default: 60, the ci and dev profiles'); "
+                            "fewer for an implementation whose every example is slow (a generator run as a command "
+                            "starts a process per example)")
         add_json_flag(parser)
         parser.set_defaults(func=_check, suite=name)

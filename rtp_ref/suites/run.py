@@ -104,10 +104,11 @@ def _node_ids(suite: Suite, tests: Sequence[str]) -> list[str]:
 
 
 def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900,
-              tests: Sequence[str] = ()) -> list[Outcome]:
+              tests: Sequence[str] = (), examples: int | None = None) -> list[Outcome]:
     """Run ``suite`` against ``impl`` (None: the reference) in a child pytest; its JUnit XML goes to ``junit``.
-    ``tests`` (``module::name`` or ``module::name[params]``) runs only those, else every test. RtpRefError when
-    the child wrote no report (it could not start, or the kit broke collection)."""
+    ``tests`` (``module::name`` or ``module::name[params]``) runs only those, else every test; ``examples``: the
+    hypothesis examples of each property test (None: the profile's). RtpRefError when the child wrote no report
+    (it could not start, or the kit broke collection)."""
     with tempfile.TemporaryDirectory(prefix="rtp-ref-suite-") as work:
         # the child takes its kit from --impl only, and none of an outer pytest's (an xdist worker's) variables
         env = {k: v for k, v in os.environ.items()
@@ -120,7 +121,8 @@ def run_suite(suite: Suite, impl: str | None, junit: Path, timeout: float = 900,
             env[suite.impl_env] = impl
         (Path(work) / "pytest.ini").write_text("[pytest]\n")
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(Path(work) / "pytest.ini"),
-                   "--rootdir", str(SUITE_DIR), f"--junitxml={junit}", *_node_ids(suite, tests)]
+                   "--rootdir", str(SUITE_DIR), f"--junitxml={junit}",
+                   *([] if examples is None else ["--rtp-examples", str(examples)]), *_node_ids(suite, tests)]
         try:
             run = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
                                  check=False)

@@ -61,9 +61,12 @@ EMULATIONS = {
                               frozenset({"package_list", "package_loading", "loader_importer",
                                          "override_registration"})),
 }
-#: the reference, and the reference with its generator run as a command (the positive control of that form)
-REFERENCE_RUNS = {"args": ("args", None), "plugins": ("plugins", None),
-                  "args-command": ("args", "rtp_ref.suites.args.reference_command:reference_command_kit")}
+#: the reference, and the reference with its generator run as a command (the positive control of that form: a
+#: process per example, so 10 examples a property test, as a user of a command generator would run it, not 60)
+REFERENCE_RUNS: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
+    "args": ("args", None, ()), "plugins": ("plugins", None, ()),
+    "args-command": ("args", "rtp_ref.suites.args.reference_command:reference_command_kit", ("--examples", "10")),
+}
 _ASSERTION = ("AssertionError", "assert ", "Failed: ")
 
 
@@ -71,9 +74,11 @@ def _in_suite(suite: str, test: str) -> bool:
     return test.split("::", 1)[0] in {Path(m).stem for m in SUITES[suite].modules}
 
 
-def _check(suite: str, impl: str | None, cwd: Path, report: Path | None = None) -> tuple[int, str]:
-    """``rtp-ref check-SUITE [--impl IMPL] [--report REPORT]`` as a real process in ``cwd``: (exit, stdout)."""
-    argv = [f"check-{suite}", *(["--impl", impl] if impl else []), *(["--report", str(report)] if report else [])]
+def _check(suite: str, impl: str | None, cwd: Path, report: Path | None = None,
+           extra: tuple[str, ...] = ()) -> tuple[int, str]:
+    """``rtp-ref check-SUITE [--impl IMPL] [--report REPORT] EXTRA`` as a real process in ``cwd``: (exit, stdout)."""
+    argv = [f"check-{suite}", *(["--impl", impl] if impl else []), *(["--report", str(report)] if report else []),
+            *extra]
     run = shared_zygote().run(argv, child_env(), cwd, timeout=900)
     return run.returncode, run.stdout
 
@@ -81,8 +86,8 @@ def _check(suite: str, impl: str | None, cwd: Path, report: Path | None = None) 
 @pytest.mark.parametrize("run", REFERENCE_RUNS)
 def test_the_reference_passes_the_shipped_suites_and_writes_nothing_where_it_runs(run: str,
                                                                                    tmp_path: Path) -> None:
-    suite, impl = REFERENCE_RUNS[run]
-    code, out = _check(suite, impl, tmp_path)
+    suite, impl, extra = REFERENCE_RUNS[run]
+    code, out = _check(suite, impl, tmp_path, extra=extra)
     assert code == 0, out[-3000:]
     assert re.search(r"^\d+ passed, 0 failed$", out, flags=re.MULTILINE), out[-500:]
     assert list(tmp_path.iterdir()) == []  # no .hypothesis, no .pytest_cache, nothing

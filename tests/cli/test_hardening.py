@@ -165,6 +165,8 @@ BAD_INPUTS = [
     Bad("check-args-impl-not-callable", ("check-args", "--impl", "json:__name__"),
         "--impl 'json:__name__' names a str; valid: a callable returning a kit"),
     Bad("check-args-report-file", ("check-args", "--report", "{report}"), "is a file; valid: a directory"),
+    Bad("check-plugins-examples-zero", ("check-plugins", "--examples", "0"),
+        "argument --examples: '0' is not valid; valid: an integer >= 1"),
     # certify: checked before pytest starts, so no report directory appears
     Bad("certify-unknown-platform", ("certify", "--platform", "sm90", "--report", "{tmp}/rep"),
         "unknown platform 'sm90'; known platforms", output="{tmp}/rep"),
