@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from rtp_ref.certify.cores import THREADS_VARIABLE
 from rtp_ref.pytest_plugin import activate
-
-T = TypeVar("T")
+from tests.scheduling import long_tests_apart
 
 DEVICES = [
     pytest.param("cpu", id="cpu"),
@@ -55,16 +53,6 @@ RUN_FIRST = (
     "tests/certify/test_large_tier.py::test_32_bit_offset_mutants_pass_the_regular_tier",
     "tests/certify/test_certify_isolation.py::test_certify_from_a_wheel_in_a_venv_inside_a_hostile_project",
 )
-
-
-def long_tests_apart(items: list[T], rank: Callable[[T], int], first: int) -> list[T]:
-    """``items`` with the long ones (``rank`` below ``first``) in rank order, each followed by one of the others,
-    then the rest of the others in their order: dealt out two at a time, each worker starts one long test."""
-    ranked = sorted(items, key=rank)  # stable: the others keep pytest's order
-    long = [item for item in ranked if rank(item) < first]
-    others = ranked[len(long):]
-    paired = [x for pair in zip(long, others, strict=False) for x in pair]  # the shorter list ends the pairs
-    return paired + long[len(others):] + others[len(long):]
 
 
 def first_rank(nodeid: str) -> int:

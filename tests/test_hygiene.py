@@ -60,7 +60,7 @@ def test_the_tests_collected_first_exist() -> None:
 
 
 def test_long_tests_go_first_each_in_a_pair_of_its_own() -> None:
-    from tests.conftest import long_tests_apart
+    from tests.scheduling import long_tests_apart
 
     items = ["a", "L1", "b", "c", "L0", "d"]
     rank = {"L0": 0, "L1": 1}
@@ -70,7 +70,7 @@ def test_long_tests_go_first_each_in_a_pair_of_its_own() -> None:
 
 
 _ORDER = '''
-from tests.conftest import long_tests_apart
+from tests.scheduling import long_tests_apart
 
 def pytest_collection_modifyitems(items):
     items[:] = long_tests_apart(items, lambda item: 0 if "long" in item.name else 1, 1)

@@ -2,11 +2,14 @@
 
 Most of a fresh ``python -m rtp_ref.cli`` on a small machine is ``import torch`` (about 3 s of 4 on two
 cores), and the bad-input tables start dozens of them. A *zygote* is one child Python started once per test
-process that imports torch and then only waits: for each run it forks, and the fork sets the run's
+process that imports torch (and numpy, pytest, xdist, execnet and triton, the rest of what a certify run imports
+besides rtp_ref: a bad-input certify run took 0.62 s with torch alone, 0.36 s so) and then only waits: for each run
+it forks, and the fork sets the run's
 environment, working directory, ``sys.path`` additions and file-size limit, points fds 0-2 at /dev/null and
 two files, and executes ``rtp_ref.cli`` as ``__main__`` the way ``python -m`` does. Each run is therefore a
-process of its own with its own exit status and output; only torch is already imported. rtp_ref is not
-(``PYTHONPATH`` stand-ins such as a package that fails to import still take effect), and the zygote never
+process of its own with its own exit status and output; only those modules are already imported. rtp_ref is not
+(``PYTHONPATH`` stand-ins such as a package that fails to import still take effect), nor is hypothesis (it
+takes its default storage directory from the working directory at import), and the zygote never
 runs a torch operation, so no thread pool exists at the fork (an OpenMP pool in the parent would hang the
 child).
 
@@ -40,6 +43,11 @@ from tests.processes import child_env
 ZYGOTE = r"""
 import json, os, resource, runpy, sys, traceback
 import torch  # noqa: F401 (the point: imported once, before any fork)
+import numpy, pytest, xdist, execnet  # noqa: F401 (certify's own imports besides rtp_ref: 0.2-0.3 s of each run)
+try:
+    import triton  # noqa: F401
+except ImportError:  # an environment without the triton extra
+    pass
 
 def run(request):
     os.setpgid(0, 0)
