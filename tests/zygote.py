@@ -1,17 +1,16 @@
 """``rtp-ref`` run as a real process without paying torch's import for every run.
 
-Most of a fresh ``python -m rtp_ref.cli`` on a small machine is ``import torch`` (about 3 s of 4 on two
-cores), and the bad-input tables start dozens of them. A *zygote* is one child Python started once per test
-process that imports torch (and numpy, pytest, xdist, execnet and triton, the rest of what a certify run imports
-besides rtp_ref: a bad-input certify run took 0.62 s with torch alone, 0.36 s so) and then only waits: for each run
-it forks, and the fork sets the run's
-environment, working directory, ``sys.path`` additions and file-size limit, points fds 0-2 at /dev/null and
-two files, and executes ``rtp_ref.cli`` as ``__main__`` the way ``python -m`` does. Each run is therefore a
+Most of a fresh ``python -m rtp_ref.cli`` on a small machine is ``import torch`` (about 3 s of 4 on two cores), and
+the bad-input tables start dozens of them. A *zygote* is one child Python started once per test process that
+imports torch (and numpy, pytest and triton, most of what a certify run imports besides rtp_ref: a bad-input
+certify run took 0.62 s with torch alone, 0.27 s so) and then only waits: for each run it forks, and the fork sets
+the run's environment, working directory, ``sys.path`` additions and file-size limit, points fds 0-2 at /dev/null
+and two files, and executes ``rtp_ref.cli`` as ``__main__`` the way ``python -m`` does. Each run is therefore a
 process of its own with its own exit status and output; only those modules are already imported. rtp_ref is not
-(``PYTHONPATH`` stand-ins such as a package that fails to import still take effect), nor is hypothesis (it
-takes its default storage directory from the working directory at import), and the zygote never
-runs a torch operation, so no thread pool exists at the fork (an OpenMP pool in the parent would hang the
-child).
+(``PYTHONPATH`` stand-ins such as a package that fails to import still take effect), nor is hypothesis (it takes
+its default storage directory from the working directory at import), nor is xdist (its plugin freezes ``sys.path``
+at import for the workers it starts, and pytest warns that it cannot rewrite it), and the zygote never runs a torch
+operation, so no thread pool exists at the fork (an OpenMP pool in the parent would hang the child).
 
 Each run leads a process group of its own, so a run that outlives its timeout is ended with everything it
 started (a certify run's xdist workers). One zygote serves a whole test process (``shared_zygote``).
@@ -43,7 +42,7 @@ from tests.processes import child_env
 ZYGOTE = r"""
 import json, os, resource, runpy, sys, traceback
 import torch  # noqa: F401 (the point: imported once, before any fork)
-import numpy, pytest, xdist, execnet  # noqa: F401 (certify's own imports besides rtp_ref: 0.2-0.3 s of each run)
+import numpy, pytest  # noqa: F401 (with triton, certify's own imports besides rtp_ref: 0.2 s of each run)
 try:
     import triton  # noqa: F401
 except ImportError:  # an environment without the triton extra

@@ -10,6 +10,8 @@ import pytest
 pytest_plugins = ["pytester"]
 
 TESTS_CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
+#: the torch-free module of the test tree that tests/conftest.py imports (how long tests are dealt out)
+SCHEDULING = TESTS_CONFTEST.with_name("scheduling.py")
 
 SURVEYING_TESTS = """
 import pytest
@@ -28,6 +30,7 @@ def test_survey_lines_reach_the_terminal_summary(pytester: pytest.Pytester, xdis
     GPUs are hidden from it: two workers on a one-GPU host would (rightly) be refused a GPU each."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     pytester.makeconftest(TESTS_CONFTEST.read_text())
+    pytester.mkpydir("tests").joinpath("scheduling.py").write_text(SCHEDULING.read_text())
     pytester.makepyfile(SURVEYING_TESTS)
     result = pytester.runpytest_subprocess(*xdist, "-p", "no:cacheprovider", timeout=300)
     result.assert_outcomes(passed=4)
