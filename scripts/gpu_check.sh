@@ -377,10 +377,11 @@ for c in d['cases']:
       --kernel cuda-indexer
     ;;
   readbench)
-    # the readers in the bench (the MLA and indexer gathers, Triton and CUDA) at every size, each figure verified,
-    # timed and bounded
+    # the readers in the bench (the MLA and indexer gathers, Triton and CUDA) at every size (or $READBENCH_TOKENS),
+    # each figure verified, timed and bounded
     { time timeout -s INT ${READBENCH_BOUND:-420} "$RTP" bench --kernel triton-gather --kernel cuda-gather \
-        --kernel triton-indexer-gather --kernel cuda-indexer-gather --report "$out/bench"; } > "$out/readbench.log" 2>&1
+        --kernel triton-indexer-gather --kernel cuda-indexer-gather ${READBENCH_TOKENS:+--tokens $READBENCH_TOKENS} \
+        --report "$out/bench"; } > "$out/readbench.log" 2>&1
     echo "read bench exit $?"; tail -60 "$out/readbench.log"
     ;;
   mhaperf)
