@@ -26,14 +26,15 @@ def _check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="rtp-ref-check-") as work:
         junit = Path(work) / "junit.xml"
         outcomes = run_suite(suite, args.impl, junit, examples=args.examples)
-        verdict = Verdict(suite.name, args.impl or "reference", tuple(outcomes))
+        verdict = Verdict(suite.name, args.impl or "reference", tuple(outcomes), args.examples)
         if out is not None:
             with interrupts_held():
                 write_report(verdict, junit, out)
     if args.json:
         print_json(verdict.as_json())
     else:
-        print(f"rtp-ref check-{suite.name}: the {suite.name} behaviour suite against {verdict.impl}")
+        print(f"rtp-ref check-{suite.name}: the {suite.name} behaviour suite against {verdict.impl}"
+              f"{verdict.run_settings}")
         for line in verdict.lines():
             print(line)
         print(verdict.summary())

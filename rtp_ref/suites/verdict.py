@@ -26,6 +26,14 @@ class Verdict:
     suite: str
     impl: str
     outcomes: tuple[Outcome, ...]
+    #: hypothesis examples per property test when the run asked for a number (``--examples``), else None: the
+    #: profile's
+    examples: int | None = None
+
+    @property
+    def run_settings(self) -> str:
+        """`` (N hypothesis examples per property test)`` for a run that asked for N, else nothing."""
+        return "" if self.examples is None else f" ({self.examples} hypothesis examples per property test)"
 
     @property
     def failed(self) -> list[Outcome]:
@@ -77,7 +85,8 @@ class Verdict:
 
     def as_json(self) -> dict[str, Any]:
         """The verdict as one JSON document."""
-        return {"suite": self.suite, "impl": self.impl, "ok": self.ok, "summary": self.summary(),
+        return {"suite": self.suite, "impl": self.impl, "examples": self.examples, "ok": self.ok,
+                "summary": self.summary(),
                 "findings": [{"ref": f.ref if f else None, "what": f.what if f else "not a listed finding: a "
                               "behaviour of the shared contract", "tests": [vars(o) for o in tests]}
                              for f, tests in self.by_finding()],
@@ -98,7 +107,7 @@ class Verdict:
 
     def markdown(self) -> str:
         """The findings table and the absent features as markdown."""
-        rows = [f"# rtp-ref check-{self.suite}: {self.impl}", "", self.summary(), "",
+        rows = [f"# rtp-ref check-{self.suite}: {self.impl}", "", self.summary() + self.run_settings, "",
                 "| finding | what it is | failing tests |", "|---|---|---|"]
         for f, tests in self.by_finding():
             names = "<br>".join(f"`{o.test}`" for o in tests)

@@ -122,3 +122,11 @@ def test_require_and_refused_keyword_end_a_test_absent_only_for_the_feature_at_h
         raise TypeError("add_argument() got an unexpected keyword argument 'env_name'")
     with pytest.raises(pytest.fail.Exception, match="the kit has no load_packages, plugin_source"):
         require(_Kit(), "package_loading")
+
+
+def test_a_run_with_fewer_examples_says_so_in_its_report() -> None:
+    asked = Verdict("args", "my:kit", (Outcome("m::t", "passed", ""),), examples=10)
+    assert asked.as_json()["examples"] == 10
+    assert "1 passed, 0 failed (10 hypothesis examples per property test)" in asked.markdown().splitlines()
+    default = Verdict("args", "my:kit", (Outcome("m::t", "passed", ""),))
+    assert default.as_json()["examples"] is None and default.run_settings == ""
