@@ -209,17 +209,26 @@ def _shares_area(nope_mode: ValueMode, rope_mode: ValueMode, nope_scale: Field |
             and (nope_scale.element, nope_scale.placement) == (rope_scale.element, rope_scale.placement))
 
 
-def _zero_field(layout: MlaLayout, limits: PlanLimits) -> Field | None:
-    """The layout's ``zero`` field (None: it has none); UnsupportedLayoutError where the kernel writes none
-    (``limits.zero_pad``), or where there are several or one outside the token's data area."""
-    zeros = [f for f in layout.fields if f.source is Source.ZERO]
+def _zero_problem(fields: Collection[Field] | Collection[FieldRecord], limits: PlanLimits) -> str | None:
+    """Why a plan under ``limits`` cannot write the ``zero`` fields among ``fields`` (a layout's or its record's),
+    or None: a kernel without ``limits.zero_pad`` writes none, the others one, in the token's data area."""
+    zeros = [f for f in fields if f.source is Source.ZERO]
     if not zeros:
         return None
     if not limits.zero_pad:
-        raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel does not write zero padding")
+        return "this built-in kernel does not write zero padding"
     if len(zeros) > 1 or zeros[0].placement is not Placement.PER_TOKEN:
-        raise UnsupportedLayoutError(f"layout {layout.name}: the built-in kernels write one zero field, per token")
-    return zeros[0]
+        return "the built-in kernels write one zero field, per token"
+    return None
+
+
+def _zero_field(layout: MlaLayout, limits: PlanLimits) -> Field | None:
+    """The layout's ``zero`` field (None: it has none); UnsupportedLayoutError where the kernel cannot write it
+    (``_zero_problem``)."""
+    problem = _zero_problem(layout.fields, limits)
+    if problem is not None:
+        raise UnsupportedLayoutError(f"layout {layout.name}: {problem}")
+    return next((f for f in layout.fields if f.source is Source.ZERO), None)
 
 
 def block_shift_of(block_size: int) -> int:
@@ -256,8 +265,7 @@ def compiled_record(record: LayoutRecord, limits: PlanLimits = COMPILED_LIMITS) 
     ``limits.tiled_rope``, its scales placed as the nope's; a ``zero`` field only under ``limits.zero_pad``, one
     per token."""
     by_name = {f.name: f for f in record.fields}
-    zeros = [f for f in record.fields if f.source is Source.ZERO]
-    if zeros and not (limits.zero_pad and len(zeros) == 1 and zeros[0].placement is Placement.PER_TOKEN):
+    if _zero_problem(record.fields, limits) is not None:
         return False
     for f in record.fields:
         if f.source not in (Source.KV_C, Source.K_PE) or f.element == ELEMENT_INPUT16:
