@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from tests.mutants.test_mutation_score import certify
+from tests.mutants.test_mutation_score import certify, gpu_host_workers
 
 KERNELS = ["reference", "triton", "reference-mha", "triton-mha", "reference-indexer", "triton-indexer"]
 
@@ -16,8 +14,7 @@ KERNELS = ["reference", "triton", "reference-mha", "triton-mha", "reference-inde
 def test_every_op_certifies_a_cache_kept_in_another_format(tmp_path: Path) -> None:
     report = certify("rocm-gfx942", KERNELS, tmp_path / "report",
                      ["--layout-flag", "cache_fp8_format=e4m3fn", "--layout", "fp8_ds_mla", "--layout", "fp8",
-                      # a worker of its own on a GPU host; in certify's own process on a CPU host (cores are busy)
-                      "--layout", "none", *(["-n", "1"] if torch.cuda.is_available() else [])], kernels_env="")
+                      "--layout", "none", *gpu_host_workers(1)], kernels_env="")
     assert report["_exit_code"] == 0
     assert report["layout_flags"]["cache_fp8_format"] == "e4m3fn"  # type: ignore[index]
     # (the layouts triton does not claim, DeepSeek V4.1's, only raise: rows of their own)

@@ -8,11 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from rtp_ref.certify.large_cases import memory_shortfall
 from tests.mutants.large_mutants import LARGE_EXPECTED
-from tests.mutants.test_mutation_score import certify
+from tests.mutants.test_mutation_score import certify, gpu_host_workers
 
 REFERENCES = ["reference", "reference-mha", "reference-indexer"]
 MUTANTS = {cls.name: check for cls, check in LARGE_EXPECTED.items()}
@@ -40,9 +39,7 @@ def test_every_ops_reference_certifies_past_4_gib(tmp_path: Path) -> None:
 def test_32_bit_offset_mutants_pass_the_regular_tier(tmp_path: Path) -> None:
     """As the real bugs did: a small cache never wraps. Not marked ``large``: it runs with the suite, so CI's
     large step holds only the two large runs."""
-    # in certify's own process on a CPU host (the mutants raise at worst), a worker of its own on a GPU host
-    regular = certify("cpu", list(MUTANTS), tmp_path / "regular", ["-n", "1"] if torch.cuda.is_available() else [],
-                      kernels_env=LARGE_MUTANTS)
+    regular = certify("cpu", list(MUTANTS), tmp_path / "regular", gpu_host_workers(1), kernels_env=LARGE_MUTANTS)
     # every claimed layout certified (the unclaimed fp8_model1_mla raises)
     verdicts = {v for v in _rows(regular).values() if v[0] != "raises as required"}
     assert verdicts == {("certified", "bit_exact")}

@@ -6,13 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
+from tests.mutants.test_mutation_score import certify, gpu_host_workers
 
-from tests.mutants.test_mutation_score import certify
-
-#: two workers on a GPU host (a launch error there is the device's; the cores are free), none on a CPU host: these
-#: kernels raise at worst, and the cores are busy with the rest of the suite
-WORKERS = ["-n", "2"] if torch.cuda.is_available() else []
+#: these kernels raise at worst: workers only on a GPU host (a launch error there is the device's)
+WORKERS = gpu_host_workers(2)
 
 KERNELS = ["hardening-no-slot-check", "hardening-declares-contiguous", "hardening-assumes-contiguous",
            "hardening-launch-error-on-empty", "hardening-declares-rank-limit", "hardening-mha-no-slot-check",

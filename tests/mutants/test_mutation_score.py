@@ -25,6 +25,12 @@ EXPECTED: dict[type, tuple[str, str]] = {**MLA_EXPECTED, **MHA_INDEXER_EXPECTED,
 PLATFORMS = sorted({platform for platform, _ in EXPECTED.values()})
 
 
+def gpu_host_workers(n: int) -> list[str]:
+    """``-n N`` for a certify run on a GPU host (its cores are free, and a device error stays in a worker), nothing
+    on a CPU host, where ``certify`` then runs the cases in its own process (the cores are busy with the suite)."""
+    return ["-n", str(n)] if torch.cuda.is_available() else []
+
+
 def certify(
     platform: str,
     kernels: list[str],
@@ -71,7 +77,7 @@ def test_every_mutant_is_caught_by_its_check(tmp_path: Path, survey: list[str]) 
         mutants = [cls for cls, (p, _) in EXPECTED.items() if p == platform]
         # the cpu table's run, most of the mutants: on a GPU host on two workers (with one it was the gate's longest
         # test, 119 s on an H100, while cores stood idle), on a CPU host in certify's own process (the cores are busy)
-        workers = ["-n", "2"] if platform == "cpu" and torch.cuda.is_available() else []
+        workers = gpu_host_workers(2) if platform == "cpu" else []
         report = certify(platform, [cls.name for cls in mutants], tmp_path / platform, extra=[*workers, "--", "-q"])
         assert report["_exit_code"] == 1, "certify must exit 1 when a claimed layout fails"
         rows = report["summary"]["by_kernel_layout"]  # type: ignore[index]
