@@ -89,9 +89,10 @@ def test_the_reference_passes_the_shipped_suites_and_writes_nothing_where_it_run
     suite, impl, extra = REFERENCE_RUNS[run]
     code, out = _check(suite, impl, tmp_path, extra=extra)
     assert code == 0, out[-3000:]
-    # a run with fewer examples says so where it names what it checked
-    assert out.splitlines()[0].endswith(f" ({extra[1]} hypothesis examples per property test)" if extra else impl
-                                        or "reference"), out.splitlines()[0]
+    # the first line names what was checked, and a run with fewer examples says so there
+    checked = impl or "reference"
+    settings = f" ({extra[1]} hypothesis examples per property test)" if extra else ""
+    assert out.splitlines()[0].endswith(f" against {checked}{settings}"), out.splitlines()[0]
     assert re.search(r"^\d+ passed, 0 failed$", out, flags=re.MULTILINE), out[-500:]
     assert list(tmp_path.iterdir()) == []  # no .hypothesis, no .pytest_cache, nothing
 
