@@ -41,6 +41,8 @@
 #   scripts/gpu_check.sh verify        certify --platform all (every table, this host's GPU), then compute-sanitizer
 #                                      over every built-in GPU kernel of every op
 #   scripts/gpu_check.sh sanitize      compute-sanitizer over every built-in GPU kernel of every op (verify's second half)
+#   scripts/gpu_check.sh coldbench     the bench's tests on the GPU, then rtp-ref bench of every built-in writer and reader
+#                                      at every size: cold L2, eager and graph figures, each verified
 #   scripts/gpu_check.sh readbench     rtp-ref bench of the MLA and indexer readers (Triton, CUDA) at every size
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
 #   scripts/gpu_check.sh gatetests     the unit tests as tox -e cuda runs them, timed, the 40 slowest listed
@@ -63,7 +65,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench, coldbench or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -376,6 +378,16 @@ for c in d['cases']:
     bench --kernel triton --kernel cuda --kernel triton-mha --kernel cuda-mha --kernel triton-indexer \
       --kernel cuda-indexer
     ;;
+  coldbench)
+    # the bench's own GPU test (cold figures checked, a cheat invalid in every mode), then rtp-ref bench of every
+    # built-in writer and reader at every size (or $COLDBENCH_TOKENS), within $COLDBENCH_BOUND seconds
+    unit_tests tests/bench
+    { time timeout -s INT ${COLDBENCH_BOUND:-420} "$RTP" bench --kernel triton --kernel cuda --kernel triton-mha \
+        --kernel cuda-mha --kernel triton-indexer --kernel cuda-indexer --kernel triton-gather --kernel cuda-gather \
+        --kernel triton-indexer-gather --kernel cuda-indexer-gather ${COLDBENCH_TOKENS:+--tokens $COLDBENCH_TOKENS} \
+        --report "$out/bench"; } > "$out/coldbench.log" 2>&1
+    echo "cold bench exit $?"; tail -80 "$out/coldbench.log"
+    ;;
   readbench)
     # the readers in the bench (the MLA and indexer gathers, Triton and CUDA) at every size (or $READBENCH_TOKENS),
     # each figure verified, timed and bounded
@@ -451,7 +463,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench, coldbench or verify" >&2; exit 2
     ;;
   esac
 done

@@ -62,18 +62,30 @@ def _name(row: BenchRow, mode: str) -> str:
     return f"{row.kernel} {row.op} {row.layout} at {row.tokens} tokens, {mode}"
 
 
+#: the modes of a row's figures
+MODES = ("eager", "graph", "cold")
+
+
+def _figure(row: BenchRow, mode: str) -> tuple[float | None, float | None, str]:
+    """A row's figure of ``mode``: its fastest and slowest sample and why it is invalid ("" when valid)."""
+    if mode == "graph":
+        return row.graph_seconds_low, row.graph_seconds_high, row.graph_invalid
+    if mode == "cold":
+        return row.cold_seconds_low, row.cold_seconds_high, row.cold_invalid
+    return row.seconds_low, row.seconds_high, row.invalid
+
+
 def invalid_figures(rows: Sequence[BenchRow]) -> list[str]:
-    """Every invalid figure, named by kernel, op, variant, size and mode (eager or graph), with why."""
-    return ([f"{_name(r, 'eager')}: {r.invalid}" for r in rows if r.invalid]
-            + [f"{_name(r, 'graph')}: {r.graph_invalid}" for r in rows if r.graph_invalid])
+    """Every invalid figure, named by kernel, op, variant, size and mode (eager, graph or cold), with why."""
+    return [f"{_name(r, mode)}: {_figure(r, mode)[2]}" for mode in MODES for r in rows if _figure(r, mode)[2]]
 
 
-def _series(rows: Sequence[BenchRow], graph: bool) -> dict[tuple[str, str, str], list[tuple[int, float, float]]]:
+def _series(rows: Sequence[BenchRow], mode: str) -> dict[tuple[str, str, str], list[tuple[int, float, float]]]:
     """Valid figures of one mode per (op, kernel, variant): (tokens, fastest, slowest sample), by tokens."""
     out: dict[tuple[str, str, str], list[tuple[int, float, float]]] = {}
     for r in sorted(rows, key=lambda r: r.tokens):
-        low, high = (r.graph_seconds_low, r.graph_seconds_high) if graph else (r.seconds_low, r.seconds_high)
-        if low is not None and high is not None and not (r.graph_invalid if graph else r.invalid):
+        low, high, invalid = _figure(r, mode)
+        if low is not None and high is not None and not invalid:
             out.setdefault((r.op, r.kernel, r.layout), []).append((r.tokens, low, high))
     return out
 
@@ -82,8 +94,8 @@ def non_monotonic(rows: Sequence[BenchRow]) -> list[str]:
     """A warning for every pair of sizes of a series where the smaller write's fastest sample is slower than the
     larger write's slowest: slower with fewer tokens beyond the spread of both."""
     warnings = []
-    for graph, mode in ((False, "eager"), (True, "graph")):
-        for (op, kernel, layout), points in _series(rows, graph).items():
+    for mode in MODES:
+        for (op, kernel, layout), points in _series(rows, mode).items():
             for i, (small, small_low, _) in enumerate(points):
                 for large, _, large_high in points[i + 1:]:
                     if small_low > large_high:

@@ -7,10 +7,12 @@ GPU times use CUDA events around many repetitions (never host timers around asyn
 times use the host clock (``perf_counter``). Both report the median of the samples, with the fastest and the
 slowest sample beside it (the spread).
 
-Three times per GPU point, as engines see them: the eager call (host work included, calls queued back to
-back), the call replayed inside a CUDA graph (``GRAPH_CALLS`` captured calls per graph, so the time is the
-kernel's and its launch's, not one replay's overhead), and the launch floor: the same graph of an empty kernel
-(``torch.cuda._sleep(0)``, a kernel that returns at once), measured in the same run.
+Four times per GPU point: the eager call (host work included, calls queued back to back), the call replayed
+inside a CUDA graph (``GRAPH_CALLS`` captured calls per graph, so the time is the kernel's and its launch's, not one
+replay's overhead), the cold call (``time_cold``: one call at a time after a write larger than the L2 evicted what
+earlier calls left there, as a decode step finds a layer's cache after the other layers ran), and the launch floor:
+the same graph of an empty kernel (``torch.cuda._sleep(0)``, a kernel that returns at once), measured in the same
+run.
 
 ``time_call`` runs a hook before each timed sample and a check after it, both outside the timed span: the bench
 poisons the cache before each sample and compares it with the reference's bytes after (rtp_ref.bench.verify), so
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +34,10 @@ from rtp_ref.kv.layouts import MlaLayout
 EVENTS_TIMER = "cuda events"
 GRAPH_TIMER = "graph replay (cuda events)"
 HOST_TIMER = "perf_counter"
+COLD_TIMER = "cuda events per eager call, L2 flushed before it"
+COLD_GRAPH_TIMER = "cuda events per graph replay of one call, L2 flushed before it"
+#: calls per cold sample (each after its own flush)
+COLD_CALLS = 10
 
 
 @dataclass(frozen=True)
@@ -121,12 +127,9 @@ def _one(fn: Callable[[], object], device: torch.device, calls: int) -> float:
 GRAPH_CALLS = 20
 
 
-def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAPH_CALLS, *,
-               before: Callable[[], object] | None = None,
-               after: Callable[[], str | None] | None = None) -> Timing:
-    """Time per call of ``fn()`` replayed in a CUDA graph of ``calls`` captured calls (after an eager warm-up on
-    the capture stream); ``before`` and ``after`` as for ``time_call``, around each sample of replays. Raises
-    whatever the capture raises (a kernel that syncs on the host)."""
+def captured(fn: Callable[[], object], device: torch.device, calls: int = 1) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` calls of ``fn()``, captured after an eager warm-up call on the capture stream.
+    Raises whatever the capture raises (a kernel that syncs on the host)."""
     stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -136,8 +139,71 @@ def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAP
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(calls):
             fn()
+    return graph
+
+
+def time_graph(fn: Callable[[], object], device: torch.device, calls: int = GRAPH_CALLS, *,
+               before: Callable[[], object] | None = None,
+               after: Callable[[], str | None] | None = None) -> Timing:
+    """Time per call of ``fn()`` replayed in a CUDA graph of ``calls`` captured calls (``captured``); ``before``
+    and ``after`` as for ``time_call``, around each sample of replays. Raises whatever the capture raises."""
+    graph = captured(fn, device, calls)
     t = time_call(graph.replay, device, before=before, after=after)
     return Timing(t.seconds / calls, t.reps * calls, t.low / calls, t.high / calls, t.problem)
+
+
+def time_cold(calls: Sequence[Callable[[], object]], flush: Callable[[], object], device: torch.device,
+              min_seconds: float = 0.2, max_reps: int = 100, *, before: Callable[[], object] | None = None,
+              after: Callable[[], str | None] | None = None) -> Timing:
+    """Time per call with nothing of earlier calls in the L2: ``calls`` are made in turn (one replay per input
+    set, say), ``flush()`` before each one, the timer around the call alone (CUDA events on a GPU, the host clock
+    on the CPU). A sample is ``COLD_CALLS`` such calls (their mean); samples until ``min_seconds`` of calls or
+    ``max_reps`` samples, at least three. ``before`` and ``after`` as for ``time_call``, around each sample.
+
+    The flush must write more than the L2 holds (twice it, ``flush_buffer``): written lines evict what the calls
+    left there, as the other layers' writes of a decode step evict one layer's cache."""
+    for fn in calls:  # warm-up: first-call work (compilation, allocation) is not a cold figure
+        fn()
+    _sync(device)
+    cuda = device.type == "cuda"
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
+              for _ in range(COLD_CALLS)] if cuda else []
+    samples: list[float] = []
+    spent = 0.0
+    problem = None
+    turn = 0
+    while len(samples) < 3 or (spent < min_seconds and len(samples) < max_reps):
+        if before is not None:
+            before()
+        seconds = 0.0
+        for i in range(COLD_CALLS):
+            fn = calls[turn % len(calls)]
+            turn += 1
+            flush()
+            if cuda:
+                events[i][0].record()
+                fn()
+                events[i][1].record()
+            else:
+                begin = time.perf_counter()
+                fn()
+                seconds += time.perf_counter() - begin
+        if cuda:
+            events[-1][1].synchronize()
+            seconds = sum(float(start.elapsed_time(end)) for start, end in events) / 1e3
+        samples.append(seconds / COLD_CALLS)
+        spent += seconds
+        problem = after() if after is not None else None
+        if problem is not None:
+            break
+    return Timing(statistics.median(samples), len(samples) * COLD_CALLS, min(samples), max(samples), problem)
+
+
+def flush_buffer(device: torch.device, l2_bytes: int | None) -> torch.Tensor:
+    """A buffer whose ``zero_()`` evicts the L2: twice the L2 (64 MiB where its size is unknown) on a GPU; a small
+    one on the CPU, where cold figures are host figures anyway."""
+    nbytes = 2 * l2_bytes if l2_bytes else 64 << 20
+    return torch.empty(nbytes if device.type == "cuda" else 1 << 20, dtype=torch.uint8, device=device)
 
 
 def launch_floor(device: torch.device) -> float:

@@ -1,7 +1,7 @@
 """What ``rtp-ref bench`` writes: bench.json (the document run_bench returns), bench.md (a dated, versioned header,
 a legend of its words, the table, the invalid figures and the warnings) and bench.png (a chart per op: time against
-size, log-log, eager and graph, the launch floor as a line, beside each kernel's fraction of the roof at the
-largest size, eager). Invalid figures are in the table, marked; never in the chart."""
+size, log-log, cold, eager and graph, the launch floor as a line, beside each kernel's fraction of the roof at the
+largest size, cold on a GPU, eager on the CPU). Invalid figures are in the table, marked; never in the chart."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from rtp_ref.bench.integrity import COLD, COLD_FACTOR, CPU_FIGURES, L2_UNKNOWN, PARTLY_WARM, ROOF_ALLOWANCE, WARM
-from rtp_ref.bench.measure import EVENTS_TIMER, GRAPH_CALLS, GRAPH_TIMER, HOST_TIMER
+from rtp_ref.bench.measure import (
+    COLD_CALLS,
+    COLD_GRAPH_TIMER,
+    COLD_TIMER,
+    EVENTS_TIMER,
+    GRAPH_CALLS,
+    GRAPH_TIMER,
+    HOST_TIMER,
+)
 from rtp_ref.bench.rows import BenchRow
 from rtp_ref.bench.run import pct, us
 from rtp_ref.ops import OPS
@@ -24,6 +32,10 @@ TIMER_MEANING = {
                   "device's; a call shorter than its host work is launch-bound, as it is)",
     GRAPH_TIMER: f"CUDA events around replays of a CUDA graph of {GRAPH_CALLS} captured calls, per call",
     HOST_TIMER: "the host clock around one call",
+    COLD_GRAPH_TIMER: "CUDA events around one replay of a CUDA graph of one call, after a write of twice the L2 "
+                      f"evicted what earlier calls left there (the mean of {COLD_CALLS} such calls per sample)",
+    COLD_TIMER: "CUDA events around one eager call (a kernel declaring graph_safe = False), after a write of twice "
+                f"the L2 evicted what earlier calls left there (the mean of {COLD_CALLS} such calls per sample)",
 }
 L2_MEANING = {
     WARM: "the buffers the calls go through in turn (both input sets, the slots, the entries written) fit in the L2",
@@ -61,12 +73,15 @@ def _header(doc: dict[str, Any], rows: list[BenchRow]) -> list[str]:
         "",
         "Legend:",
         "",
-        "- eager, graph replay: median seconds per call over the timed samples, with (fastest-slowest sample)",
+        "- cold L2 (the headline on a GPU), eager, graph replay: median seconds per call over the timed samples, "
+        "with (fastest-slowest sample); cold: nothing of earlier calls in the L2 (a decode step's view of one "
+        "layer's cache after the other layers ran), eager and graph: calls back to back in the L2 state the L2 "
+        "column names",
         "- of roof: the fewest bytes over the median time, as a fraction of the device copy roof",
     ]
     if floor:
         lines.append("- graph / floor: the graph replay's time over the launch floor's")
-    timers = {r.timer for r in rows} | {r.graph_timer for r in rows}
+    timers = {r.timer for r in rows} | {r.graph_timer for r in rows} | {r.cold_timer for r in rows}
     lines += [f"- timer `{t}`: {TIMER_MEANING[t]}" for t in sorted(timers) if t]
     lines += [f"- L2 `{s}`: {L2_MEANING[s]}" for s in sorted({r.l2 for r in rows}) if s]
     lines += [
@@ -92,7 +107,10 @@ def _spread(seconds: float | None, low: float | None, high: float | None) -> str
 def _cells(r: BenchRow, floor: float | None) -> list[str]:
     cells = [r.op, r.kernel, r.layout, str(r.tokens), r.timer or "-", r.l2 or "-"]
     if r.seconds is None:
-        return [*cells, "-", "-", "-", "-", r.note]
+        return [*cells, "-", "-", "-", "-", "-", "-", r.note]
+    cold = (_spread(r.cold_seconds, r.cold_seconds_low, r.cold_seconds_high) if r.cold_seconds is not None
+            else (r.cold_note or "-"))
+    cells += [cold, "INVALID" if r.cold_invalid else pct(r.cold_roof_fraction)]
     ratio = f"{r.graph_seconds / floor:.2f}" if r.graph_seconds and floor else "-"
     graph = (_spread(r.graph_seconds, r.graph_seconds_low, r.graph_seconds_high) if r.graph_seconds is not None
              else (r.graph_note or "-"))
@@ -107,8 +125,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     rows = [BenchRow(**r) for r in doc["rows"]]
     lines = [
         *_header(doc, rows),
-        "| op | kernel | layout | tokens | timer | L2 | eager | of roof | graph replay | of roof | graph / floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| op | kernel | layout | tokens | timer | L2 | cold L2 | of roof | eager | of roof | graph replay | of roof "
+        "| graph / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(_cells(r, doc.get("launch_floor_s"))) + " |" for r in rows]
     if doc["invalid"]:
@@ -162,32 +181,44 @@ def _time_panel(ax: Any, rows: list[BenchRow], floor: float | None, op: str) -> 
         if graphed:
             ax.plot([r.tokens for r in graphed], [r.graph_seconds for r in graphed], linestyle="--", linewidth=0.8,
                     color=line.get_color())
+        cold = [r for r in points if r.cold_seconds and not r.cold_invalid]
+        if cold:
+            ax.plot([r.tokens for r in cold], [r.cold_seconds for r in cold], linestyle="-.", linewidth=0.8,
+                    color=line.get_color())
     if floor:
         ax.axhline(floor, color="black", linewidth=0.8, linestyle=":", label="launch floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("tokens per write")
-    ax.set_ylabel("median seconds per call (solid: eager, dashed: graph replay)")
+    ax.set_ylabel("median seconds per call (solid: eager, dashed: graph, dash-dot: cold L2)")
     ax.set_title(op, fontsize=9)
     ax.legend(fontsize=6, ncol=2)
 
 
+def _headline(r: BenchRow) -> float:
+    """The fraction of the roof a row is charted by: its cold figure where it has a valid one, else its eager."""
+    if r.cold_roof_fraction is not None and not r.cold_invalid:
+        return r.cold_roof_fraction
+    return r.roof_fraction or 0.0
+
+
 def _roof_panel(ax: Any, rows: list[BenchRow], op: str) -> None:
-    """Each kernel's fraction of the copy roof per layout at the largest size, eager (a prefill-sized write is
-    made eagerly by engines; the table has the graph replay's too)."""
+    """Each kernel's fraction of the copy roof per layout at the largest size, cold on a GPU (the headline; the
+    table has the eager call's and the graph replay's too), eager on the CPU."""
     largest = max((r.tokens for r in rows), default=0)
     shown = [r for r in rows if r.tokens == largest]
     layouts = sorted({r.layout for r in shown})
     kernels = sorted({r.kernel for r in shown})
     width = 0.8 / max(len(kernels), 1)
     for i, kernel in enumerate(kernels):
-        values = [next((100 * (r.roof_fraction or 0.0) for r in shown
+        values = [next((100 * _headline(r) for r in shown
                         if r.kernel == kernel and r.layout == lay), 0.0) for lay in layouts]
         ax.bar([x + i * width for x in range(len(layouts))], values, width, label=kernel)
     ax.set_xticks([x + width * (len(kernels) - 1) / 2 for x in range(len(layouts))], layouts)
     ax.axhline(100, color="black", linewidth=0.8)
     ax.axhline(TARGET_FRACTION * 100, color="gray", linestyle="--", linewidth=0.8, label="target")
     ax.set_ylabel("% of device copy bandwidth")
-    ax.set_title(f"{op}, {largest} tokens, eager", fontsize=9)
+    mode = "cold L2" if any(r.cold_roof_fraction is not None for r in shown) else "eager"
+    ax.set_title(f"{op}, {largest} tokens, {mode}", fontsize=9)
     # Outside the axes: inside, it hid the tops of bars.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

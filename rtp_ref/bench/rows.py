@@ -1,5 +1,5 @@
-"""One bench figure pair as recorded in bench.json: a (kernel, variant, tokens) point's eager call and its graph
-replay, each with its timer, spread and validity."""
+"""One bench point's figures as recorded in bench.json: a (kernel, variant, tokens) point's eager call, its graph
+replay and its cold call, each with its timer, spread and validity."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class BenchRow:
-    """One measured (kernel, variant, tokens) point: the eager call and, on a GPU, its CUDA-graph replay."""
+    """One measured (kernel, variant, tokens) point: the eager call and, on a GPU, its CUDA-graph replay and its
+    cold call (the L2 flushed before each call: the headline)."""
 
     kernel: str
     op: str
@@ -41,3 +42,12 @@ class BenchRow:
     #: why the eager or graph figure is not a measurement of the op ("" when it is one)
     invalid: str = ""
     graph_invalid: str = ""
+    #: the cold call (rtp_ref.bench.measure ``time_cold``; None on the CPU, or where it could not be timed:
+    #: ``cold_note``): median seconds, its spread, its fraction of the copy roof, its timer and why it is invalid
+    cold_seconds: float | None = None
+    cold_roof_fraction: float | None = None
+    cold_seconds_low: float | None = None
+    cold_seconds_high: float | None = None
+    cold_timer: str = ""
+    cold_note: str = ""
+    cold_invalid: str = ""

@@ -18,7 +18,18 @@ from typing import Any
 import torch
 
 from rtp_ref.bench.integrity import invalid_figures, judge, l2_state, non_monotonic, speed_limit
-from rtp_ref.bench.measure import copy_roof, launch_floor, time_call, time_graph, timer_name
+from rtp_ref.bench.measure import (
+    COLD_GRAPH_TIMER,
+    COLD_TIMER,
+    captured,
+    copy_roof,
+    flush_buffer,
+    launch_floor,
+    time_call,
+    time_cold,
+    time_graph,
+    timer_name,
+)
 from rtp_ref.bench.read_verify import ReadCheck
 from rtp_ref.bench.read_workloads import ReadWorkload, read_workload
 from rtp_ref.bench.rows import BenchRow
@@ -46,11 +57,50 @@ def _per_s(nbytes: int, seconds: float) -> float | None:
 Point = Workload | ReadWorkload
 
 
+def _replays(kernel: Callable[..., None], w: Point, device: torch.device) -> list[Callable[[], None]]:
+    """A CUDA graph of one call per input set of ``w``; each replay then records the set it wrote (``w.last``),
+    so the check after a sample compares the cache with that set's bytes."""
+    return [_replay(captured(_call_on(kernel, w, index), device), w, index) for index in range(len(w.inputs))]
+
+
+def _call_on(kernel: Callable[..., None], w: Point, index: int) -> Callable[[], None]:
+    def call() -> None:
+        w.invoke(kernel, w.inputs[index])
+    return call
+
+
+def _replay(graph: torch.cuda.CUDAGraph, w: Point, index: int) -> Callable[[], None]:
+    def replay() -> None:
+        graph.replay()
+        w.last = index
+    return replay
+
+
+def _cold(row: BenchRow, kernel: Callable[..., None], w: Point, check: CacheCheck | ReadCheck,
+          device: torch.device, roof: float, flush: torch.Tensor) -> BenchRow:
+    """``row`` with its cold figure: one call at a time, the L2 flushed before each (``time_cold``), replayed
+    from a graph of one call per input set (eager calls for a kernel that declares ``graph_safe = False``); it may
+    not beat the copy roof (``ROOF_ALLOWANCE`` aside): nothing of the point is left in the L2 to serve it."""
+    graph = getattr(kernel, "graph_safe", None) is not False
+    try:
+        calls = _replays(kernel, w, device) if graph else [lambda: w.call(kernel)]
+        cold = time_cold(calls, flush.zero_, device, before=check.poison, after=check.mismatch)
+    except Exception as exc:  # the eager numbers stand; why this one is missing is shown
+        torch.cuda.synchronize(device)
+        return replace(row, cold_note=f"not timed: {_failure(exc)}")
+    bandwidth = _per_s(w.nbytes, cold.seconds)
+    return replace(row, cold_seconds=cold.seconds, cold_roof_fraction=bandwidth and bandwidth / roof,
+                   cold_seconds_low=cold.low, cold_seconds_high=cold.high,
+                   cold_timer=COLD_GRAPH_TIMER if graph else COLD_TIMER,
+                   cold_invalid=judge(cold, w.nbytes, speed_limit(roof, roof)))
+
+
 def bench_point(kernel: Callable[..., None], name: str, w: Point, check: CacheCheck | ReadCheck,
-                device: torch.device, roof: float, limit: float, l2: str) -> BenchRow:
-    """Time one kernel on one workload: its eager call, then (GPU) its graph replay, the cache poisoned before and
-    checked after every timed sample (``check``) and each figure judged against ``limit`` (integrity.judge).
-    A kernel that raises gives a row with its error; one whose capture fails gives its eager numbers and why."""
+                device: torch.device, roof: float, limit: float, l2: str, flush: torch.Tensor) -> BenchRow:
+    """Time one kernel on one workload: its eager call, then (GPU) its cold call (``_cold``) and its graph
+    replay, the cache poisoned before and checked after every timed sample (``check``) and each figure judged
+    against ``limit`` (integrity.judge; the cold figure against the copy roof). A kernel that raises gives a row
+    with its error; one whose capture fails gives its eager numbers and why."""
 
     def call() -> None:
         w.call(kernel)
@@ -66,6 +116,7 @@ def bench_point(kernel: Callable[..., None], name: str, w: Point, check: CacheCh
                   seconds_low=eager.low, seconds_high=eager.high, invalid=judge(eager, w.nbytes, limit))
     if device.type != "cuda":
         return row
+    row = _cold(row, kernel, w, check, device, roof, flush)
     if getattr(kernel, "graph_safe", None) is False:
         return replace(row, graph_note="declares graph_safe = False")
     try:
@@ -80,7 +131,7 @@ def bench_point(kernel: Callable[..., None], name: str, w: Point, check: CacheCh
 
 
 def _time_point(w: Point, timed: Sequence[tuple[str, Callable[..., None]]], device: torch.device, roof: float,
-                limit: float, l2: str) -> list[BenchRow]:
+                limit: float, l2: str, flush: torch.Tensor) -> list[BenchRow]:
     """A row per kernel of ``timed`` on workload ``w``; every row invalid, none timed, when the reference cannot
     write (or read) the workload's inputs (then no figure could be shown to be a measurement of the op)."""
     try:
@@ -89,7 +140,7 @@ def _time_point(w: Point, timed: Sequence[tuple[str, Callable[..., None]]], devi
         why = f"not timed: the reference could not write this point's inputs: {_failure(exc)}"
         return [BenchRow(n, w.op, w.layout, w.tokens, w.nbytes, None, None, None, note=why, invalid=why)
                 for n, _ in timed]
-    return [bench_point(k, n, w, check, device, roof, limit, l2) for n, k in timed]
+    return [bench_point(k, n, w, check, device, roof, limit, l2, flush) for n, k in timed]
 
 
 def _l2_bytes(device: torch.device) -> int | None:
@@ -130,6 +181,7 @@ def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tup
     else:
         progress("CPU figures: one call per sample on the host clock (perf_counter); not comparable with a GPU's")
     l2_bytes = _l2_bytes(device)
+    flush = flush_buffer(device, l2_bytes)
     copies: dict[int, float] = {}
     rows = []
     for op, op_variants in variants.items():
@@ -145,7 +197,8 @@ def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tup
                         copies[w.footprint] = (copy_roof(device, w.footprint // 2, graph=True)
                                                if w.footprint < roof_bytes else roof)
                     limit = speed_limit(roof, copies[w.footprint])
-                    for row in _time_point(w, timed, device, roof, limit, l2_state(device.type, w.footprint, l2_bytes)):
+                    state = l2_state(device.type, w.footprint, l2_bytes)
+                    for row in _time_point(w, timed, device, roof, limit, state, flush):
                         rows.append(row)
                         progress(format_row(row))
                     del w  # before the next point's inputs are made: two 2M-token workloads may not fit together
@@ -181,12 +234,16 @@ def pct(fraction: float | None) -> str:
 
 
 def format_row(row: BenchRow) -> str:
-    """One progress line: kernel, variant, tokens, eager time and roof fraction, graph time and roof fraction, and
-    INVALID after a figure that is not a measurement."""
+    """One progress line: kernel, variant, tokens, (GPU) cold time and roof fraction, eager time and roof fraction,
+    graph time and roof fraction, and INVALID after a figure that is not a measurement."""
     head = f"{row.kernel:<22} {row.layout:<16} {row.tokens:>8}"
     if row.seconds is None:
         return f"{head}  {row.note}"
     graph = (f"graph {us(row.graph_seconds):>11} {pct(row.graph_roof_fraction):>6}"
              + (" INVALID" if row.graph_invalid else "") if row.graph_seconds is not None else row.graph_note)
     eager = f"eager {us(row.seconds):>11} {pct(row.roof_fraction):>6}" + (" INVALID" if row.invalid else "")
-    return f"{head}  {eager}  {graph}"
+    if row.cold_seconds is None and not row.cold_note:
+        return f"{head}  {eager}  {graph}"
+    cold = (f"cold {us(row.cold_seconds):>11} {pct(row.cold_roof_fraction):>6}"
+            + (" INVALID" if row.cold_invalid else "") if row.cold_seconds is not None else row.cold_note)
+    return f"{head}  {cold}  {eager}  {graph}"

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,8 +20,8 @@ import pytest
 import torch
 
 from rtp_ref import __version__
-from rtp_ref.bench.integrity import ROOF_ALLOWANCE, judge, non_monotonic, speed_limit
-from rtp_ref.bench.measure import copy_roof, time_call
+from rtp_ref.bench.integrity import ROOF_ALLOWANCE, invalid_figures, judge, non_monotonic, speed_limit
+from rtp_ref.bench.measure import COLD_CALLS, copy_roof, time_call, time_cold
 from rtp_ref.bench.rows import BenchRow
 from rtp_ref.bench.verify import CacheCheck
 from rtp_ref.bench.workloads import workload
@@ -200,3 +201,57 @@ def test_ctrl_c_during_bench_exits_130_with_one_line_and_writes_nothing(tmp_path
     assert proc.returncode == 130, stdout + stderr
     assert stderr == f"rtp-ref: interrupted: nothing was written to {report}\n"
     assert not report.exists()
+
+
+def test_a_cold_figure_flushes_before_every_call_and_times_the_call_alone() -> None:
+    """The flush (here a 20 ms sleep) runs before each call and outside the timer; the calls (one per input set)
+    are made in turn; the check hooks run once per sample of ``COLD_CALLS`` calls. A timer around the flush too
+    would report at least 20 ms a call; calls without a flush between them would be warm."""
+    made: list[str] = []
+
+    def flush() -> None:
+        made.append("flush")
+        time.sleep(0.02)
+
+    checks: list[str] = []
+    timing = time_cold([lambda: made.append("a"), lambda: made.append("b")], flush, torch.device("cpu"),
+                       min_seconds=0.0, before=lambda: checks.append("before"),
+                       after=lambda: checks.append("after"))
+    warm_up = ["a", "b"]
+    assert made[:2] == warm_up
+    timed = made[2:]
+    assert timed == ["flush", "a", "flush", "b"] * (len(timed) // 4) and len(timed) == 2 * timing.reps
+    assert timing.reps == 3 * COLD_CALLS and checks == ["before", "after"] * 3
+    assert timing.high < 5e-3, timing
+
+
+def test_a_figure_of_each_mode_is_named_when_invalid_and_in_its_own_series() -> None:
+    """A cold figure is judged and named like the eager and graph ones; its series is warned about on its own."""
+    cold = replace(_row(64, 1e-3, 1e-3), cold_seconds=1e-3, cold_seconds_low=2e-3, cold_seconds_high=3e-3,
+                   cold_invalid="stale")
+    assert invalid_figures([cold]) == ["k concat_and_cache_mla fp8 at 64 tokens, cold: stale"]
+    small = replace(_row(64, 1e-3, 1e-3), cold_seconds_low=2e-3, cold_seconds_high=3e-3)
+    large = replace(_row(1024, 1e-3, 1e-3), cold_seconds_low=1e-3, cold_seconds_high=1.5e-3)
+    (warning,) = non_monotonic([small, large])
+    assert warning.startswith("k concat_and_cache_mla fp8, cold: 64 tokens")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cold L2 figures are GPU figures")
+def test_on_a_gpu_every_figure_is_checked_cold_included(tmp_path: Path) -> None:
+    """On a GPU each point has its cold figure (one graph replay at a time after an L2 flush) beside the eager and
+    graph ones, all checked: the first-call-only cheat is invalid in every mode, the Triton writer valid in all,
+    its cold call no faster than the copy roof allows."""
+    argv = ["bench", "--platform", "auto", "--kernel", "first-call-only", "--kernel", "triton", "--layout", "fp8",
+            "--tokens", "64", "16384", "--report", str(tmp_path)]
+    env = child_env(REPO, RTP_REF_KERNELS="tests.bench.cheating_kernels:kernels")
+    proc = shared_zygote().run(argv, env, tmp_path, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    for row in doc["rows"]:
+        if row["kernel"] == "first-call-only":
+            assert row["invalid"] and row["graph_invalid"] and row["cold_invalid"], row
+        else:
+            assert (row["invalid"], row["graph_invalid"], row["cold_invalid"]) == ("", "", ""), row
+            assert row["cold_timer"] == "cuda events per graph replay of one call, L2 flushed before it"
+            assert row["cold_seconds"] >= row["bytes"] / (doc["roof_bytes_per_s"] * ROOF_ALLOWANCE)
+    assert "| cold L2 | of roof |" in (tmp_path / "bench.md").read_text()
