@@ -51,6 +51,9 @@ class Timing:
     low: float
     high: float
     problem: str | None = None
+    #: eager calls on a GPU: the host's median seconds per call while queueing them (no sync in the span): what the
+    #: call costs the host where the device keeps up (decode sizes), the device's time where it does not
+    host: float | None = None
 
 
 def timer_name(device: torch.device, graph: bool = False) -> str:
@@ -85,20 +88,23 @@ def time_call(fn: Callable[[], object], device: torch.device, min_seconds: float
     _sync(device)
     inner = 1
     if device.type == "cuda":
-        inner = max(1, min(200, int(20e-3 / max(_one(fn, device, 1), 1e-7))))
+        inner = max(1, min(200, int(20e-3 / max(_one(fn, device, 1)[0], 1e-7))))
     samples: list[float] = []
+    hosts: list[float] = []
     spent = 0.0
     problem = None
     while len(samples) < 3 or (spent < min_seconds and len(samples) < max_reps):
         if before is not None:
             before()
-        seconds = _one(fn, device, inner)
+        seconds, host = _one(fn, device, inner)
         samples.append(seconds)
+        hosts.append(host)
         spent += seconds * inner
         problem = after() if after is not None else None
         if problem is not None:
             break
-    return Timing(statistics.median(samples), len(samples) * inner, min(samples), max(samples), problem)
+    return Timing(statistics.median(samples), len(samples) * inner, min(samples), max(samples), problem,
+                  statistics.median(hosts) if device.type == "cuda" else None)
 
 
 def _sync(device: torch.device) -> None:
@@ -106,21 +112,25 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _one(fn: Callable[[], object], device: torch.device, calls: int) -> float:
-    """Seconds per call over ``calls`` calls made back to back (work queued before them is done first)."""
+def _one(fn: Callable[[], object], device: torch.device, calls: int) -> tuple[float, float]:
+    """Seconds per call over ``calls`` calls made back to back (work queued before them is done first), and the
+    host's seconds per call while making them (the same figure on the CPU)."""
     if device.type == "cuda":
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
+        begin = time.perf_counter()
         for _ in range(calls):
             fn()
+        host = (time.perf_counter() - begin) / calls
         end.record()
         end.synchronize()
-        return float(start.elapsed_time(end)) / 1e3 / calls
+        return float(start.elapsed_time(end)) / 1e3 / calls, host
     begin = time.perf_counter()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - begin) / calls
+    seconds = (time.perf_counter() - begin) / calls
+    return seconds, seconds
 
 
 #: calls captured in one timing graph: the per-call time then excludes one replay's fixed cost

@@ -78,6 +78,9 @@ def _header(doc: dict[str, Any], rows: list[BenchRow]) -> list[str]:
         "layer's cache after the other layers ran), eager and graph: calls back to back in the L2 state the L2 "
         "column names",
         "- of roof: the fewest bytes over the median time, as a fraction of the device copy roof",
+        "- host / call (GPU): the host's median time per eager call while queueing them, no sync in the span: what "
+        "a call costs the host (its checks and launch) where the device keeps up, as at decode sizes; the device's "
+        "time where it does not",
     ]
     if floor:
         lines.append("- graph / floor: the graph replay's time over the launch floor's")
@@ -107,7 +110,7 @@ def _spread(seconds: float | None, low: float | None, high: float | None) -> str
 def _cells(r: BenchRow, floor: float | None) -> list[str]:
     cells = [r.op, r.kernel, r.layout, str(r.tokens), r.timer or "-", r.l2 or "-"]
     if r.seconds is None:
-        return [*cells, "-", "-", "-", "-", "-", "-", r.note]
+        return [*cells, "-", "-", "-", "-", "-", "-", "-", r.note]
     cold = (_spread(r.cold_seconds, r.cold_seconds_low, r.cold_seconds_high) if r.cold_seconds is not None
             else (r.cold_note or "-"))
     cells += [cold, "INVALID" if r.cold_invalid else pct(r.cold_roof_fraction)]
@@ -115,7 +118,7 @@ def _cells(r: BenchRow, floor: float | None) -> list[str]:
     graph = (_spread(r.graph_seconds, r.graph_seconds_low, r.graph_seconds_high) if r.graph_seconds is not None
              else (r.graph_note or "-"))
     return [*cells, _spread(r.seconds, r.seconds_low, r.seconds_high),
-            "INVALID" if r.invalid else pct(r.roof_fraction), graph,
+            "INVALID" if r.invalid else pct(r.roof_fraction), us(r.host_seconds), graph,
             "INVALID" if r.graph_invalid else pct(r.graph_roof_fraction), ratio]
 
 
@@ -125,9 +128,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     rows = [BenchRow(**r) for r in doc["rows"]]
     lines = [
         *_header(doc, rows),
-        "| op | kernel | layout | tokens | timer | L2 | cold L2 | of roof | eager | of roof | graph replay | of roof "
-        "| graph / floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| op | kernel | layout | tokens | timer | L2 | cold L2 | of roof | eager | of roof | host / call "
+        "| graph replay | of roof | graph / floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(_cells(r, doc.get("launch_floor_s"))) + " |" for r in rows]
     if doc["invalid"]:

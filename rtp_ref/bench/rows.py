@@ -51,3 +51,5 @@ class BenchRow:
     cold_timer: str = ""
     cold_note: str = ""
     cold_invalid: str = ""
+    #: the eager calls' host seconds per call while queueing them (rtp_ref.bench.measure ``Timing.host``; GPU only)
+    host_seconds: float | None = None

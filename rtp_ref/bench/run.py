@@ -113,7 +113,8 @@ def bench_point(kernel: Callable[..., None], name: str, w: Point, check: CacheCh
         return replace(row, note=_failure(exc))
     bandwidth = _per_s(w.nbytes, eager.seconds)
     row = replace(row, seconds=eager.seconds, bandwidth=bandwidth, roof_fraction=bandwidth and bandwidth / roof,
-                  seconds_low=eager.low, seconds_high=eager.high, invalid=judge(eager, w.nbytes, limit))
+                  seconds_low=eager.low, seconds_high=eager.high, invalid=judge(eager, w.nbytes, limit),
+                  host_seconds=eager.host)
     if device.type != "cuda":
         return row
     row = _cold(row, kernel, w, check, device, roof, flush)

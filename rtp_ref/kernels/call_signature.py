@@ -23,17 +23,17 @@ MAX_LAUNCHES = 1024
 
 
 def call_signature(*args: object) -> tuple[Any, ...] | None:
-    """Shape, strides, dtype, device and start address modulo 16 of each tensor in ``args``, other arguments as
-    they are; None when a tensor argument is not a tensor (the checked path then names it)."""
-    out: list[Any] = []
-    for x in args:
-        if isinstance(x, torch.Tensor):
-            out += (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16)
-        elif isinstance(x, str | int):
-            out.append(x)
-        else:
-            return None
-    return tuple(out)
+    """Shape, strides, dtype, device and start address modulo 16 of each tensor in ``args``, strings and integers
+    as they are; None when an argument is neither (the checked path then names it).
+
+    Runs on every call of a built-in kernel, so it is written for speed: one pass, each tensor's five facts read
+    once, anything without them ending it (a bool is not taken for an integer: exact types)."""
+    try:
+        return tuple([x if type(x) is str or type(x) is int
+                      else (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)  # type: ignore[attr-defined]
+                      for x in args])
+    except (AttributeError, TypeError):
+        return None
 
 
 class LaunchCache:

@@ -61,6 +61,7 @@ def test_bench_writes_table_json_and_chart_with_counted_bytes(tmp_path: Path) ->
     for (op, layout, tokens), row in rows.items():
         assert row["bytes"] == tokens * TOKEN_BYTES[(op, layout)], row
         assert row["seconds"] > 0 and row["note"] == "" and row["graph_seconds"] is None
+        assert row["cold_seconds"] is None and row["host_seconds"] is None  # GPU figures
         assert row["bandwidth"] == pytest.approx(row["bytes"] / row["seconds"])
         assert row["roof_fraction"] == pytest.approx(row["bandwidth"] / doc["roof_bytes_per_s"])
         # every figure names its timer and cache state, shows its spread, and passed both integrity rules
@@ -254,4 +255,7 @@ def test_on_a_gpu_every_figure_is_checked_cold_included(tmp_path: Path) -> None:
             assert (row["invalid"], row["graph_invalid"], row["cold_invalid"]) == ("", "", ""), row
             assert row["cold_timer"] == "cuda events per graph replay of one call, L2 flushed before it"
             assert row["cold_seconds"] >= row["bytes"] / (doc["roof_bytes_per_s"] * ROOF_ALLOWANCE)
+            # the host's time per queued call: its checks and launch, never more than the calls took on the GPU
+            # by more than the queue's slack (the host may run ahead, never behind by much)
+            assert 0 < row["host_seconds"] < 2 * row["seconds"] + 1e-4, row
     assert "| cold L2 | of roof |" in (tmp_path / "bench.md").read_text()
