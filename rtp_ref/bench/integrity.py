@@ -59,7 +59,8 @@ def judge(timing: Timing, nbytes: int, limit: float) -> str:
 
 
 def _name(row: BenchRow, mode: str) -> str:
-    return f"{row.kernel} {row.op} {row.layout} at {row.tokens} tokens, {mode}"
+    layers = f" x{row.layers} layers" if row.layers > 1 else ""
+    return f"{row.kernel} {row.op} {row.layout} at {row.tokens} tokens{layers}, {mode}"
 
 
 #: the modes of a row's figures
@@ -80,13 +81,13 @@ def invalid_figures(rows: Sequence[BenchRow]) -> list[str]:
     return [f"{_name(r, mode)}: {_figure(r, mode)[2]}" for mode in MODES for r in rows if _figure(r, mode)[2]]
 
 
-def _series(rows: Sequence[BenchRow], mode: str) -> dict[tuple[str, str, str], list[tuple[int, float, float]]]:
-    """Valid figures of one mode per (op, kernel, variant): (tokens, fastest, slowest sample), by tokens."""
-    out: dict[tuple[str, str, str], list[tuple[int, float, float]]] = {}
+def _series(rows: Sequence[BenchRow], mode: str) -> dict[tuple[str, str, str, int], list[tuple[int, float, float]]]:
+    """Valid figures of one mode per (op, kernel, variant, layers): (tokens, fastest, slowest sample), by tokens."""
+    out: dict[tuple[str, str, str, int], list[tuple[int, float, float]]] = {}
     for r in sorted(rows, key=lambda r: r.tokens):
         low, high, invalid = _figure(r, mode)
         if low is not None and high is not None and not invalid:
-            out.setdefault((r.op, r.kernel, r.layout), []).append((r.tokens, low, high))
+            out.setdefault((r.op, r.kernel, r.layout, r.layers), []).append((r.tokens, low, high))
     return out
 
 
@@ -95,12 +96,13 @@ def non_monotonic(rows: Sequence[BenchRow]) -> list[str]:
     larger write's slowest: slower with fewer tokens beyond the spread of both."""
     warnings = []
     for mode in MODES:
-        for (op, kernel, layout), points in _series(rows, mode).items():
+        for (op, kernel, layout, layers), points in _series(rows, mode).items():
+            name = f"{kernel} {op} {layout}" + (f" x{layers} layers" if layers > 1 else "")
             for i, (small, small_low, _) in enumerate(points):
                 for large, _, large_high in points[i + 1:]:
                     if small_low > large_high:
                         warnings.append(
-                            f"{kernel} {op} {layout}, {mode}: {small} tokens (fastest sample {small_low * 1e6:.1f} us) "
+                            f"{name}, {mode}: {small} tokens (fastest sample {small_low * 1e6:.1f} us) "
                             f"took longer than {large} tokens (slowest sample {large_high * 1e6:.1f} us), beyond the "
                             "spread of both: noise from other work on the machine, or a size the kernel handles "
                             "badly; measure again before reading the series")

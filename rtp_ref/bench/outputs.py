@@ -93,6 +93,8 @@ def _header(doc: dict[str, Any], rows: list[BenchRow]) -> list[str]:
         "input sets, or a reader two source caches, in turn), or "
         f"the figure moves its bytes more than {ROOF_ALLOWANCE:.2f} times as fast as the faster of the copy roof and "
         "a copy through the point's own buffers (rtp_ref/bench/integrity.py); why is under Invalid figures",
+        "- layers: the same write into that many layers' caches, timed as one write (its bytes every layer's), in "
+        "one launch (a grouped kernel's write_layers) or one per layer",
         "- `-`: not measured (a note says why)",
         "",
     ]
@@ -108,7 +110,8 @@ def _spread(seconds: float | None, low: float | None, high: float | None) -> str
 
 
 def _cells(r: BenchRow, floor: float | None) -> list[str]:
-    cells = [r.op, r.kernel, r.layout, str(r.tokens), r.timer or "-", r.l2 or "-"]
+    layers = "1" if r.layers == 1 else f"{r.layers} ({r.launches} launch{'es' if r.launches > 1 else ''})"
+    cells = [r.op, r.kernel, r.layout, str(r.tokens), layers, r.timer or "-", r.l2 or "-"]
     if r.seconds is None:
         return [*cells, "-", "-", "-", "-", "-", "-", "-", r.note]
     cold = (_spread(r.cold_seconds, r.cold_seconds_low, r.cold_seconds_high) if r.cold_seconds is not None
@@ -128,9 +131,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     rows = [BenchRow(**r) for r in doc["rows"]]
     lines = [
         *_header(doc, rows),
-        "| op | kernel | layout | tokens | timer | L2 | cold L2 | of roof | eager | of roof | host / call "
+        "| op | kernel | layout | tokens | layers | timer | L2 | cold L2 | of roof | eager | of roof | host / call "
         "| graph replay | of roof | graph / floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(_cells(r, doc.get("launch_floor_s"))) + " |" for r in rows]
     if doc["invalid"]:
@@ -156,7 +159,8 @@ def _chart(rows: list[BenchRow], doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    valid = [r for r in rows if r.seconds is not None and not r.invalid]
+    # one layer's writes (and the reads): a layered write is another series, in the table
+    valid = [r for r in rows if r.seconds is not None and not r.invalid and r.layers == 1]
     ops = [op for op in OPS if any(r.op == op for r in valid)] or [next(iter(OPS))]
     fig, axes = plt.subplots(len(ops), 2, figsize=(15.0, 4.2 * len(ops)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.0, 1.2]})

@@ -54,7 +54,11 @@ class ReadWorkload:
     def call(self, kernel: Callable[..., None]) -> None:
         """The op's call of ``kernel`` on the next source cache, the sets taken in turn."""
         self.last = (self.last + 1) % len(self.inputs)
-        self.invoke(kernel, self.inputs[self.last])
+        self.call_on(kernel, self.last)
+
+    def call_on(self, kernel: Callable[..., None], index: int) -> None:
+        """The op's call of ``kernel`` on source cache ``index`` (``last`` is not changed)."""
+        self.invoke(kernel, self.inputs[index])
 
     @property
     def footprint(self) -> int:

@@ -53,3 +53,7 @@ class BenchRow:
     cold_invalid: str = ""
     #: the eager calls' host seconds per call while queueing them (rtp_ref.bench.measure ``Timing.host``; GPU only)
     host_seconds: float | None = None
+    #: layers written per timed write (the same write into each layer's caches; 1 for a read) and the calls that
+    #: took: 1 for a grouped kernel's ``write_layers``, one per layer otherwise
+    layers: int = 1
+    launches: int = 1

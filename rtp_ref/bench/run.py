@@ -33,8 +33,8 @@ from rtp_ref.bench.measure import (
 from rtp_ref.bench.read_verify import ReadCheck
 from rtp_ref.bench.read_workloads import ReadWorkload, read_workload
 from rtp_ref.bench.rows import BenchRow
-from rtp_ref.bench.verify import CacheCheck
-from rtp_ref.bench.workloads import Workload, workload
+from rtp_ref.bench.verify import CacheCheck, LayeredCheck
+from rtp_ref.bench.workloads import LayeredWorkload, Workload, layered, workload
 from rtp_ref.certify.environment import collect_environment, rtp_ref_build
 from rtp_ref.certify.session import run_command
 from rtp_ref.contract import WriteContract
@@ -53,8 +53,11 @@ def _per_s(nbytes: int, seconds: float) -> float | None:
     return nbytes / seconds if seconds > 0 else None
 
 
-#: a bench point: a write's or a read's (rtp_ref.bench.workloads, rtp_ref.bench.read_workloads)
-Point = Workload | ReadWorkload
+#: a bench point: a write's, several layers' writes or a read's (rtp_ref.bench.workloads,
+#: rtp_ref.bench.read_workloads)
+Point = Workload | LayeredWorkload | ReadWorkload
+#: what checks a point's output after each timed sample
+Check = CacheCheck | LayeredCheck | ReadCheck
 
 
 def _replays(kernel: Callable[..., None], w: Point, device: torch.device) -> list[Callable[[], None]]:
@@ -65,7 +68,7 @@ def _replays(kernel: Callable[..., None], w: Point, device: torch.device) -> lis
 
 def _call_on(kernel: Callable[..., None], w: Point, index: int) -> Callable[[], None]:
     def call() -> None:
-        w.invoke(kernel, w.inputs[index])
+        w.call_on(kernel, index)
     return call
 
 
@@ -76,7 +79,7 @@ def _replay(graph: torch.cuda.CUDAGraph, w: Point, index: int) -> Callable[[], N
     return replay
 
 
-def _cold(row: BenchRow, kernel: Callable[..., None], w: Point, check: CacheCheck | ReadCheck,
+def _cold(row: BenchRow, kernel: Callable[..., None], w: Point, check: Check,
           device: torch.device, roof: float, flush: torch.Tensor) -> BenchRow:
     """``row`` with its cold figure: one call at a time, the L2 flushed before each (``time_cold``), replayed
     from a graph of one call per input set (eager calls for a kernel that declares ``graph_safe = False``); it may
@@ -95,7 +98,7 @@ def _cold(row: BenchRow, kernel: Callable[..., None], w: Point, check: CacheChec
                    cold_invalid=judge(cold, w.nbytes, speed_limit(roof, roof)))
 
 
-def bench_point(kernel: Callable[..., None], name: str, w: Point, check: CacheCheck | ReadCheck,
+def bench_point(kernel: Callable[..., None], name: str, w: Point, check: Check,
                 device: torch.device, roof: float, limit: float, l2: str, flush: torch.Tensor) -> BenchRow:
     """Time one kernel on one workload: its eager call, then (GPU) its cold call (``_cold``) and its graph
     replay, the cache poisoned before and checked after every timed sample (``check``) and each figure judged
@@ -135,13 +138,16 @@ def _time_point(w: Point, timed: Sequence[tuple[str, Callable[..., None]]], devi
                 limit: float, l2: str, flush: torch.Tensor) -> list[BenchRow]:
     """A row per kernel of ``timed`` on workload ``w``; every row invalid, none timed, when the reference cannot
     write (or read) the workload's inputs (then no figure could be shown to be a measurement of the op)."""
+    layers = len(w.layers) if isinstance(w, LayeredWorkload) else 1
     try:
-        check: CacheCheck | ReadCheck = ReadCheck(w) if isinstance(w, ReadWorkload) else CacheCheck(w)
+        check: Check = (ReadCheck(w) if isinstance(w, ReadWorkload)
+                        else LayeredCheck(w) if isinstance(w, LayeredWorkload) else CacheCheck(w))
     except Exception as exc:  # a failing reference is rtp-ref's bug, named in each row and failing the command
         why = f"not timed: the reference could not write this point's inputs: {_failure(exc)}"
-        return [BenchRow(n, w.op, w.layout, w.tokens, w.nbytes, None, None, None, note=why, invalid=why)
-                for n, _ in timed]
-    return [bench_point(k, n, w, check, device, roof, limit, l2, flush) for n, k in timed]
+        return [BenchRow(n, w.op, w.layout, w.tokens, w.nbytes, None, None, None, note=why, invalid=why,
+                         layers=layers) for n, _ in timed]
+    return [replace(bench_point(k, n, w, check, device, roof, limit, l2, flush), layers=layers,
+                    launches=1 if layers == 1 or hasattr(k, "write_layers") else layers) for n, k in timed]
 
 
 def _l2_bytes(device: torch.device) -> int | None:
@@ -163,15 +169,28 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _point(op: str, variant: str, tokens: int, layers: int, contract: WriteContract, device: torch.device) -> Point:
+    """The workload of one bench point: a read, a write, or ``layers`` layers' writes."""
+    if op_spec(op).reads:
+        return read_workload(op, variant, tokens, contract, device)
+    if layers > 1:
+        return layered(op, variant, tokens, layers, contract, device)
+    return workload(op, variant, tokens, contract, device)
+
+
 def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tuple[str, Callable[..., None]]],
               variants: Mapping[str, Sequence[str]], sizes: Sequence[int], device: torch.device,
-              progress: Callable[[str], None] = print, largest_only: Collection[str] = ()) -> dict[str, Any]:
-    """Measure the roof and the launch floor, then every op x variant x size for every kernel of the op claiming
-    the variant; returns the bench document (bench.json), its invalid figures and warnings included.
+              progress: Callable[[str], None] = print, largest_only: Collection[str] = (),
+              layers: Sequence[int] = (1,)) -> dict[str, Any]:
+    """Measure the roof and the launch floor, then every op x variant x size (x layer count, for writes) for every
+    kernel of the op claiming the variant; returns the bench document (bench.json), its invalid figures and
+    warnings included.
 
-    ``variants``: per op, the variants to time. Kernels named in ``largest_only`` are timed at the largest size
-    only (torch.compile baselines: each size would be another compilation). Each point's inputs, the reference's
-    bytes for them and a copy through the point's footprint are made once and shared by its kernels."""
+    ``variants``: per op, the variants to time. ``layers``: layer counts of each write point (1: one layer's write;
+    N: the same write into N layers' caches, one call of a grouped kernel's ``write_layers`` or N calls; the reads
+    are timed at 1 only). Kernels named in ``largest_only`` are timed at the largest size only (torch.compile
+    baselines: each size would be another compilation). Each point's inputs, the reference's bytes for them and a
+    copy through the point's footprint are made once and shared by its kernels."""
     started = _now()
     roof_bytes = 4 << 30 if device.type == "cuda" else 256 << 20
     roof = copy_roof(device, roof_bytes)
@@ -188,11 +207,11 @@ def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tup
     for op, op_variants in variants.items():
         for variant in op_variants:
             takers = [(n, k) for n, k in kernels if op_name(k) == op and variant in claimed_variants(k)]
-            for tokens in sizes:
+            counts = (1,) if op_spec(op).reads else layers
+            for tokens, count in ((t, c) for c in counts for t in sizes):
                 timed = [(n, k) for n, k in takers if n not in largest_only or tokens == max(sizes)]
                 if timed:
-                    w: Point = (read_workload if op_spec(op).reads else workload)(op, variant, tokens, contract,
-                                                                                   device)
+                    w = _point(op, variant, tokens, count, contract, device)
                     if w.footprint not in copies:
                         # a footprint past the roof's buffer is in the roof's cache state: nothing to add
                         copies[w.footprint] = (copy_roof(device, w.footprint // 2, graph=True)
@@ -237,7 +256,8 @@ def pct(fraction: float | None) -> str:
 def format_row(row: BenchRow) -> str:
     """One progress line: kernel, variant, tokens, (GPU) cold time and roof fraction, eager time and roof fraction,
     graph time and roof fraction, and INVALID after a figure that is not a measurement."""
-    head = f"{row.kernel:<22} {row.layout:<16} {row.tokens:>8}"
+    head = f"{row.kernel:<22} {row.layout:<16} {row.tokens:>8}" + (
+        f" x{row.layers} layers, {row.launches} launch(es)" if row.layers > 1 else "")
     if row.seconds is None:
         return f"{head}  {row.note}"
     graph = (f"graph {us(row.graph_seconds):>11} {pct(row.graph_roof_fraction):>6}"

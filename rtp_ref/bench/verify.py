@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rtp_ref.bench.workloads import Tensors, Workload
+from rtp_ref.bench.workloads import LayeredWorkload, Tensors, Workload
 
 #: the byte the caches hold before each timed sample
 POISON = 0xA5
@@ -95,3 +95,26 @@ def compare_sets(got: list[torch.Tensor], expected: list[list[torch.Tensor]],
     differ = sum(int((g != e).sum()) for g, e in zip(got, want, strict=True))
     poisoned = sum(int(((g != e) & (g == POISON)).sum()) for g, e in zip(got, want, strict=True))
     return differ, sum(g.numel() for g in got), poisoned, stale
+
+
+class LayeredCheck:
+    """The check of a layered write (rtp_ref.bench.workloads ``LayeredWorkload``): every layer's caches, each as
+    ``CacheCheck`` checks one write, so a grouped kernel that skips a layer is caught."""
+
+    def __init__(self, w: LayeredWorkload) -> None:
+        """One ``CacheCheck`` per layer (each works out its reference bytes from the layer's inputs as they are)."""
+        self.layers = [CacheCheck(layer) for layer in w.layers]
+
+    def poison(self) -> None:
+        """Fill every layer's caches with ``POISON``."""
+        for check in self.layers:
+            check.poison()
+
+    def mismatch(self) -> str | None:
+        """The first layer whose checked blocks differ from the reference's bytes, named with what differs; None
+        when every layer holds them."""
+        for index, check in enumerate(self.layers):
+            found = check.mismatch()
+            if found is not None:
+                return f"layer {index} of {len(self.layers)}: {found}"
+        return None

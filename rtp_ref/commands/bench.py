@@ -126,7 +126,8 @@ def _bench(args: argparse.Namespace) -> int:
                 for op in OPS}
     try:
         doc = run_bench(platform, contract, kernels, variants, sizes, device,
-                        progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED})
+                        progress=(lambda _: None) if args.json else _flush_print, largest_only={COMPILED},
+                        layers=sorted(set(args.layers)))
     except KeyboardInterrupt:
         print(f"rtp-ref: interrupted: nothing was written to {report}", file=sys.stderr)
         return INTERRUPTED
@@ -164,6 +165,10 @@ def register(sub: Any) -> None:
     add_layout_flag(parser)
     parser.add_argument("--tokens", type=positive_int, nargs="+", metavar="N",
                         help=f"write sizes in tokens (default: {GPU_SIZES} on a GPU, {CPU_SIZES} on the CPU)")
+    parser.add_argument("--layers", type=positive_int, nargs="+", metavar="N", default=[1],
+                        help="layer counts of each write: N > 1 times the same write into N layers' caches (one "
+                             "step's writes), in one call of a kernel's write_layers (a grouped kernel) or N calls "
+                             "(default: 1; the reads are timed at 1)")
     parser.add_argument("--compile-baseline", action="store_true",
                         help="also time torch-eager under torch.compile (the baseline kernels are compared with)")
     parser.add_argument("--report", default="reports/bench", metavar="DIR",

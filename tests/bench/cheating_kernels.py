@@ -2,7 +2,11 @@
 ``RTP_REF_KERNELS=tests.bench.cheating_kernels:kernels``: each writes what torch-eager writes on its first call,
 then not at all (``first-call-only``) or the first call's bytes again, its inputs unread (``replays-first-write``);
 the readers the same with the reference's read of the MLA gather (``first-read-only``, ``replays-first-read``).
-Timed as they are, all would look many times faster than the op; the bench must reject their figures."""
+Timed as they are, all would look many times faster than the op; the bench must reject their figures.
+
+Two grouped writers (``write_layers``: every layer's write in one call) for the bench's layered points:
+``grouped-torch-eager`` writes every layer (torch-eager's write of each), ``grouped-first-layer-only`` only the first
+(an off-by-one in a layer loop): the bench must reject the second's layered figures, never the first's."""
 
 from __future__ import annotations
 
@@ -96,6 +100,39 @@ class ReplaysFirstRead(FirstReadOnly):
             dst.copy_(self.first)
 
 
+class GroupedTorchEager:
+    """torch-eager's write; ``write_layers`` makes every layer's in one call."""
+
+    name = "grouped-torch-eager"
+    kv_cache_dtypes = ("fp8",)
+    devices = ("cpu", "cuda")
+    #: layers a grouped call writes (the first ``written`` of them)
+    written: int | None = None
+
+    def __init__(self, contract: WriteContract | None = None) -> None:
+        self.inner = TorchEagerKernel(contract)
+
+    def bind(self, contract: WriteContract) -> GroupedTorchEager:
+        return type(self)(contract)
+
+    def __call__(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor) -> None:
+        self.inner(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+
+    def write_layers(self, layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, str,
+                                              torch.Tensor]]) -> None:
+        for arguments in layers[:self.written]:
+            self(*arguments)
+
+
+class GroupedFirstLayerOnly(GroupedTorchEager):
+    """A grouped call that writes the first layer only."""
+
+    name = "grouped-first-layer-only"
+    written = 1
+
+
 def kernels() -> list[object]:
     """The entry point for ``RTP_REF_KERNELS``."""
-    return [FirstCallOnly(), ReplaysFirstWrite(), FirstReadOnly(), ReplaysFirstRead()]
+    return [FirstCallOnly(), ReplaysFirstWrite(), FirstReadOnly(), ReplaysFirstRead(), GroupedTorchEager(),
+            GroupedFirstLayerOnly()]

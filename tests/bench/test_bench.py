@@ -259,3 +259,27 @@ def test_on_a_gpu_every_figure_is_checked_cold_included(tmp_path: Path) -> None:
             # by more than the queue's slack (the host may run ahead, never behind by much)
             assert 0 < row["host_seconds"] < 2 * row["seconds"] + 1e-4, row
     assert "| cold L2 | of roof |" in (tmp_path / "bench.md").read_text()
+
+
+def test_a_layered_write_counts_every_layer_and_checks_every_layer(tmp_path: Path) -> None:
+    """``--layers 1 3``: each write point again as three layers' writes (one slot mapping, each layer its own caches
+    and values): torch-eager in three calls, a grouped kernel in one; a grouped kernel that writes the first layer
+    only is rejected by the check of the second, and its one-layer figures stand."""
+    argv = ["bench", "--platform", "cpu", "--kernel", "torch-eager", "--kernel", "grouped-torch-eager", "--kernel",
+            "grouped-first-layer-only", "--layout", "fp8", "--tokens", "64", "--layers", "1", "3", "--report",
+            str(tmp_path)]
+    env = child_env(REPO, RTP_REF_KERNELS="tests.bench.cheating_kernels:kernels")
+    proc = shared_zygote().run(argv, env, tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {(r["kernel"], r["layers"]): r for r in json.loads((tmp_path / "bench.json").read_text())["rows"]}
+    one = 64 * TOKEN_BYTES[("concat_and_cache_mla", "fp8")]
+    for kernel in ("torch-eager", "grouped-torch-eager", "grouped-first-layer-only"):
+        assert (rows[(kernel, 1)]["bytes"], rows[(kernel, 1)]["invalid"]) == (one, "")
+        assert rows[(kernel, 3)]["bytes"] == 3 * one
+    assert [rows[(k, 3)]["launches"] for k in ("torch-eager", "grouped-torch-eager")] == [3, 1]
+    assert rows[("torch-eager", 3)]["invalid"] == rows[("grouped-torch-eager", 3)]["invalid"] == ""
+    assert rows[("grouped-first-layer-only", 3)]["invalid"].startswith("layer 1 of 3: after a timed sample")
+    assert proc.stderr.splitlines()[1].startswith(
+        "  grouped-first-layer-only concat_and_cache_mla fp8 at 64 tokens x3 layers, eager: layer 1 of 3")
+    table = (tmp_path / "bench.md").read_text()
+    assert "| 64 | 3 (1 launch) |" in table and "| 64 | 3 (3 launches) |" in table

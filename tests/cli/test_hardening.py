@@ -211,6 +211,8 @@ BAD_INPUTS = [
     # bench: checked before anything is timed or written
     Bad("bench-unknown-layout", ("bench", "--layout", "fp9", "--report", "{tmp}/rep"),
         "--layout 'fp9': unknown layout; valid: auto, fp8", output="{tmp}/rep"),
+    Bad("bench-zero-layers", (*BENCH, "--layers", "0", "--report", "{tmp}/rep"),
+        "argument --layers: '0' is not valid; valid: an integer >= 1", output="{tmp}/rep"),
     Bad("bench-negative-tokens", (*BENCH, "-1", "--report", "{tmp}/rep"),
         "argument --tokens: '-1' is not valid; valid: an integer >= 1", output="{tmp}/rep"),
     Bad("bench-report-in-proc", (*BENCH, "--report", "/proc/forbidden/x"),
