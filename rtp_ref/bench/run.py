@@ -79,22 +79,27 @@ def _replay(graph: torch.cuda.CUDAGraph, w: Point, index: int) -> Callable[[], N
     return replay
 
 
-def _cold(row: BenchRow, kernel: Callable[..., None], w: Point, check: Check,
-          device: torch.device, roof: float, flush: torch.Tensor) -> BenchRow:
+def _cold(row: BenchRow, kernel: Callable[..., None], w: Point, check: Check, device: torch.device, roof: float,
+          flush: torch.Tensor) -> BenchRow:
     """``row`` with its cold figure: one call at a time, the L2 flushed before each (``time_cold``), replayed
-    from a graph of one call per input set (eager calls for a kernel that declares ``graph_safe = False``); it may
-    not beat the copy roof (``ROOF_ALLOWANCE`` aside): nothing of the point is left in the L2 to serve it."""
-    graph = getattr(kernel, "graph_safe", None) is not False
+    from a graph of one call per input set (eager calls for a kernel that declares ``graph_safe = False`` or whose
+    capture fails); it may not beat the copy roof (``ROOF_ALLOWANCE`` aside): nothing of the point is left in the L2
+    to serve it."""
+    calls: list[Callable[[], None]] = [lambda: w.call(kernel)]
+    timer = COLD_TIMER
+    if getattr(kernel, "graph_safe", None) is not False:
+        try:
+            calls, timer = _replays(kernel, w, device), COLD_GRAPH_TIMER
+        except Exception:  # the graph figure says why; the cold figure is then the eager calls'
+            torch.cuda.synchronize(device)
     try:
-        calls = _replays(kernel, w, device) if graph else [lambda: w.call(kernel)]
         cold = time_cold(calls, flush.zero_, device, before=check.poison, after=check.mismatch)
     except Exception as exc:  # the eager numbers stand; why this one is missing is shown
         torch.cuda.synchronize(device)
         return replace(row, cold_note=f"not timed: {_failure(exc)}")
     bandwidth = _per_s(w.nbytes, cold.seconds)
     return replace(row, cold_seconds=cold.seconds, cold_roof_fraction=bandwidth and bandwidth / roof,
-                   cold_seconds_low=cold.low, cold_seconds_high=cold.high,
-                   cold_timer=COLD_GRAPH_TIMER if graph else COLD_TIMER,
+                   cold_seconds_low=cold.low, cold_seconds_high=cold.high, cold_timer=timer,
                    cold_invalid=judge(cold, w.nbytes, speed_limit(roof, roof)))
 
 
