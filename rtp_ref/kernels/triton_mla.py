@@ -28,7 +28,7 @@ into fused multiply-adds may change a rounding.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -37,7 +37,7 @@ import triton.language as tl
 
 from rtp_ref.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
 from rtp_ref.fp8.formats import E4M3FN, ConversionMode
-from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
+from rtp_ref.kernels.call_signature import MAX_LAUNCHES, Launch, LaunchCache, call_signature, no_launch, on_device
 from rtp_ref.kernels.format_traits import FormatTraits
 from rtp_ref.kernels.input_flags import Validation
 from rtp_ref.kernels.triton_fp4 import fp4_constexprs, fp4_tile_quantize, fp4_unsupported, scale_slots
@@ -64,6 +64,7 @@ from rtp_ref.kernels.write_plan import (
     block_shift_of,
 )
 from rtp_ref.kv.layouts import MlaLayout
+from rtp_ref.kv.padding import as_negative
 
 
 @triton.jit
@@ -110,7 +111,7 @@ def _mla_cache_write(
     MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_CODE: tl.constexpr,
     NAN_CODE: tl.constexpr, NEG_ZERO: tl.constexpr, HAS_INF: tl.constexpr, INF_CODE: tl.constexpr,
     SATFINITE: tl.constexpr, MAX_VALUE: tl.constexpr, IN_BF16: tl.constexpr, CLAMP: tl.constexpr,
-    ZERO_OFF: tl.constexpr, ZERO_BYTES: tl.constexpr, ZERO_PAD: tl.constexpr,
+    ZERO_OFF: tl.constexpr, ZERO_BYTES: tl.constexpr, ZERO_PAD: tl.constexpr, LAYERED: tl.constexpr,
 ) -> None:
     """Write tokens ``[pid * BLOCK_T, (pid + 1) * BLOCK_T)`` to their slots; see the module doc.
 
@@ -119,8 +120,20 @@ def _mla_cache_write(
     scales (rtp_ref.kernels.triton_fp4), 4 = fp8 of the value itself (no scale); a tile-scaled rope's scales sit
     beside the nope's, the nope's in the order ``ORDER_ROWS`` x ``ORDER_COLS`` transposed (0: tile order); the
     token's ``ZERO_BYTES`` at ``ZERO_OFF`` are set to 0 (a ``zero`` field). A slot at or past ``capacity`` writes
-    nothing and sets ``flags`` (rtp_ref.kernels.input_flags).
+    nothing and sets ``flags`` (rtp_ref.kernels.input_flags). ``LAYERED``: ``kv_c``, ``k_pe``, ``cache`` and
+    ``scale_ptr`` are int64 tables of each layer's addresses, and the grid's second axis the layer
+    (``TritonMlaKernel.write_layers``: one launch for several layers' writes of one slot mapping).
     """
+    if LAYERED:
+        layer = tl.program_id(1)
+        if IN_BF16:
+            kv_c = tl.load(kv_c + layer).to(tl.pointer_type(tl.bfloat16))
+            k_pe = tl.load(k_pe + layer).to(tl.pointer_type(tl.bfloat16))
+        else:
+            kv_c = tl.load(kv_c + layer).to(tl.pointer_type(tl.float16))
+            k_pe = tl.load(k_pe + layer).to(tl.pointer_type(tl.float16))
+        cache = tl.load(cache + layer).to(tl.pointer_type(tl.uint8))
+        scale_ptr = tl.load(scale_ptr + layer).to(tl.pointer_type(tl.float32))
     t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
     in_range = t < num_tokens
     # Every load comes first and none is predicated on a slot: a program then waits for memory once,
@@ -275,10 +288,11 @@ def _pow2_at_least(n: int) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bool = True,
-                clamp: bool = True) -> dict[str, Any]:
+                clamp: bool = True, layered: bool = False) -> dict[str, Any]:
     """The kernel's constexpr arguments for a plan (also what ``_compile_ahead`` compiles).
 
     ``clamp``: clamp before the hardware conversion (not needed where it saturates by itself: NVIDIA).
+    ``layered``: the kernel takes tables of each layer's addresses (``_mla_cache_write``).
     """
     r, p, f = plan.kv_lora_rank, plan.rope_dim, plan.traits
     if ValueMode.COPY16 == plan.nope_mode == plan.rope_mode:
@@ -300,7 +314,7 @@ def _constexprs(plan: WritePlan, hw: int, split: bool, block_t: int, in_bf16: bo
         "ORDER_COLS": plan.scale_order[1] if plan.scale_order else 0,
         **fp4_constexprs(plan.fp4_tile), "HW": hw, "IN_BF16": in_bf16, "CLAMP": clamp,
         "ZERO_OFF": plan.zero_offset, "ZERO_BYTES": plan.zero_bytes, "ZERO_PAD": _pow2_at_least(plan.zero_bytes),
-        **f.triton_constexprs(),
+        **f.triton_constexprs(), "LAYERED": layered,
     }
 
 
@@ -314,6 +328,30 @@ NUM_WARPS = 2
 #: took 18.5 s at 16 tokens a program, 11.1 s at 64; every case has at most 40 tokens). Launch tuning only:
 #: the bytes are the same (tests/kernels).
 INTERPRETER_BLOCK_T = 64
+
+
+class AddressTables:
+    """The device tables of several layers' addresses a grouped launch takes (``_mla_cache_write`` with
+    ``LAYERED``), made once per set of addresses: the host-to-device copy that makes one cannot be captured in a
+    CUDA graph, so a capture must follow an eager call with the same tensors (as an engine's warm-up does).
+    Keeps at most ``MAX_LAUNCHES`` sets; past that the oldest half is dropped."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[int, ...], tuple[torch.Tensor, ...]] = {}
+
+    def of(self, layers: Sequence[tuple[Any, ...]], device: torch.device) -> tuple[torch.Tensor, ...]:
+        """The ``kv_c``, ``k_pe``, ``kv_cache`` and ``scale`` address tables of ``layers`` (each item one layer's
+        ``concat_and_cache_mla`` arguments) on ``device``: int64, one address a layer."""
+        key = tuple(layer[i].data_ptr() for i in (0, 1, 2, 5) for layer in layers)
+        found = self._tables.get(key)
+        if found is None:
+            if len(self._tables) >= MAX_LAUNCHES:
+                for old in list(self._tables)[: MAX_LAUNCHES // 2]:
+                    del self._tables[old]
+            table = torch.tensor(key, dtype=torch.int64).to(device)
+            found = tuple(table[i * len(layers):(i + 1) * len(layers)] for i in range(4))
+            self._tables[key] = found
+        return found
 
 
 class TritonMlaKernel(PlannedKernel):
@@ -344,6 +382,8 @@ class TritonMlaKernel(PlannedKernel):
         self.num_warps = num_warps
         # The interpreter runs on CPU tensors only; compiled Triton on CUDA/ROCm ("cuda" in torch).
         self.devices: Collection[str] = ("cpu",) if interpreted() else ("cuda",)
+        self._grouped = LaunchCache()
+        self._tables = AddressTables()
 
     def bind(self, contract: WriteContract, *, conversion: ConversionChoice | None = None,
              validation: Validation | None = None) -> TritonMlaKernel:
@@ -373,7 +413,9 @@ class TritonMlaKernel(PlannedKernel):
 
     def _prepare(self, plan: WritePlan, contract: WriteContract, kv_c: torch.Tensor, k_pe: torch.Tensor,
                  kv_cache: torch.Tensor, slot_mapping: torch.Tensor, scale: torch.Tensor,
-                 flags: torch.Tensor) -> Launch:
+                 flags: torch.Tensor, layers: int = 0) -> Launch:
+        """The launch of a checked call; with ``layers``, of that many layers' writes at once, called with the
+        address tables of ``AddressTables.of`` (``kv_c``, ``k_pe``, ``kv_cache``, ``scale``), then the slots."""
         tokens = slot_mapping.shape[0]
         if tokens == 0:
             return no_launch
@@ -382,14 +424,14 @@ class TritonMlaKernel(PlannedKernel):
                                                                 kv_cache.device)
         block_t = self.tokens_per_program
         constexprs = _constexprs(plan, hw, not plan.wide_fields_aligned(kv_cache), block_t,
-                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _saturates())
+                                 in_bf16=kv_c.dtype == torch.bfloat16, clamp=not _saturates(), layered=layers > 0)
         block_size = kv_cache.shape[1]
         scalars = (tokens, kv_cache.shape[0] * block_size, kv_c.stride(0), k_pe.stride(0), block_size,
                    block_shift_of(block_size), kv_cache.stride(0) * kv_cache.element_size(), plan.divisor, plan.floor)
         as_bytes = kv_cache.dtype != torch.uint8
         index = kv_cache.device.index if kv_cache.is_cuda else None
-        write = CompiledLaunch(_mla_cache_write, (triton.cdiv(tokens, block_t),), constexprs,
-                               num_warps=self.num_warps, enable_fp_fusion=False)
+        grid = (triton.cdiv(tokens, block_t), layers) if layers else (triton.cdiv(tokens, block_t),)
+        write = CompiledLaunch(_mla_cache_write, grid, constexprs, num_warps=self.num_warps, enable_fp_fusion=False)
 
         def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
                    scale: torch.Tensor) -> None:
@@ -398,7 +440,45 @@ class TritonMlaKernel(PlannedKernel):
                 write(kv_c, k_pe, cache, slots, scale, flags, *scalars)
             self.launch_count += 1
 
-        return launch
+        def layered(kv_c: torch.Tensor, k_pe: torch.Tensor, caches: torch.Tensor, scales: torch.Tensor,
+                    slots: torch.Tensor) -> None:
+            with on_device(index):
+                write(kv_c, k_pe, caches, slots, scales, flags, *scalars)
+            self.launch_count += 1
+
+        return layered if layers else launch
+
+
+    def write_layers(self, layers: Sequence[tuple[Any, ...]]) -> None:
+        """``concat_and_cache_mla`` of several layers of one step, each item of ``layers`` one layer's arguments as
+        ``__call__`` takes them: in one launch (a second grid axis over the layers; vLLM #55356 reports 4-6x less
+        kernel time at small batches from writing five layers so) where every layer's tensors have the first's
+        metadata (``call_signature``) and the same slot mapping tensor, under device validation; otherwise one call
+        per layer. Checked as one call is (the first layer's arguments: the others' metadata equal them; the shared
+        slots on the device), and capturable in a CUDA graph after a first eager call with the same tensors (each
+        set of addresses becomes a device table once, ``AddressTables``)."""
+        first = layers[0]
+        signature = None
+        if self.validation == "device" and len(layers) > 1:
+            signature = call_signature(first[4], *first[:4], first[5])
+            if signature is not None and not all(
+                    layer[3] is first[3] and call_signature(layer[4], *layer[:4], layer[5]) == signature
+                    for layer in layers[1:]):
+                signature = None
+        if signature is None:
+            for layer in layers:
+                self(*layer)
+            return
+        kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale = first
+        slots = as_negative(slot_mapping, self._device_contracts.padding_slot(self.contract, slot_mapping))
+        key = (*signature, len(layers))
+        launch = self._grouped.get(key)
+        if launch is None:
+            plan, contract = self._checked(kv_c, k_pe, kv_cache, slots, kv_cache_dtype, scale, host=False)
+            launch = self._prepare(plan, contract, kv_c, k_pe, kv_cache, slots, scale,
+                                   self.input_flags.word(kv_cache.device), layers=len(layers))
+            self._grouped.put(key, launch)
+        launch(*self._tables.of(layers, kv_cache.device), slots)
 
 
 #: the hardware selector and the backend's saturation, asked once per format and device (they read the device's

@@ -362,18 +362,25 @@ class PlannedKernel(ABC):
         signature = None if host else call_signature(kv_cache_dtype, kv_c, k_pe, kv_cache, slot_mapping, scale)
         launch = self._launches.get(signature)
         if launch is None:
-            check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-            check_value_inputs(self.name, kv_c, k_pe)
-            contract = self.contract or self._device_contracts.of(kv_cache.device)
-            plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
-            validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=host,
-                                slot_dtypes=accepted_slot_dtypes(getattr(self, "input_domain", {})))
-            if limit:
-                raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
+            plan, contract = self._checked(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale, host)
             launch = self._prepare(plan, contract, kv_c, k_pe, kv_cache, slot_mapping, scale,
                                    self.input_flags.word(kv_cache.device))
             self._launches.put(signature, launch)
         launch(kv_c, k_pe, kv_cache, slot_mapping, scale)
+
+    def _checked(self, kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                 kv_cache_dtype: str, scale: torch.Tensor, host: bool) -> tuple[WritePlan, WriteContract]:
+        """Check a call (the layout and device claimed, the arguments; the slot values on the host for ``host``)
+        and return its plan and contract; raises what the checks raise."""
+        check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+        check_value_inputs(self.name, kv_c, k_pe)
+        contract = self.contract or self._device_contracts.of(kv_cache.device)
+        plan, limit = self._plan(contract, kv_cache_dtype, kv_c.shape[1], k_pe.shape[1])
+        validate_write_args(plan.layout, kv_c, k_pe, kv_cache, slot_mapping, scale, values=host,
+                            slot_dtypes=accepted_slot_dtypes(getattr(self, "input_domain", {})))
+        if limit:
+            raise UnsupportedLayoutError(f"kernel {self.name}: {limit}")
+        return plan, contract
 
     def take_input_errors(self) -> list[str]:
         """What the device-side checks flagged since the last take (one sync per device), and clear it."""
