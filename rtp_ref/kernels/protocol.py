@@ -42,6 +42,11 @@ list[str]``: what the kernel's device-side argument checks flagged since the las
 slot past the cache there instead of syncing to check it on the host); the suite reports such a kernel's input
 checks as ``flagged``.
 
+Optionally ``write_layers(layers) -> None``, for a writer: several layers' writes of one step, ``layers`` a sequence
+of each layer's arguments as the op's call takes them (one slot mapping), made at once (a grouped kernel: one
+launch for them all). ``rtp-ref bench --layers N`` times it against N calls of other kernels; its bytes are checked
+layer by layer there (rtp_ref/bench/verify.py). The triton MLA writer has one.
+
 Optionally ``supports(layout) -> str | None``: the kernel's limits as data (None: it writes this layout of
 its op at these shapes, ``rtp_ref.kv.layouts.MlaLayout`` for the MLA write; else why not, e.g. a register
 budget). A case past a declared
