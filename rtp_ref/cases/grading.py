@@ -287,7 +287,18 @@ class _NumericsCase:
 
     def value_checks(self) -> tuple[list[Check], dict[str, float]]:
         s = self.per_value_scale()
-        v = self.x / s
+        spec = self.scale_field.tile_scale if self.scale_field else None
+        # the contract's quotient: x / s, or under a rule of reciprocal multiplies x * float32(1 / s) (where 1 / s
+        # overflows, as for a subnormal scale, that is inf or NaN, as the writer's own multiply makes it)
+        if spec is not None and spec.reciprocal_payload:
+            single = s.float()  # the reciprocal in float32, as the contract rounds it (in float64 it cannot overflow)
+            v = self.x * (torch.ones_like(single) / single).double()
+        else:
+            v = self.x / s
+        if spec is not None and spec.floor == 0:
+            # a rule with no floor stores the values of a tile whose scale is 0 as zeros (b12x's rope skips the
+            # reciprocal there): their quotient is 0, not the 0 / 0 the division would make
+            v = torch.where(s == 0, torch.zeros_like(v), v)
         graded: ValueGrade = fp8_value_checks(
             self.f.name, self.codes, v, self.layout.element_format, self.layout.conversion_mode, self.max_ulp,
             lambda r, c, want: self._value_example(r, c, v, want))

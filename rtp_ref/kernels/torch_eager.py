@@ -46,14 +46,23 @@ def _tiles(x: torch.Tensor, spec: TileScale, n_tiles: int) -> torch.Tensor:
 
 
 def _tiled(x: torch.Tensor, spec: TileScale, n_tiles: int, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp8 bytes [n, count], float32 scales [n, n_tiles]) of rows ``x``."""
+    """(fp8 bytes [n, count], float32 scales [n, n_tiles]) of rows ``x``: ``x / s``, or under a rule of reciprocal
+    multiplies ``x * (1 / s)`` with ``s = amax * (1 / divisor)``, a zero scale storing zeros."""
     tiles = _tiles(x, spec, n_tiles)
     amax = tiles.abs().amax(dim=-1)
-    s = torch.clamp(amax / spec.divisor, min=spec.floor)
+    if spec.reciprocal_amax:
+        s = torch.clamp(amax * torch.tensor(1.0 / spec.divisor, dtype=torch.float32, device=amax.device),
+                        min=spec.floor)
+    else:
+        s = torch.clamp(amax / spec.divisor, min=spec.floor)
     if spec.rule is ScaleRule.POW2_CEIL:
         s = torch.exp2(torch.ceil(torch.log2(s)))
-    codes = (tiles / s.unsqueeze(-1)).to(fp8).view(torch.uint8).reshape(x.shape[0], n_tiles * spec.tile)
-    return codes[:, : x.shape[1]], s
+    if spec.reciprocal_payload:
+        quotient = tiles * (1.0 / s).unsqueeze(-1)
+        codes = torch.where((s == 0).unsqueeze(-1), 0, quotient.to(fp8).view(torch.uint8))
+    else:
+        codes = (tiles / s.unsqueeze(-1)).to(fp8).view(torch.uint8)
+    return codes.reshape(x.shape[0], n_tiles * spec.tile)[:, : x.shape[1]], s
 
 
 def _e2m1_codes(q: torch.Tensor) -> torch.Tensor:
@@ -106,7 +115,8 @@ class TorchEagerKernel(PlannedKernel):
     kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES
     devices: Collection[str] = ("cpu", "cuda")
     conversion_path: Literal["torch"] = "torch"
-    plan_limits = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True, zero_pad=True)
+    plan_limits = PlanLimits(tiled_rope=True, fp4=True, unscaled=True, scale_order=True, zero_pad=True,
+                             reciprocal=True)
 
     def __init__(self, contract: WriteContract | None = None) -> None:
         # its boolean masking of padding slots reads the slots on the host: it validates there as well

@@ -57,13 +57,15 @@ class ValueMode(IntEnum):
 class PlanLimits:
     """What a kernel's plan may hold beyond per-token 16-bit and fp8 fields with an external or nope tile scale:
     a tile-scaled rope (its scales beside the nope's, the same tile rule), E2M1 value fields, fp8 values with no
-    scale, scales stored in another order than their tiles', and a per-token ``zero`` field (padding written as 0)."""
+    scale, scales stored in another order than their tiles', a per-token ``zero`` field (padding written as 0), and
+    fp8 tile scales formed by reciprocal multiplies (rtp_ref.kv.records.TileRule ``reciprocal_mul``)."""
 
     tiled_rope: bool = False
     fp4: bool = False
     unscaled: bool = False
     scale_order: bool = False
     zero_pad: bool = False
+    reciprocal: bool = False
 
 
 #: the CUDA C++ kernels and the compiled readers: the nope alone tile-scaled, no E2M1
@@ -139,6 +141,11 @@ class WritePlan:
             raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel does not write unscaled fp8")
         if not limits.scale_order and nope_scale is not None and nope_scale.order is not None:
             raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel stores scales in tile order")
+        reciprocal = [f.name for f in (nope_scale, rope_scale) if f is not None and f.tile_scale is not None
+                      and (f.tile_scale.reciprocal_amax or f.tile_scale.reciprocal_payload)]
+        if reciprocal and not limits.reciprocal:
+            raise UnsupportedLayoutError(f"layout {layout.name}: this built-in kernel divides; {reciprocal[0]} is "
+                                         "computed with reciprocal multiplies")
         zero = _zero_field(layout, limits)
         beside = rope_scale is not None and rope_mode in (ValueMode.TILED, ValueMode.FP4) \
             and _shares_area(nope_mode, rope_mode, nope_scale, rope_scale)
@@ -261,12 +268,17 @@ def _mode_of(layout: MlaLayout, f: Field) -> tuple[ValueMode, Field | None]:
 def compiled_record(record: LayoutRecord, limits: PlanLimits = COMPILED_LIMITS) -> bool:
     """Whether a plan under ``limits`` (``WritePlan.of``) takes layout ``record``, read from its field records:
     every value field per token, 16-bit, fp8 scaled by the external scale or by an fp32 or ue8m0 tile scale of an
-    fp8 tile rule, or (under ``limits.fp4``) E2M1 of an FP4 tile rule; a tile-scaled rope only under
+    fp8 tile rule that divides, or (under ``limits.fp4``) E2M1 of an FP4 tile rule, one rule for every scale field; a
+    tile-scaled rope only under
     ``limits.tiled_rope``, its scales placed as the nope's; a ``zero`` field only under ``limits.zero_pad``, one
     per token."""
     by_name = {f.name: f for f in record.fields}
     if _zero_problem(record.fields, limits) is not None:
         return False
+    rules = [r for r in (record.tile_rule, *(f.tile_rule for f in record.fields)) if r is not None]
+    if any(f.tile_rule is not None for f in record.fields) or any(
+            r.fp4 is None and "reciprocal_mul" in (r.amax_division, r.payload) for r in rules):
+        return False  # a scale field with a rule of its own, or reciprocal multiplies: the kernels divide
     for f in record.fields:
         if f.source not in (Source.KV_C, Source.K_PE) or f.element == ELEMENT_INPUT16:
             continue

@@ -10,7 +10,10 @@ Numerics (the contract the writer kernels are graded against):
   input's rope bits as they are, so only bf16 inputs give the bf16 rope FlashMLA reads);
 * an fp8 field with the external scale stores ``encode(float32(x) / scale)``, an ``unscaled`` one ``encode(x)``;
 * an fp8 field with a tile scale stores ``encode(float32(x) / s_i)`` with ``s_i`` from the tile's amax
-  (``TileScale``); fp32 scales are stored as their bits, ue8m0 scales as their exponent byte;
+  (``TileScale``); fp32 scales are stored as their bits, ue8m0 scales as their exponent byte; a tile rule of
+  reciprocal multiplies (``TileScale.reciprocal_amax``, ``reciprocal_payload``) forms ``s_i = max(amax * r, floor)``
+  with ``r = float32(1 / divisor)`` and stores ``encode(float32(x) * float32(1 / s_i))``, every value 0x00 where
+  ``s_i`` is 0;
 * an E2M1 field stores the codes and scale codes of ``rtp_ref.fp4.quantize_row`` under its tile scale's FP4
   conventions, two codes a byte (``rtp_ref.fp4.pack``: the even index in the low nibble); a tile holding NaN or
   +-inf stores what its tile rule's ``non_finite_tile`` says: its scale element's NaN and every code 0, or, where
@@ -53,7 +56,20 @@ def _padded_tiles(x: torch.Tensor, tile: int) -> torch.Tensor:
 def tile_scales(x: torch.Tensor, spec: TileScale) -> torch.Tensor:
     """float32 scale per tile of ``x`` [T, n] under ``spec``: ``[T, ceil(n / tile)]``."""
     amax = tile_amax(_padded_tiles(x.to(torch.float32), spec.tile), spec.tile)
+    if spec.reciprocal_amax:
+        # the reciprocal rounded to float32 once (b12x: a compile-time float constant), then one float32 multiply
+        s = amax * torch.full_like(amax, 1.0 / spec.divisor)
+        return torch.maximum(s, torch.full_like(s, spec.floor)) if spec.floor else s
     return scale_from_amax(amax, spec.rule, spec.divisor, spec.floor)
+
+
+def _quantize_reciprocal(xf: torch.Tensor, s: torch.Tensor, tile: int, layout: MlaLayout) -> torch.Tensor:
+    """fp8 codes of ``xf * float32(1 / s)`` per tile, 0x00 where ``s`` is 0 (module doc)."""
+    tiles = xf.reshape(xf.shape[0], xf.shape[1] // tile, tile)
+    # one correctly rounded float32 division makes the reciprocal (1 / 0 is inf: those tiles are zeroed below)
+    reciprocal = torch.ones_like(s) / s
+    codes = encode(tiles * reciprocal.unsqueeze(-1), layout.element_format, layout.conversion_mode)
+    return torch.where((s == 0).unsqueeze(-1), torch.zeros_like(codes), codes).reshape(xf.shape)
 
 
 def _scale_bytes(f: Field, scales: torch.Tensor) -> torch.Tensor:
@@ -113,7 +129,10 @@ def encode_tiled(layout: MlaLayout, f: Field, x: torch.Tensor, scale_from: torch
     amax_of = xf if scale_from is None else _padded_tiles(scale_from.to(torch.float32), spec.tile)
     if spec.fp4 is None:
         s = tile_scales(amax_of, spec)
-        codes = quantize_tiles(xf, s, spec.tile, layout.element_format, layout.conversion_mode)[:, : f.count]
+        if spec.reciprocal_payload:
+            codes = _quantize_reciprocal(xf, s, spec.tile, layout)[:, : f.count]
+        else:
+            codes = quantize_tiles(xf, s, spec.tile, layout.element_format, layout.conversion_mode)[:, : f.count]
         return codes, _scale_bytes(scale_field, s)
     quantized = quantize_row(xf, spec.fp4, amax_of)
     codes, scales, defined = quantized.codes, quantized.scales, quantized.defined

@@ -123,6 +123,9 @@ class TileScale:
     ``fp4.scale``'s traits (its rounding, how ``amax / 6`` is formed, its clamp, whose low end is ``floor``), each
     value ``e2m1(x / s)`` by ``fp4.payload``, a -0.0 by ``fp4.negative_zero``; None for fp8 values.
     ``non_finite_tile``: what an FP4 tile holding NaN or +-inf stores (rtp_ref.kv.records.NON_FINITE_TILES).
+    ``reciprocal_amax``, ``reciprocal_payload`` (fp8 values): ``amax * (1/divisor)`` and ``x * (1/s)`` with the
+    reciprocals rounded to float32, in place of the divisions (rtp_ref.kv.records.TileRule); a zero scale then
+    stores 0x00 for every value.
     """
 
     tile: int
@@ -131,6 +134,8 @@ class TileScale:
     floor: float
     fp4: Fp4Conventions | None = None
     non_finite_tile: str = "undefined"
+    reciprocal_amax: bool = False
+    reciprocal_payload: bool = False
 
     def formula(self) -> str:
         """The rule as a short formula, for tables (e.g. ``2^ceil(log2(max(amax/448, 0.0001)))``; for FP4
@@ -141,8 +146,10 @@ class TileScale:
             bounds = "" if traits.clamp is None else f", {traits.clamp[0]:g}, {traits.clamp[1]:g}"
             inner = f"clamp({quotient}{bounds})" if bounds else quotient
             return f"{traits.element.value} {traits.rounding.value} of {inner}"
-        inner = f"max(amax/{self.divisor:g}, {self.floor:g})"
-        return f"2^ceil(log2({inner}))" if self.rule is ScaleRule.POW2_CEIL else inner
+        quotient = f"amax*(1/{self.divisor:g})" if self.reciprocal_amax else f"amax/{self.divisor:g}"
+        inner = f"max({quotient}, {self.floor:g})" if self.floor else quotient
+        formula = f"2^ceil(log2({inner}))" if self.rule is ScaleRule.POW2_CEIL else inner
+        return f"{formula}; values x*(1/s)" if self.reciprocal_payload else formula
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,16 @@ _NVFP4_DS_MLA_SOURCES = ("local-inference-lab/vllm PR #82 (merged 2026-07-07), "
                          "cvt_warp_fp16_to_fp4 with SFScaleVal 1.0: e4m3(amax * (1/6)) with no floor, "
                          "x * (1 / sf), 0 as the reciprocal of a zero scale)")
 
+_NVFP4_FP8_ROPE_SOURCES = ("local-inference-lab/b12x PR #35 (merged 2026-07-17), "
+                           "b12x/attention/_shared/mla/kv_cache.py@17f797fcff7d (ConcatAndCacheNvfp4MlaFp8RopeKernel, "
+                           "KV_FP8_ROPE=1: [0,256) E2M1 and [256,288) e4m3 scales as the 432-byte record's, [288,292) "
+                           "an fp32 rope scale rope_amax * f32(1/448), [292,304) zeros, [304,368) 64 e4m3 rope values "
+                           "cvt.rn.satfinite(v * rcp.approx.ftz(rope_scale)), all 0 where the scale is 0)")
+#: b12x's fp8 rope: one fp32 scale over the 64 values, amax * float32(1/448), no floor, values times its reciprocal
+#: (the writer's rcp.approx.ftz is not correctly rounded; the contract states the correctly rounded reciprocal)
+_B12X_ROPE_RULE = TileRule(64, ScaleRule.AMAX_DIV, 0.0, 448.0, amax_division="reciprocal_mul",
+                           payload="reciprocal_mul")
+
 BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
     LayoutRecord(
         "auto", "kv_c then k_pe in the inputs' own 16-bit type; no scale",
@@ -206,6 +216,30 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
             "the fork's writer takes the tile's amax with fmaxf, which drops a NaN, and converts with "
             "cvt.rn.satfinite.e2m1x2.f32, whose NaN and inf results PTX does not state; a zero scale's reciprocal is "
             "0 in cvt_warp_fp16_to_fp4")),
+    LayoutRecord(
+        "nvfp4_ds_mla_fp8rope", "b12x's NVFP4 sparse MLA with an fp8 rope, one 368-byte record a token: the nope "
+        "and its 32 e4m3 scales as nvfp4_ds_mla_bf16rope's, an fp32 rope scale, 12 zero bytes, 64 e4m3 rope values "
+        "(b12x's 'nvfp4_ds_mla' under KV_FP8_ROPE=1)",
+        (_values("nope", Source.KV_C, ELEMENT_E2M1, "R", "nope_scale"),
+         FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, "e4m3fn", "tiles",
+                     note="scale i covers nope values [16i, 16(i+1)); 0x00 where amax * (1/6) rounds to 0"),
+         FieldRecord("rope_scale", Source.SCALE, Placement.PER_TOKEN, ELEMENT_FP32, "tiles",
+                     note="one scale over the 64 rope values: amax * float32(1/448), 0 for an all-zero rope",
+                     tile_rule=_B12X_ROPE_RULE),
+         FieldRecord("zero", Source.ZERO, Placement.PER_TOKEN, ELEMENT_PAD, 12,
+                     note="written as 0, never read: the rope starts 16-byte aligned"),
+         FieldRecord("rope", Source.K_PE, Placement.PER_TOKEN, ELEMENT_FP8, "P", "rope_scale",
+                     note="fp8 of v * float32(1 / rope_scale); 0x00 where the scale is 0")),
+        "k + v != block: the inline nope and rope scales and the zero bytes are part of the entry but of neither k "
+        "nor v", _NVFP4_FP8_ROPE_SOURCES,
+        tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 0.0, 6.0,
+                           fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", payload="reciprocal_mul")),
+        fixed_dims=True,
+        non_finite=NonFinitePolicy(
+            UNDEFINED, UNDEFINED, "nope: scale 0x00 (no floor) and every value a zero of its sign (0x0, a -0.0 0x8, "
+            "0x0 under fp4_negative_zero=positive); rope: scale 0.0 and every value 0x00",
+            "b12x's writer takes both amaxes with fmaxf, which drops a NaN, and converts with satfinite conversions "
+            "whose NaN results PTX does not state; a zero rope scale stores zeros (it skips the reciprocal)")),
     LayoutRecord(
         "V41", "DeepSeek V4.1: per block, each token's nope and rope both fp8 in tiles of 32, then every token's 16 "
         "ue8m0 tile scales (14 nope, 2 rope)", _v41_fields(ELEMENT_FP8, ELEMENT_UE8M0, 32),

@@ -99,10 +99,16 @@ class MlaLayout:
 
     def stores_non_finite(self, source: Source) -> bool:
         """Whether the reference writer defines bytes for NaN and +-inf among ``source``'s values: every field but an
-        E2M1 one whose tile rule leaves a tile holding them undefined (``rtp_ref.kv.entries`` raises there)."""
+        E2M1 one whose tile rule leaves a tile holding them undefined (``rtp_ref.kv.entries`` raises there) and an
+        fp8 one whose tile rule multiplies by reciprocals (b12x's rope: its writer drops a NaN from the amax and
+        states nothing of the rest, so the record's policy leaves them undefined)."""
         f = self.value_field(source)
         spec = self.field(f.scale_field).tile_scale if f.scale_field else None
-        return spec is None or spec.fp4 is None or spec.non_finite_tile != "undefined"
+        if spec is None:
+            return True
+        if spec.fp4 is None:
+            return not spec.reciprocal_payload
+        return spec.non_finite_tile != "undefined"
 
     def placed(self, placement: Placement) -> tuple[Field, ...]:
         """Fields with this placement, by offset."""
@@ -307,10 +313,17 @@ def _fp4_conventions(record: LayoutRecord, rule: TileRule, scale_element: str, f
         raise RtpRefError(f"layout {record.name}: its FP4 tile rule cannot be built: {exc}") from None
 
 
-def _tile_scale(record: LayoutRecord, scale: FieldRecord, flags: LayoutFlags) -> TileScale:
-    """The record's tile rule for scale field ``scale``, with the layout flags it names read from ``flags``."""
-    rule = record.tile_rule
+def _rule_of(record: LayoutRecord, scale: FieldRecord) -> TileRule:
+    """The tile rule computing scale field ``scale``: its own, else the record's."""
+    rule = scale.tile_rule or record.tile_rule
     assert rule is not None, "only a record with a tile rule has tile scales"
+    return rule
+
+
+def _tile_scale(record: LayoutRecord, scale: FieldRecord, flags: LayoutFlags) -> TileScale:
+    """The tile rule of scale field ``scale`` (its own, else the record's), with the layout flags it names read
+    from ``flags``."""
+    rule = _rule_of(record, scale)
     scale_rule = rule.rule if isinstance(rule.rule, ScaleRule) else ScaleRule(getattr(flags, rule.rule))
 
     def number(value: float | str) -> float:
@@ -318,7 +331,13 @@ def _tile_scale(record: LayoutRecord, scale: FieldRecord, flags: LayoutFlags) ->
 
     divisor, floor = number(rule.divisor), number(rule.floor)
     if rule.fp4 is None:
-        return TileScale(rule.tile, scale_rule, divisor, floor)
+        try:
+            reciprocal = [PayloadDivision(d) is PayloadDivision.RECIPROCAL_MUL for d in (rule.amax_division,
+                                                                                        rule.payload)]
+        except ValueError as exc:
+            raise RtpRefError(f"layout {record.name}: its tile rule cannot be built: {exc}") from None
+        return TileScale(rule.tile, scale_rule, divisor, floor, reciprocal_amax=reciprocal[0],
+                         reciprocal_payload=reciprocal[1])
     if divisor != E2M1_MAX:
         raise RtpRefError(f"layout {record.name}: an FP4 tile rule divides amax by {E2M1_MAX:g} (E2M1's largest "
                           f"value), not {divisor:g}")
@@ -330,30 +349,27 @@ def _tile_scale(record: LayoutRecord, scale: FieldRecord, flags: LayoutFlags) ->
 
 
 def _tile_counts(record: LayoutRecord, r: int, p: int, flags: LayoutFlags, fmt: Fp8Format) -> dict[str, int]:
-    """Each tile-counted scale field's number of scales: ``count / tile`` of the value field it scales, or under
-    ``lora_alignment=round_up`` ``ceil(count / tile)``. A count that is not a multiple under ``strict`` raises
-    RtpRefError saying what to change."""
-    rule = record.tile_rule
-    if rule is None:
-        return {}
+    """Each tile-counted scale field's number of scales: ``count / tile`` of the value field it scales (the tile
+    of the scale field's rule), or under ``lora_alignment=round_up`` ``ceil(count / tile)``. A count that is not a
+    multiple under ``strict`` raises RtpRefError saying what to change."""
     dims = {"R": r, "P": p}
     counts: dict[str, int] = {}
     for v in record.fields:
         scale = next((f for f in record.fields if f.name == v.scale and f.count == "tiles"), None)
         if scale is None:
             continue
+        tile = _rule_of(record, scale).tile
         n = dims[v.count] if isinstance(v.count, str) else v.count
-        if n % rule.tile and flags.lora_alignment is LoraAlignment.STRICT:
-            raise _misaligned(record, (r, p), v, n, flags, fmt)
-        counts[scale.name] = math.ceil(n / rule.tile)
+        if n % tile and flags.lora_alignment is LoraAlignment.STRICT:
+            raise _misaligned(record, (r, p), v, n, tile, flags, fmt)
+        counts[scale.name] = math.ceil(n / tile)
     return counts
 
 
-def _misaligned(record: LayoutRecord, dims: tuple[int, int], v: FieldRecord, n: int, flags: LayoutFlags,
-                fmt: Fp8Format) -> RtpRefError:
-    """The error of a value field whose count is not a multiple of the tile under ``lora_alignment=strict``."""
+def _misaligned(record: LayoutRecord, dims: tuple[int, int], v: FieldRecord, n: int, tile: int,
+                flags: LayoutFlags, fmt: Fp8Format) -> RtpRefError:
+    """The error of a value field whose count is not a multiple of its ``tile`` under ``lora_alignment=strict``."""
     r, p = dims
-    tile = record.tile_rule.tile if record.tile_rule else 0
     tiles = math.ceil(n / tile)
     if v.source is not Source.KV_C:
         return RtpRefError(

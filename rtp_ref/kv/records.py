@@ -38,6 +38,8 @@ class FieldRecord:
     ``order``: for a scale field, ``(rows, cols)`` when its scales are stored transposed: the natural sequence
     viewed as ``rows x cols`` stored as ``cols x rows``, so scale ``s`` sits at byte ``(s % cols) * rows + s //
     cols`` (FlashMLA's NVFP4 record, (8, 4)); None: scale ``s`` at byte ``s``.
+    ``tile_rule``: for a tile-counted scale field, a tile rule of its own in place of the record's (b12x's 368-byte
+    record scales its E2M1 nope by an FP4 rule and its fp8 rope by another); None: the record's.
     """
 
     name: str
@@ -49,6 +51,7 @@ class FieldRecord:
     note: str = ""
     area: str = ""
     order: tuple[int, int] | None = None
+    tile_rule: TileRule | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,11 @@ class TileRule:
     count is not a multiple of ``tile``, layout flag ``lora_alignment`` decides: refuse, or a partial last tile.
     ``fp4``: the rest of the contract of a layout whose values are E2M1 (then ``divisor`` is 6, E2M1's largest
     value, and the scale is ``fp4.rounding`` of the quotient clamped to ``[floor, fp4.ceiling]``).
+    For fp8 values, ``amax_division`` and ``payload`` say how ``amax / divisor`` and ``x / s`` are formed
+    (``rtp_ref.fp4.PayloadDivision`` values): one correctly rounded division (``ieee_div``), or a multiply by the
+    divisor's reciprocal rounded to float32 (``reciprocal_mul``; a zero scale then stores every value as 0x00,
+    where the division would make NaN of a zero: b12x's rope rule). A floor of 0 means none: an all-zero tile's
+    scale is 0.
     """
 
     tile: int
@@ -91,6 +99,8 @@ class TileRule:
     floor: float | str
     divisor: float | str = "fp8_max_divisor"
     fp4: Fp4Rule | None = None
+    amax_division: str = "ieee_div"
+    payload: str = "ieee_div"
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,10 @@ def test_every_ops_reference_certifies_past_4_gib(tmp_path: Path) -> None:
                      timeout=300)
     assert report["_exit_code"] == 0
     rows = _rows(report)
-    # nine MLA layouts on the cpu table (five fp8/16-bit, V41, V41_FP4, nvfp4_fp8_ds_mla, nvfp4_ds_mla_bf16rope), four
-    # MHA variants (auto, fp8, fp8_e5m2, nvfp4), three indexer scale formats (none, ue8m0, mxfp4)
-    assert len(rows) == 16
+    # ten MLA layouts on the cpu table (five fp8/16-bit, V41, V41_FP4, nvfp4_fp8_ds_mla, nvfp4_ds_mla_bf16rope,
+    # nvfp4_ds_mla_fp8rope), four MHA variants (auto, fp8, fp8_e5m2, nvfp4), three indexer scale formats (none, ue8m0,
+    # mxfp4)
+    assert len(rows) == 17
     assert set(rows.values()) == {("certified", "bit_exact")}
 
 

@@ -30,8 +30,13 @@ BUNDLED = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact")
 #: record with its zero bytes (the references and torch-eager write them too); the CUDA C++ writer and the compiled
 #: readers do not
 TRITON_ONLY = ("V41", "V41_FP4", "nvfp4_fp8_ds_mla", "nvfp4_ds_mla_bf16rope")
+#: the bundled layouts only the references and torch-eager write, written out by hand: b12x's 368-byte record, whose
+#: rope scale is formed by reciprocal multiplies (the compiled writers divide)
+REFERENCE_ONLY = ("nvfp4_ds_mla_fp8rope",)
+#: the layouts the Triton writer claims and is tested on
+TRITON_LAYOUTS = tuple(name for name in LAYOUTS if name not in REFERENCE_ONLY)
 #: the layouts every compiled kernel (the triton and cuda writers, their readers) claims and is tested on
-COMPILED = tuple(name for name in LAYOUTS if name not in TRITON_ONLY)
+COMPILED = tuple(name for name in TRITON_LAYOUTS if name not in TRITON_ONLY)
 #: the input dtypes the kernels take, by their short names
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

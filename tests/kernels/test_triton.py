@@ -18,9 +18,10 @@ from tests.kernels.cases import (
     BUNDLED,
     CONTRACTS,
     DTYPES,
-    LAYOUTS,
     PAST_CAPACITY_FLAGGED,
+    REFERENCE_ONLY,
     SHAPES,
+    TRITON_LAYOUTS,
     TRITON_ONLY,
     assert_bit_exact,
     contract,
@@ -48,12 +49,13 @@ RUN_CONTRACTS = (["cpu", "rocm-gfx942", "rocm-gfx950", "e4m3fn-nonsat", "e5m2-sa
 
 def test_kernel_satisfies_the_protocol_and_claims_every_compiled_layout() -> None:
     check_kernel(KERNEL, "test")
-    assert set(BUNDLED) | set(TRITON_ONLY) <= set(KERNEL.kv_cache_dtypes) == set(LAYOUTS)
+    assert set(BUNDLED) | set(TRITON_ONLY) <= set(KERNEL.kv_cache_dtypes) == set(TRITON_LAYOUTS)
+    assert not set(REFERENCE_ONLY) & set(KERNEL.kv_cache_dtypes)
     assert tuple(KERNEL.devices) == (DEVICE,)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", TRITON_LAYOUTS)
 @pytest.mark.parametrize("contract_id", RUN_CONTRACTS)
 def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str) -> None:
     c = CONTRACTS[contract_id]()
@@ -63,7 +65,7 @@ def test_bit_exact_on_every_layout(contract_id: str, layout: str, dtype: str) ->
 
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="the software path is what the interpreter runs anyway")
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", TRITON_LAYOUTS)
 def test_forced_software_path_is_bit_exact_on_the_gpu(layout: str) -> None:
     c = contract("cuda-sm90")
     kernel = KERNEL.bind(c, conversion="software")

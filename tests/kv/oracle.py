@@ -24,11 +24,16 @@ FLT_MIN = float(np.finfo(np.float32).tiny)
 ML_FP8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}
 FP8_MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
 LAYOUTS = ("auto", "fp8", "fp8_ds_mla", "fp8_model1_mla", "fp8_rocm_compact", "nvfp4_fp8_ds_mla",
-           "nvfp4_ds_mla_bf16rope", "V41", "V41_FP4")
+           "nvfp4_ds_mla_bf16rope", "nvfp4_ds_mla_fp8rope", "V41", "V41_FP4")
 #: FlashMLA's NVFP4 record: 256 E2M1 bytes, 64 e4m3 rope bytes, 32 e4m3 scales stored at 8 * (s & 3) + (s >> 2)
 NVFP4 = "nvfp4_fp8_ds_mla"
 #: local-inference-lab/vllm's 'nvfp4_ds_mla' (PR #82): 256 E2M1 bytes, 32 e4m3 scales, 16 zeros, 128 bf16 rope bytes
 FORK432 = "nvfp4_ds_mla_bf16rope"
+#: local-inference-lab/b12x's 'nvfp4_ds_mla' under KV_FP8_ROPE=1 (PR #35): the 432-byte record's nope and scales, an
+#: fp32 rope scale, 12 zero bytes, 64 e4m3 rope bytes
+B12X368 = "nvfp4_ds_mla_fp8rope"
+#: b12x's rope divisor as a float32 constant: double 1/448 rounded to float32 once (its _E4M3_MAX_RCP)
+RCP_448 = np.float32(1.0 / 448.0)
 #: the layouts of DeepSeek V4's dims, 448 nope and 64 rope values (every other layout's default is 512 / 64)
 V4_DIMS = ("fp8_model1_mla", "V41", "V41_FP4")
 #: sglang's V4.1 records: (data bytes, scale bytes, values per scale) a token, from its KVLayout
@@ -82,6 +87,9 @@ def byte_map(layout: str, r: int, p: int) -> dict[str, tuple[int, int]]:
     if layout == FORK432:
         assert (r, p) == (512, 64)
         return {"nope": (0, 256), "nope_scale": (256, 32), "zero": (288, 16), "rope": (304, 128)}
+    if layout == B12X368:
+        assert (r, p) == (512, 64)
+        return {"nope": (0, 256), "nope_scale": (256, 32), "rope_scale": (288, 4), "zero": (292, 12), "rope": (304, 64)}
     if layout == "auto":
         return {"nope": (0, 2 * r), "rope": (2 * r, 2 * p)}
     if layout in PER_TENSOR:
@@ -193,15 +201,40 @@ def fork432_tile(tile: npt.NDArray[np.float32]) -> tuple[Bytes, np.uint8]:
     return codes, sf.view(np.uint8)[0]
 
 
-def _fork432_entry(x: npt.NDArray[np.float32], k_pe: torch.Tensor) -> Bytes:
-    """The fork's 432-byte record of one token: 512 nope codes packed (even index low), the 32 scales in tile
-    order, 16 zero bytes, the rope's 16-bit bits."""
+def _fork432_nope(x: npt.NDArray[np.float32]) -> Bytes:
+    """The fork's nope bytes of one token: 512 codes packed (even index low), then the 32 scales in tile order."""
     data, scales = [], np.zeros(32, np.uint8)
     for s in range(32):
         codes, scale = fork432_tile(x[16 * s: 16 * s + 16])
         data.append((codes[0::2] | (codes[1::2] << 4)).astype(np.uint8))
         scales[s] = scale
-    return np.concatenate([*data, scales, np.zeros(16, np.uint8), _bits16(k_pe)])
+    return np.concatenate([*data, scales])
+
+
+def _fork432_entry(x: npt.NDArray[np.float32], k_pe: torch.Tensor) -> Bytes:
+    """The fork's 432-byte record of one token: the nope and its scales, 16 zero bytes, the rope's 16-bit bits."""
+    return np.concatenate([_fork432_nope(x), np.zeros(16, np.uint8), _bits16(k_pe)])
+
+
+def b12x_rope(rope: npt.NDArray[np.float32], fmt: str = "e4m3fn") -> tuple[Bytes, np.float32]:
+    """b12x's fp8 rope of one token (kv_cache.py, the RoPE lane): ``scale = amax * float32(1/448)`` in float32, then
+    each value ``fp8(v * (1 / scale))`` to nearest even, saturating, the reciprocal rounded to float32 (the
+    writer's rcp.approx.ftz, stated here correctly rounded); every code 0x00 where the scale is 0. ``fmt``: the
+    cache's fp8 format (b12x's e4m3fn; a table of another format stores the rope in its own, as FlashMLA's NVFP4
+    record's)."""
+    amax = np.float32(np.abs(rope).max())
+    scale = np.float32(amax * RCP_448)
+    if scale == 0:
+        return np.zeros(rope.shape[0], np.uint8), scale
+    reciprocal = np.float32(np.float32(1.0) / scale)
+    return _fp8((rope * reciprocal).astype(np.float32), fmt), scale
+
+
+def _b12x_entry(c: Contract, x: npt.NDArray[np.float32], k_pe: torch.Tensor) -> Bytes:
+    """b12x's 368-byte record of one token: the fork's nope and scales, the fp32 rope scale, 12 zero bytes, the
+    fp8 rope."""
+    codes, scale = b12x_rope(k_pe.to(torch.float32).numpy(), c.fp8)
+    return np.concatenate([_fork432_nope(x), np.array([scale], "<f4").view(np.uint8), np.zeros(12, np.uint8), codes])
 
 
 def _nvfp4_entry(c: Contract, x: npt.NDArray[np.float32], rope: npt.NDArray[np.float32]) -> Bytes:
@@ -242,6 +275,8 @@ def expected_entry(layout: str, c: Contract, kv_c: torch.Tensor, k_pe: torch.Ten
         return _nvfp4_entry(c, x, k_pe.to(torch.float32).numpy())
     if layout == FORK432:
         return _fork432_entry(x, k_pe)
+    if layout == B12X368:
+        return _b12x_entry(c, x, k_pe)
     if layout == "auto":
         return np.concatenate([_bits16(kv_c), _bits16(k_pe)])
     if layout in PER_TENSOR:
@@ -288,11 +323,15 @@ def decode_entry(
         scales = np.array([stored[8 * (s & 3) + (s >> 2)] for s in range(32)], np.float32)
         nope = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32) * np.repeat(scales, 16)
         return nope, fields["rope"].view(ML_FP8[c.fp8]).astype(np.float32)
-    if layout == FORK432:
+    if layout in (FORK432, B12X368):
         raw = fields["nope"]
         codes = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(-1).astype(np.uint8)
         stored = fields["nope_scale"].view(ml_dtypes.float8_e4m3fn).astype(np.float32)
-        return codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32) * np.repeat(stored, 16), bits16(fields["rope"])
+        nope = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32) * np.repeat(stored, 16)
+        if layout == FORK432:
+            return nope, bits16(fields["rope"])
+        rope_scale = fields["rope_scale"].view("<f4").astype(np.float32)[0]
+        return nope, fields["rope"].view(ML_FP8[c.fp8]).astype(np.float32) * rope_scale
     values = fields["nope"].view(ML_FP8[c.fp8]).astype(np.float32)
     if layout in PER_TENSOR:
         s = np.float32(scale)

@@ -52,6 +52,12 @@ SOURCE_MAPS = {
         "per_token": [("nope", 0, 256, "e2m1"), ("nope_scale", 256, 32, "e4m3fn"), ("zero", 288, 16, "pad"),
                       ("rope", 304, 128, "bf16/fp16")],
     },
+    # local-inference-lab/b12x PR #35's 'nvfp4_ds_mla' under KV_FP8_ROPE=1 (kv_cache.py): [0, 256) E2M1 nope,
+    # [256, 288) e4m3 scales, [288, 292) fp32 rope scale, [292, 304) zeros, [304, 368) e4m3 rope
+    "nvfp4_ds_mla_fp8rope": {
+        "per_token": [("nope", 0, 256, "e2m1"), ("nope_scale", 256, 32, "e4m3fn"), ("rope_scale", 288, 4, "fp32"),
+                      ("zero", 292, 12, "pad"), ("rope", 304, 64, "fp8")],
+    },
     "V41_FP4": {
         "per_token": [("nope", 0, 224, "e2m1"), ("rope", 224, 32, "e2m1")],
         "block_trailing": [("nope_scale", 0, 28, "e4m3fn"), ("rope_scale", 28, 4, "e4m3fn")],
@@ -63,7 +69,8 @@ SOURCE_MAPS = {
 }
 # Whether k + v covers the block, from the byte maps above: only layouts with no scale or pad inside.
 K_PLUS_V_IS_BLOCK = {"auto": True, "fp8": True, "fp8_ds_mla": False, "fp8_model1_mla": False, "fp8_rocm_compact": True,
-                     "nvfp4_fp8_ds_mla": False, "nvfp4_ds_mla_bf16rope": False, "V41": False, "V41_FP4": False,
+                     "nvfp4_fp8_ds_mla": False, "nvfp4_ds_mla_bf16rope": False, "nvfp4_ds_mla_fp8rope": False,
+                     "V41": False, "V41_FP4": False,
                      "fp8_ds_mla_3buffer": False}
 
 

@@ -1,7 +1,8 @@
 """Mutants of the FP4 MLA records: DeepSeek V4.1's V41_FP4 and FlashMLA's NVFP4 record (nvfp4_fp8_ds_mla), each the
 reference writer with one convention of the field in place of the record's, loaded into a certify run through
 ``RTP_REF_KERNELS=tests.mutants.fp4_mutants:mutants`` (``:nvfp4_mutants`` for the NVFP4 ones, ``:fork432_mutants``
-for those of local-inference-lab/vllm's 432-byte record); and writers of the
+for those of local-inference-lab/vllm's 432-byte record, ``:b12x_mutants`` for b12x's 368-byte one); and writers of
+the
 indexer's ``mxfp4`` cache that follow another MXFP4 quantizer's conventions (``:mxfp4_mutants``).
 
 ``EXPECTED`` names, for each, the check that catches it and the flags the diagnosis must name (None: no flag
@@ -175,6 +176,49 @@ FORK432_EXPECTED: dict[type[Mutant], str] = {
 def fork432_mutants() -> list[object]:
     """The entry point for ``RTP_REF_KERNELS``: one instance of every mutant of the fork's 432-byte record."""
     return [cls() for cls in FORK432_EXPECTED]
+
+
+class _B12xMutant(Mutant):
+    """An nvfp4_ds_mla_fp8rope writer (b12x's 368-byte record): the reference with its rope rule changed."""
+
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("nvfp4_ds_mla_fp8rope",)
+    #: the rope scale's rule as the mutant forms it (dataclasses.replace of its TileScale)
+    rope_rule: ClassVar[dict[str, object]] = {}
+
+    def entries(self, layout: MlaLayout, kv_c: torch.Tensor, k_pe: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        fields = tuple(dataclasses.replace(f, tile_scale=dataclasses.replace(f.tile_scale, **self.rope_rule))
+                       if f.name == "rope_scale" and f.tile_scale is not None else f for f in layout.fields)
+        return encode_entries(dataclasses.replace(layout, fields=fields), kv_c, k_pe, scale)
+
+
+class RopeDividedByScale(_B12xMutant):
+    """Divides: ``amax / 448`` and ``v / scale``, each correctly rounded, as the ds_mla writers do, and floors the
+    scale at FLT_MIN so that a zero rope divides to zeros: the last bit of many scales, and codes next to a rounding
+    boundary, differ from b12x's multiplies."""
+
+    name = "mutant-b12x-rope-divides"
+    rope_rule: ClassVar[dict[str, object]] = {"reciprocal_amax": False, "reciprocal_payload": False,
+                                               "floor": 2.0**-126}
+
+
+class RopeScaleFloored(_B12xMutant):
+    """Keeps b12x's multiplies but floors the rope scale at 2^-9 (FlashMLA's NVFP4 floor): a zero rope stores that
+    scale, not 0.0, and tiny ropes other codes."""
+
+    name = "mutant-b12x-rope-scale-floored"
+    rope_rule: ClassVar[dict[str, object]] = {"floor": 2.0**-9}
+
+
+#: each mutant of b12x's record -> the check that must catch it in a certify run
+B12X_EXPECTED: dict[type[Mutant], str] = {
+    RopeDividedByScale: "bit_exact.bytes",
+    RopeScaleFloored: "bit_exact.bytes",
+}
+
+
+def b12x_mutants() -> list[object]:
+    """The entry point for ``RTP_REF_KERNELS``: one instance of every mutant of b12x's 368-byte record."""
+    return [cls() for cls in B12X_EXPECTED]
 
 
 class _Mxfp4Mutant:

@@ -24,7 +24,7 @@ GFX942 = (REPO / "platforms" / "rocm-gfx942.toml").read_text()
 #: the repositories docs/sources.md names as its sources, written here by hand
 KNOWN_REPOSITORIES = {"deepseek-ai/FlashMLA", "vllm-project/vllm", "ROCm/aiter", "alibaba/rtp-llm",
                       "sgl-project/sglang", "ROCm/ATOM", "vllm-project/FlashMLA", "local-inference-lab/vllm",
-                      "ROCm/composable_kernel"}
+                      "ROCm/composable_kernel", "local-inference-lab/b12x"}
 
 
 def uncited(platforms: list[Platform]) -> list[str]:
