@@ -153,6 +153,7 @@ def documented_keys() -> set[str]:
         ("fp8_model1_mla", "cpu", ["--block-size", "3", "--num-blocks", "5", "--tokens", "13"]),
         ("fp8_rocm_compact", "rocm-gfx942", ["--kv-lora-rank", "256", "--rope-dim", "32"]),
         ("auto", "cpu", ["--tokens", "9"]),
+        ("nvfp4_ds_mla_fp8rope", "cpu", ["--tokens", "11"]),
     ],
 )
 def test_golden_file_holds_inputs_and_the_byte_walked_expected_cache(
