@@ -152,12 +152,14 @@ def _bench(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``bench``."""
     parser = sub.add_parser("bench", help="kernel time and bandwidth, eager and in a CUDA graph, against the roof",
-                            description="Benchmark the KV-cache write kernels of every op: per size the eager "
-                            "call's time, the CUDA-graph replay's time and the launch floor (an empty kernel's "
-                            "replay), and effective bandwidth (minimum bytes / median time) against a device copy, "
-                            "all measured in the same run. The cache is poisoned before and checked against the "
-                            "reference after every timed sample, and a figure faster than the copies of the same run "
-                            "allow is impossible: an invalid figure fails the command (exit 1), named.")
+                            description="Benchmark the KV-cache kernels of every op, the reads included: per size "
+                            "(on a GPU) the cold call's time (one call at a time after the L2 was flushed: the "
+                            "headline), the eager call's time with the host's time per call, the CUDA-graph replay's "
+                            "time and the launch floor (an empty kernel's replay), and effective bandwidth (minimum "
+                            "bytes / median time) against a device copy, all measured in the same run. The cache is "
+                            "poisoned before and checked against the reference after every timed sample, and a "
+                            "figure faster than the copies of the same run allow is impossible: an invalid figure "
+                            "fails the command (exit 1), named.")
     parser.add_argument("--platform", default="auto", help="platform table whose contract kernels are bound to")
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME", help="only this kernel (repeatable)")
     parser.add_argument("--layout", action="append", default=[], metavar="LAYOUT",
