@@ -216,7 +216,15 @@ def run_bench(platform: Platform, contract: WriteContract, kernels: Sequence[tup
             for tokens, count in ((t, c) for c in counts for t in sizes):
                 timed = [(n, k) for n, k in takers if n not in largest_only or tokens == max(sizes)]
                 if timed:
-                    w = _point(op, variant, tokens, count, contract, device)
+                    try:
+                        w = _point(op, variant, tokens, count, contract, device)
+                    except Exception as exc:  # rtp-ref's bug, not the kernels': named in each row, failing the run
+                        why = f"not timed: this point's inputs could not be made: {_failure(exc)}"
+                        for n, _ in timed:
+                            rows.append(BenchRow(n, op, variant, tokens, 0, None, None, None, note=why, invalid=why,
+                                                 layers=count))
+                            progress(format_row(rows[-1]))
+                        continue
                     if w.footprint not in copies:
                         # a footprint past the roof's buffer is in the roof's cache state: nothing to add
                         copies[w.footprint] = (copy_roof(device, w.footprint // 2, graph=True)

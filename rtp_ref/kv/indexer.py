@@ -326,7 +326,7 @@ def _block_columns(layout: IndexerLayout, f: Field, token: torch.Tensor, block_s
     in the token's data row, a block-trailing one after every token's data (rtp_ref.kv.fields.Placement)."""
     data, trailing = layout.data_bytes_per_token, layout.trailing_bytes_per_token
     start = token * data if f.placement is Placement.PER_TOKEN else block_size * data + token * trailing
-    return start[:, None] + f.offset + torch.arange(f.size)
+    return start[:, None] + f.offset + torch.arange(f.size, device=start.device)
 
 
 def stored_tokens(layout: IndexerLayout, kv_cache: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor,

@@ -283,3 +283,27 @@ def test_a_layered_write_counts_every_layer_and_checks_every_layer(tmp_path: Pat
         "  grouped-first-layer-only concat_and_cache_mla fp8 at 64 tokens x3 layers, eager: layer 1 of 3")
     table = (tmp_path / "bench.md").read_text()
     assert "| 64 | 3 (1 launch) |" in table and "| 64 | 3 (3 launches) |" in table
+
+
+def test_a_point_whose_inputs_cannot_be_made_is_an_invalid_row_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in making a point's inputs (one was a reference writer that put a CPU index beside CUDA tensors) is
+    rtp-ref's, not the kernels': the point's rows say why and fail the run; the other points are still timed."""
+    from rtp_ref.bench import run
+
+    made = run._point
+
+    def broken(op: str, variant: str, tokens: int, layers: int, contract: WriteContract,
+               device: torch.device) -> object:
+        if tokens == 64:
+            raise RuntimeError("Expected all tensors to be on the same device")
+        return made(op, variant, tokens, layers, contract, device)
+
+    monkeypatch.setattr(run, "_point", broken)
+    contract = WriteContract.for_platform(load_platform("cpu"))
+    doc = run.run_bench(load_platform("cpu"), contract, [("torch-eager", TorchEagerKernel(contract))],
+                        {MLA_OP: ["fp8"]}, [64, 128], torch.device("cpu"), progress=lambda _: None)
+    rows = {r["tokens"]: r for r in doc["rows"]}
+    assert rows[64]["invalid"] == ("not timed: this point's inputs could not be made: RuntimeError: Expected all "
+                                   "tensors to be on the same device")
+    assert rows[128]["seconds"] > 0 and rows[128]["invalid"] == ""
+    assert doc["invalid"] == [f"torch-eager concat_and_cache_mla fp8 at 64 tokens, eager: {rows[64]['invalid']}"]
