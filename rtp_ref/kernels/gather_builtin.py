@@ -13,7 +13,7 @@ on the device, so none of them claims ``graph_safe``.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -43,6 +43,7 @@ def gather_layout(contract: WriteContract, kv_cache_dtype: str, dst: object) -> 
 
 
 _R = TypeVar("_R", bound="_Reader")
+_L = TypeVar("_L")
 
 
 class _Reader:
@@ -61,6 +62,17 @@ class _Reader:
         self.reader, self.devices, self.contract = reader, tuple(devices), contract
         self.launch_count = 0
         self._contracts = DeviceContracts()
+        # built once per contract, layout and width: building a layout from its record takes longer than the
+        # checks of a decode-sized call
+        self._layouts: dict[tuple[WriteContract, str, int, int], Any] = {}
+
+    def layout_of(self, key: tuple[WriteContract, str, int, int], build: Callable[[], _L]) -> _L:
+        """The layout of ``key`` (contract, layout or scale format, and the two widths that size it), made by
+        ``build()`` the first time (its errors are raised every time: nothing is kept for them)."""
+        found = self._layouts.get(key)
+        if found is None:
+            found = self._layouts[key] = build()
+        return cast(_L, found)
 
     def bind(self: _R, contract: WriteContract) -> _R:
         """This reader following ``contract``."""
@@ -92,7 +104,9 @@ class MlaGatherKernel(_Reader):
                  seq_starts: torch.Tensor | None = None) -> None:
         name = check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
         cache = check_tensor("kv_cache", kv_cache, None)
-        layout = gather_layout(self.contract_for(cache.device), name, dst)
+        contract = self.contract_for(cache.device)
+        width = dst.shape[1] if isinstance(dst, torch.Tensor) and dst.dim() == 2 else -1
+        layout = self.layout_of((contract, name, width, 0), lambda: gather_layout(contract, name, dst))
         validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
         self.reader(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
         self.launch_count += 1
@@ -118,7 +132,8 @@ class IndexerGatherKernel(_Reader):
             if t.stride(1) != 1:
                 raise RtpRefError(f"{name}: strides {t.stride()}; valid: contiguous columns (stride(1) == 1)")
         contract = self.contract_for(cache.device)
-        layout = indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant)
+        layout = self.layout_of((contract, "", dst_k.shape[1], quant),
+                                lambda: indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant))
         validate_indexer_gather_args(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
         self.reader(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
         self.launch_count += 1
