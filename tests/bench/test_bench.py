@@ -176,13 +176,18 @@ def test_a_series_slower_with_fewer_tokens_beyond_its_spread_is_warned_about() -
 @pytest.mark.parametrize("layout", ["fp8", "fp8_ds_mla"])
 def test_compiled_baseline_writes_what_torch_eager_writes(layout: str) -> None:
     """A baseline that wrote different bytes would be a meaningless speed reference."""
+    import torch._inductor.config
+
     contract = WriteContract.for_platform(load_platform("cpu"))
     layout_obj = contract.layout(layout, 512, 64)
     spec = CaseSpec(layout, "random", 37, 16, num_blocks_for(37, 16), torch.bfloat16, 3)
     eager_case, compiled_case = (build_case(spec, layout_obj, "cpu") for _ in range(2))
     eager = TorchEagerKernel(contract)
-    for kernel, case in ((eager, eager_case), (CompiledBaseline(eager), compiled_case)):
-        kernel(case.kv_c, case.k_pe, case.kv_cache, case.slot_mapping, layout, case.scale)
+    # compiled in this process: a pool of compile workers (one per core, each importing torch) costs a fresh
+    # environment's first compile about 7 s more on two cores than it saves on this one small graph
+    with torch._inductor.config.patch(compile_threads=1):
+        for kernel, case in ((eager, eager_case), (CompiledBaseline(eager), compiled_case)):
+            kernel(case.kv_c, case.k_pe, case.kv_cache, case.slot_mapping, layout, case.scale)
     assert torch.equal(eager_case.storage, compiled_case.storage)
     assert bool((eager_case.slot_mapping >= 0).any())  # the case writes something
 
