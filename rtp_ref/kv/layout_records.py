@@ -121,6 +121,13 @@ _NVFP4_FP8_ROPE_SOURCES = ("local-inference-lab/b12x PR #35 (merged 2026-07-17),
                            "KV_FP8_ROPE=1: [0,256) E2M1 and [256,288) e4m3 scales as the 432-byte record's, [288,292) "
                            "an fp32 rope scale rope_amax * f32(1/448), [292,304) zeros, [304,368) 64 e4m3 rope values "
                            "cvt.rn.satfinite(v * rcp.approx.ftz(rope_scale)), all 0 where the scale is 0)")
+#: the forks' NVFP4 nope (local-inference-lab/vllm's 432-byte record, b12x's 368-byte one: the same bytes): 512 E2M1
+#: codes, then 32 e4m3 scales in tile order, e4m3(amax * (1/6)) with no floor, codes x * (1/sf)
+_FORK_NVFP4_NOPE = (_values("nope", Source.KV_C, ELEMENT_E2M1, "R", "nope_scale"),
+                    FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, "e4m3fn", "tiles",
+                                note="scale i covers nope values [16i, 16(i+1)); 0x00 where amax * (1/6) rounds to 0"))
+_FORK_NVFP4_RULE = TileRule(16, ScaleRule.AMAX_DIV, 0.0, 6.0,
+                            fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", payload="reciprocal_mul"))
 #: b12x's fp8 rope: one fp32 scale over the 64 values, amax * float32(1/448), no floor, values times its reciprocal
 #: (the writer's rcp.approx.ftz is not correctly rounded; the contract states the correctly rounded reciprocal)
 _B12X_ROPE_RULE = TileRule(64, ScaleRule.AMAX_DIV, 0.0, 448.0, amax_division="reciprocal_mul",
@@ -199,16 +206,13 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "nvfp4_ds_mla_bf16rope", "a fork's NVFP4 sparse MLA with a bf16 rope, one 432-byte record a token: the nope "
         "as E2M1 codes (two a byte, the even index low), 32 e4m3 nope scales (one per 16 values, in tile order, no "
         "floor), 16 zero bytes, the rope's 16-bit bits (local-inference-lab/vllm's 'nvfp4_ds_mla')",
-        (_values("nope", Source.KV_C, ELEMENT_E2M1, "R", "nope_scale"),
-         FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, "e4m3fn", "tiles",
-                     note="scale i covers nope values [16i, 16(i+1)); 0x00 where amax * (1/6) rounds to 0"),
+        (*_FORK_NVFP4_NOPE,
          FieldRecord("zero", Source.ZERO, Placement.PER_TOKEN, ELEMENT_PAD, 16,
                      note="written as 0, never read: the rope starts 16-byte aligned"),
          _values("rope", Source.K_PE, ELEMENT_INPUT16, "P")),
         "k + v != block: the inline e4m3 nope scales and the zero bytes are part of the entry but of neither k nor v",
         _NVFP4_DS_MLA_SOURCES,
-        tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 0.0, 6.0,
-                           fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", payload="reciprocal_mul")),
+        tile_rule=_FORK_NVFP4_RULE,
         fixed_dims=True,
         non_finite=NonFinitePolicy(
             UNDEFINED, UNDEFINED, "scale 0x00 (no floor) and every value a zero of its sign: 0x0, a -0.0 0x8 "
@@ -220,9 +224,7 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
         "nvfp4_ds_mla_fp8rope", "b12x's NVFP4 sparse MLA with an fp8 rope, one 368-byte record a token: the nope "
         "and its 32 e4m3 scales as nvfp4_ds_mla_bf16rope's, an fp32 rope scale, 12 zero bytes, 64 e4m3 rope values "
         "(b12x's 'nvfp4_ds_mla' under KV_FP8_ROPE=1)",
-        (_values("nope", Source.KV_C, ELEMENT_E2M1, "R", "nope_scale"),
-         FieldRecord("nope_scale", Source.SCALE, Placement.PER_TOKEN, "e4m3fn", "tiles",
-                     note="scale i covers nope values [16i, 16(i+1)); 0x00 where amax * (1/6) rounds to 0"),
+        (*_FORK_NVFP4_NOPE,
          FieldRecord("rope_scale", Source.SCALE, Placement.PER_TOKEN, ELEMENT_FP32, "tiles",
                      note="one scale over the 64 rope values: amax * float32(1/448), 0 for an all-zero rope",
                      tile_rule=_B12X_ROPE_RULE),
@@ -232,8 +234,7 @@ BUILTIN_LAYOUTS: tuple[LayoutRecord, ...] = (
                      note="fp8 of v * float32(1 / rope_scale); 0x00 where the scale is 0")),
         "k + v != block: the inline nope and rope scales and the zero bytes are part of the entry but of neither k "
         "nor v", _NVFP4_FP8_ROPE_SOURCES,
-        tile_rule=TileRule(16, ScaleRule.AMAX_DIV, 0.0, 6.0,
-                           fp4=Fp4Rule("rne", 448.0, "mul_one_sixth", payload="reciprocal_mul")),
+        tile_rule=_FORK_NVFP4_RULE,
         fixed_dims=True,
         non_finite=NonFinitePolicy(
             UNDEFINED, UNDEFINED, "nope: scale 0x00 (no floor) and every value a zero of its sign (0x0, a -0.0 0x8, "
