@@ -179,22 +179,27 @@ class LayeredWorkload:
 
     @property
     def op(self) -> str:
+        """The op every layer's write makes."""
         return self.layers[0].op
 
     @property
     def layout(self) -> str:
+        """The variant every layer's cache holds."""
         return self.layers[0].layout
 
     @property
     def tokens(self) -> int:
+        """Tokens each layer's write takes."""
         return self.layers[0].tokens
 
     @property
     def nbytes(self) -> int:
+        """The fewest bytes the layers' writes move, all of them."""
         return sum(w.nbytes for w in self.layers)
 
     @property
     def footprint(self) -> int:
+        """Bytes every layer's calls go through in turn."""
         return sum(w.footprint for w in self.layers)
 
     @property
@@ -204,6 +209,7 @@ class LayeredWorkload:
 
     @property
     def last(self) -> int:
+        """The index of the input set the latest call took (every layer's)."""
         return self.layers[0].last
 
     @last.setter
