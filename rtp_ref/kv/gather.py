@@ -97,10 +97,18 @@ def check_sequences(cache: torch.Tensor, block_table: object, cu_seq_lens: objec
         b = int(wide[0])
         raise RtpRefError(f"block_table: sequence {b} reaches position {int(starts[b] + lens[b]) - 1}, block "
                           f"{int(needed[b]) - 1}, past its {table.shape[1]} columns; valid: a wider table")
-    used = sequence_slots(table, cu, block_size, starts) // block_size
-    bad = torch.nonzero((used < 0) | (used >= cache.shape[0])).flatten()
+    # the table entries the rows read, sequence by sequence, block by block (the rows' order): each sequence reads
+    # its columns from starts // block_size up to needed, so the check costs the table's size, not the tokens'
+    entries = table.to(torch.int64).cpu()
+    columns = torch.arange(table.shape[1])
+    read = (columns[None, :] >= (starts // block_size)[:, None]) & (columns[None, :] < needed[:, None]) \
+        & (lens > 0)[:, None]
+    bad = torch.nonzero(read & ((entries < 0) | (entries >= cache.shape[0])))
     if bad.numel():
-        raise RtpRefError(f"block_table: row {int(bad[0])} of {dst_name} reads block {int(used[bad[0]])}; valid: "
+        b, c = (int(i) for i in bad[0])
+        # the first row reading it: the sequence's first position in that block
+        row = int(cu[b]) + max(c * block_size, int(starts[b])) - int(starts[b])
+        raise RtpRefError(f"block_table: row {row} of {dst_name} reads block {int(entries[b, c])}; valid: "
                           f"0..{cache.shape[0] - 1}")
 
 

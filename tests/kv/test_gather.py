@@ -13,7 +13,7 @@ import torch
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
 from rtp_ref.kv.cache import reference_write
-from rtp_ref.kv.gather import gather_and_maybe_dequant_cache
+from rtp_ref.kv.gather import check_sequences, gather_and_maybe_dequant_cache
 from rtp_ref.platform import load_platform
 
 BLOCK, BLOCKS, R, P = 16, 12, 512, 64
@@ -99,3 +99,42 @@ def test_bad_arguments_are_named_and_nothing_is_written(change: str, message: st
     with pytest.raises(RtpRefError, match=message):
         gather_and_maybe_dequant_cache(layout, cache, dst, table, cu, scale, starts)
     assert bool((dst == 5.0).all())
+
+
+def _first_bad_row(cache_blocks: int, table: torch.Tensor, cu: torch.Tensor, starts: torch.Tensor,
+                   block_size: int) -> tuple[int, int] | None:
+    """(row, block) of the first row whose block is outside the cache, walking every row: the definition the check
+    must keep while costing the table's size instead of the rows'."""
+    row = 0
+    for b in range(table.shape[0]):
+        for position in range(int(starts[b]), int(starts[b]) + int(cu[b + 1] - cu[b])):
+            block = int(table[b, position // block_size])
+            if not 0 <= block < cache_blocks:
+                return row, block
+            row += 1
+    return None
+
+
+def test_the_block_check_names_the_first_row_that_reads_outside_the_cache() -> None:
+    """Random tables, lengths and starts, a few entries out of range (some in columns no row reads): the check
+    names the row and block the row-by-row walk finds first, and passes where it finds none."""
+    g = torch.Generator().manual_seed(7)
+    block_size, blocks = 4, 10
+    for _ in range(200):
+        batch = int(torch.randint(1, 5, (1,), generator=g))
+        lens = torch.randint(0, 9, (batch,), generator=g)
+        starts = torch.randint(0, 6, (batch,), generator=g)
+        width = int(((starts + lens + block_size - 1) // block_size).max()) + 1
+        table = torch.randint(0, blocks, (batch, width), generator=g, dtype=torch.int32)
+        flips = torch.rand((batch, width), generator=g) < 0.15
+        table[flips] = torch.tensor([-1, blocks, 99], dtype=torch.int32)[
+            torch.randint(0, 3, (int(flips.sum()),), generator=g)]
+        cu = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).to(torch.int32)
+        cache = torch.empty(blocks, block_size, 1, dtype=torch.uint8)
+        expected = _first_bad_row(blocks, table, cu, starts, block_size)
+        if expected is None:
+            check_sequences(cache, table, cu, starts, int(cu[-1]), "dst")
+        else:
+            with pytest.raises(RtpRefError, match=rf"^block_table: row {expected[0]} of dst reads block "
+                                                  rf"{expected[1]}; valid: 0\.\.{blocks - 1}$"):
+                check_sequences(cache, table, cu, starts, int(cu[-1]), "dst")
