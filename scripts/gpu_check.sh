@@ -43,6 +43,8 @@
 #   scripts/gpu_check.sh sanitize      compute-sanitizer over every built-in GPU kernel of every op (verify's second half)
 #   scripts/gpu_check.sh coldbench     the bench's tests on the GPU, then rtp-ref bench of every built-in writer and reader
 #                                      at every size: cold L2, eager and graph figures, each verified
+#   scripts/gpu_check.sh hostprof      each built-in GPU writer's host time per eager call at one token, profiled
+#                                      (scripts/host_profile.py), beside an empty torch op's and a Triton launch's
 #   scripts/gpu_check.sh readbench     rtp-ref bench of the MLA and indexer readers (Triton, CUDA) at every size
 #   scripts/gpu_check.sh gateall       gate, then certify --platform all in what is left of GATE_ALL_BOUND seconds
 #   scripts/gpu_check.sh gatetests     the unit tests as tox -e cuda runs them, timed, the 40 slowest listed
@@ -65,7 +67,7 @@
 # Logs and the bench chart go to $OUT (or ./gpu-out), at most 8 files (the device tool returns no more);
 # full reports stay under /tmp/rtp-reports. Wheels the image lacks travel in .whl/.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench, coldbench or verify" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 STAGE...: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench, coldbench, hostprof or verify" >&2; exit 2; }
 out=${OUT:-$PWD/gpu-out}
 reports=/tmp/rtp-reports
 mkdir -p "$out" "$reports"
@@ -392,6 +394,12 @@ for c in d['cases']:
         --report "$reports/readbench"; } > "$out/readbench.log" 2>&1
     echo "readers bench exit $?"; tail -40 "$out/readbench.log"; cp "$reports/readbench/bench.json" "$out/readbench.json"
     ;;
+  hostprof)
+    # where each built-in GPU writer's host time per eager call goes at one token (scripts/host_profile.py): the
+    # time per call queued back to back, cProfile's top functions, and two floors (an empty torch op, a Triton launch)
+    timeout -s INT ${HOSTPROF_BOUND:-200} python3 scripts/host_profile.py ${HOSTPROF_ARGS:-} > "$out/hostprof.log" 2>&1
+    echo "hostprof exit $?"; grep -A40 "^host time per eager call" "$out/hostprof.log"
+    ;;
   readbench)
     # the readers in the bench (the MLA and indexer gathers, Triton and CUDA) at every size (or $READBENCH_TOKENS),
     # each figure verified, timed and bounded
@@ -467,7 +475,7 @@ for c in d['cases']:
       2>&1 | tail -25 | tee -a "$out/graph-mutants.log"
     ;;
   *)
-    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench, coldbench or verify" >&2; exit 2
+    echo "unknown stage $stage: correctness, sweep, bench, probe, quick, tune, pinning, vendor, families, records, formats, large, graph, reader, mhaperf, famperf, famncu, final, lean, cudamutant, gate, gateall, gateshort, gatetests, all, padding, gatecertify, fp4, nvfp4, fork432, gatediag, sanitize, readbench, coldbench, hostprof or verify" >&2; exit 2
     ;;
   esac
 done

@@ -9,7 +9,7 @@ import functools
 
 import torch
 
-from rtp_ref.kernels.call_signature import on_device
+from rtp_ref.kernels.call_signature import on_device, raw_stream
 from rtp_ref.kernels.cuda_build import arch_of, build_library
 from rtp_ref.kernels.write_plan import WritePlan
 from rtp_ref.kv.gather import read16
@@ -94,6 +94,6 @@ def _launch(entry: str, params: ctypes.Structure, device: torch.device) -> None:
     """Call ``entry`` of the library with ``params`` on the current stream of ``device``."""
     lib = _library(arch_of(device))
     with on_device(device.index):
-        code = getattr(lib, entry)(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        code = getattr(lib, entry)(ctypes.byref(params), raw_stream(device.index))
     if code != 0:
         raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_gather_error_string(code).decode()}")

@@ -17,7 +17,7 @@ import torch
 
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
 from rtp_ref.fp8.formats import E4M3FN
-from rtp_ref.kernels.call_signature import Launch, on_device
+from rtp_ref.kernels.call_signature import Launch, on_device, raw_stream
 from rtp_ref.kernels.cuda_build import HARDWARE_NONE, arch_of, build_library, hardware_conversion
 from rtp_ref.kernels.format_traits import CUDA_TRAIT_FIELDS, FormatTraits
 from rtp_ref.kv.indexer import AMAX_FLOOR, FP8_SCALE_FORMATS, IndexerLayout
@@ -76,10 +76,11 @@ def _launcher(entry: str, params: ctypes.Structure, device: torch.device) -> Cal
     lib = _library(arch_of(device))
     write = getattr(lib, entry)
     index = device.index
+    reference = ctypes.byref(params)
 
     def launch() -> None:
         with on_device(index):
-            code = write(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            code = write(reference, raw_stream(index))
         if code != 0:
             raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mha_indexer_error_string(code).decode()}")
 

@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 import torch
 
 from rtp_ref.contract import ConversionChoice, ConversionPath, WriteContract, default_contract
-from rtp_ref.kernels.call_signature import Launch, on_device
+from rtp_ref.kernels.call_signature import Launch, on_device, raw_stream
 from rtp_ref.kernels.cuda_build import (
     CUDA_SLOT_DOMAIN,
     HARDWARE_E4M3,
@@ -181,13 +181,14 @@ class CudaMlaKernel(PlannedKernel):
         )
         index = kv_cache.device.index
         write = lib.rtp_ref_mla_cache_write
+        reference = ctypes.byref(params)
 
         def launch(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slots: torch.Tensor,
                    scale: torch.Tensor) -> None:
             params.kv_c, params.k_pe, params.cache = kv_c.data_ptr(), k_pe.data_ptr(), kv_cache.data_ptr()
             params.slots, params.scale = slots.data_ptr(), scale.data_ptr()
             with on_device(index):
-                code = write(ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+                code = write(reference, raw_stream(index))
             if code != 0:
                 raise RuntimeError(f"cuda kernel launch failed: {lib.rtp_ref_mla_error_string(code).decode()}")
             self.launch_count += 1

@@ -8,6 +8,15 @@ signature's order, constexprs included (``kernel.run(..., *bound_args.values())`
 dimensions: the JIT pads the grid, the compiled kernel's launcher does not). It is reused only for calls
 whose specialisation cannot differ: rtp_ref.kernels.call_signature keys a launch on every shape, stride, dtype,
 device and start address modulo 16, and the kernel's integer arguments are fixed by those.
+
+Past that, ``compiled[grid](...)`` itself costs a Triton launch about 16 us of host time on an H100 host
+(scripts/host_profile.py): it asks the driver for the current device and stream, builds launch metadata for the
+launch hooks, then calls the compiled launcher (``compiled.run``) with the grid, the stream, the kernel's function
+handle, its packed metadata, that metadata, the two hooks and the arguments. ``DirectLaunch`` makes that last call
+itself, with torch's own stream accessor, when no launch hook is set (the profilers' hooks keep Triton's path).
+Which positions the launcher takes is not assumed: the first launch goes through Triton's path with the launcher
+watched, and the direct call is used only if Triton passed exactly the grid, this stream, the function, the
+packed metadata, the hooks and the arguments in the order above (else every launch keeps Triton's path).
 """
 
 from __future__ import annotations
@@ -44,23 +53,112 @@ def reusable(made: object) -> bool:
     return FULL_ARGUMENT_LAUNCH and isinstance(made, CompiledKernel)
 
 
+def launch_hooks() -> tuple[Any, Any] | None:
+    """Triton's launch enter and exit hooks as its compiled kernels pass them to their launcher (``triton.knobs``
+    from 3.4, ``CompiledKernel``'s class attributes before); None where this Triton has neither."""
+    knobs = getattr(triton, "knobs", None)
+    runtime = getattr(knobs, "runtime", None)
+    if runtime is not None and hasattr(runtime, "launch_enter_hook"):
+        return runtime.launch_enter_hook, runtime.launch_exit_hook
+    from triton.compiler import CompiledKernel
+
+    if hasattr(CompiledKernel, "launch_enter_hook"):
+        return CompiledKernel.launch_enter_hook, getattr(CompiledKernel, "launch_exit_hook", None)
+    return None
+
+
+def hook_is_set(hook: Any) -> bool:
+    """Whether a launch hook would call anything: not None, and not an empty chain (Triton 3.5's ``HookChain``)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class _Watched:
+    """A compiled kernel's launcher that keeps the arguments of the one call made through it."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.seen: tuple[Any, ...] | None = None
+
+    def __call__(self, *arguments: Any) -> Any:
+        self.seen = arguments
+        return self.run(*arguments)
+
+
+class DirectLaunch:
+    """A compiled kernel's launcher called with the grid, stream, function handle and packed metadata as Triton's own
+    launch passes them (module doc); made only by ``DirectLaunch.watching``, which proves that order first."""
+
+    def __init__(self, run: Any, grid: tuple[int, ...], function: Any, packed: Any) -> None:
+        self.run, self.grid, self.function, self.packed = run, grid, function, packed
+
+    @classmethod
+    def watching(cls, compiled: Any, grid: tuple[int, int, int], arguments: tuple[Any, ...]) -> DirectLaunch | None:
+        """Launch ``compiled`` over ``grid`` with ``arguments`` through Triton's path, watching its launcher; the
+        direct launch if Triton passed what the module doc lists in that order, else None. Launches once either way."""
+        from rtp_ref.kernels.call_signature import current_device, raw_stream
+
+        runner = compiled[grid]
+        run = getattr(compiled, "run", None)
+        hooks = launch_hooks()
+        if run is None or hooks is None or any(hook_is_set(h) for h in hooks):
+            runner(*arguments)
+            return None
+        watched = _Watched(run)
+        compiled.run = watched
+        try:
+            runner(*arguments)
+        finally:
+            compiled.run = run
+        seen = watched.seen
+        lead = (*grid, raw_stream(current_device()), getattr(compiled, "function", None),
+                getattr(compiled, "packed_metadata", None))
+        if (seen is None or len(seen) != len(lead) + 3 + len(arguments) or seen[:3] != grid
+                or seen[3] != lead[3] or seen[4] is not lead[4] or seen[5] is not lead[5] or lead[4] is None
+                or seen[7] is not hooks[0] or seen[8] is not hooks[1]
+                or any(a is not b for a, b in zip(seen[9:], arguments, strict=True))):
+            return None
+        return cls(run, grid, lead[4], lead[5])
+
+    def __call__(self, *arguments: Any) -> bool:
+        """Launch with ``arguments`` on the current device's current stream; False (nothing launched) while a launch
+        hook is set, for the caller to take Triton's path."""
+        from rtp_ref.kernels.call_signature import current_device, raw_stream
+
+        hooks = launch_hooks()
+        if hooks is None or hook_is_set(hooks[0]) or hook_is_set(hooks[1]):
+            return False
+        x, y, z = self.grid
+        self.run(x, y, z, raw_stream(current_device()), self.function, self.packed, None, None, None, *arguments)
+        return True
+
+
 class CompiledLaunch:
     """One Triton kernel launched again and again with the same grid and constexprs (the kernel's last
-    parameters): through the JIT the first time, then its compiled kernel directly (``reusable``). The caller keys
-    it on the call signature, so the runtime arguments' specialisation cannot change between calls."""
+    parameters): through the JIT the first time, then its compiled kernel directly (``reusable``), by its launcher
+    where that is proven to take Triton's own order (``DirectLaunch``). The caller keys it on the call signature, so
+    the runtime arguments' specialisation cannot change between calls."""
 
     def __init__(self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], **options: Any) -> None:
         self.kernel, self.grid, self.constexprs, self.options = kernel, grid, constexprs, options
-        self.full_grid = (*grid, *(1,) * (3 - len(grid)))  # a compiled kernel's launcher takes all three
+        x, y, z = (*grid, 1, 1, 1)[:3]  # a compiled kernel's launcher takes all three dimensions
+        self.full_grid = (x, y, z)
         names = list(getattr(kernel, "arg_names", []))
         tail = names[len(names) - len(constexprs):] if constexprs else []
         # the constexpr values in signature order; none (the JIT every call) if the signature is not as expected
         self.tail = tuple(constexprs[n] for n in tail) if sorted(tail) == sorted(constexprs) else ()
         self.compiled: Any = None
+        self.direct: DirectLaunch | None = None
+        self.watched = False
 
     def __call__(self, *runtime: Any) -> None:
         """Launch with the runtime arguments, in the kernel's signature order."""
+        if self.direct is not None and self.direct(*runtime, *self.tail):
+            return
         if self.compiled is not None:
+            if not self.watched:
+                self.watched = True
+                self.direct = DirectLaunch.watching(self.compiled, self.full_grid, (*runtime, *self.tail))
+                return
             self.compiled[self.full_grid](*runtime, *self.tail)
             return
         made = self.kernel[self.grid](*runtime, **self.options, **self.constexprs)
