@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import pstats
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -35,8 +37,8 @@ POINTS = ((MLA_OP, "auto"), (MLA_OP, "fp8"), (MLA_OP, "fp8_ds_mla"), (MHA_OP, "a
 
 
 @triton.jit
-def _one_store(out):  # type: ignore[no-untyped-def]
-    tl.store(out, 1.0)
+def _one_store(out, VALUE: tl.constexpr):  # type: ignore[no-untyped-def]
+    tl.store(out, VALUE)
 
 
 def sync() -> None:
@@ -75,6 +77,36 @@ def profile(fn: Callable[[], object], calls: int, top: int) -> str:
     return "\n".join(lines)
 
 
+#: vLLM's op of each rtp-ref op, called with the op's arguments in rtp-ref's order (the adapter's own order too)
+VLLM_OPS = {MLA_OP: ("vllm-mla", "concat_and_cache_mla", (False,)), MHA_OP: ("vllm-mha", "reshape_and_cache_flash", ()),
+            INDEXER_OP: ("vllm-indexer", "indexer_k_quant_and_cache", ())}
+
+
+def _vllm_raw(kernels: dict[str, Any], contract: WriteContract, device: torch.device,
+              args: argparse.Namespace) -> list[str]:
+    """vLLM's own ops called directly (no adapter checks), where scripts/vllm_kernels is installed: an engine's host
+    cost per call, the figure the built-ins are held to."""
+    lines = []
+    for op, (name, vllm_op, extra) in VLLM_OPS.items():
+        entry = kernels.get(name)
+        if entry is None:
+            continue
+        ops = entry.kernel._ops()
+        for point_op, variant in POINTS:
+            claims = getattr(entry.kernel, "kv_cache_dtypes", None) or getattr(entry.kernel, "scale_fmts", ())
+            if point_op != op or variant not in claims:
+                continue
+            w = workload(op, variant, args.tokens, contract, device)
+            arguments = (*w.arguments(w.inputs[0]), *extra)
+            call = functools.partial(getattr(ops, vllm_op), *arguments)
+            call()
+            figure = host_us(call, args.calls)
+            label = f"{vllm_op} (vLLM, raw) {variant}"
+            lines.append(f"{label:40s} {figure:7.2f} us")
+            print(f"== {label}: {figure:.2f} us a call\n{profile(call, args.calls, args.top)}", flush=True)
+    return lines
+
+
 def main() -> None:
     """Print each floor's and writer's host time per call and its profile."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -86,10 +118,14 @@ def main() -> None:
     platform = resolve_platform("auto" if device.type == "cuda" else "cpu")
     contract = WriteContract.for_platform(platform, parse_overrides([]))
     one = torch.zeros(1, device=device)
-    launch = CompiledLaunch(_one_store, (1,), {})
-    launch(one)
-    floors: dict[str, Callable[[], object]] = {"torch zero_ (floor)": one.zero_,
-                                               "triton compiled launch (floor)": lambda: launch(one)}
+    launch = CompiledLaunch(_one_store, (1,), {"VALUE": 1.0})  # a constexpr: the compiled kernel is reused
+    for _ in range(3):
+        launch(one)
+    print(f"direct Triton launch: {'used' if launch.direct is not None else 'not used: ' + str(launch.why_not)}")
+    floors: dict[str, Callable[[], object]] = {"torch zero_ (floor)": one.zero_}
+    if launch.compiled is not None:  # none under the interpreter
+        floors["triton compiled[grid] (Triton's path)"] = lambda: launch.compiled[launch.full_grid](one, *launch.tail)
+    floors["triton CompiledLaunch (floor)"] = lambda: launch(one)
     summary = []
     for name, fn in floors.items():
         fn()
@@ -121,6 +157,7 @@ def main() -> None:
             summary.append(f"{label:40s} {figure:7.2f} us")
             print(f"== {label}: {figure:.2f} us a call\n{profile(call, args.calls, args.top)}", flush=True)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (Triton's interpreter)"
+    summary += _vllm_raw(kernels, contract, device, args)
     print(f"\nhost time per eager call, {where}, {args.tokens} token(s):")
     print("\n".join(summary))
 

@@ -6,9 +6,9 @@ kernel, on CUDA, ROCm and Triton's interpreter; and ``triton-indexer-gather``
 
 One program fills ``ROWS`` rows of ``dst`` (one on a GPU; a block of rows in Triton's interpreter, which pays for
 every operation of every program in Python, so a row per program made the readers most of a CPU certify run). Each
-row finds its sequence by counting the ``cu_seq_lens`` entries at or before it (every program reads the whole,
-short, vector: no host-side search, no per-sequence launch), its cache slot through the block table, and decodes
-the entry from the layout's field table (``WritePlan``, as the writers do). Bytes are read one at a time and
+row finds its sequence by a binary search of ``cu_seq_lens`` (no host-side search, no per-sequence launch), its
+cache slot through the block table, and decodes the entry from the layout's field table (``WritePlan``, as the
+writers do). Bytes are read one at a time and
 assembled into 16- and 32-bit values, so no field needs any alignment.
 
 fp8 codes are decoded with integer arithmetic from the format's traits (the exact value: normal codes become
@@ -125,22 +125,28 @@ def _decode_part(cache: tl.tensor, row: tl.tensor, block_base: tl.tensor, offset
 
 
 @triton.jit
-def _sequence_of(r: tl.tensor, cu: tl.tensor, batch: tl.tensor, BATCH_PAD: tl.constexpr) -> tl.tensor:
+def _sequence_of(r: tl.tensor, cu: tl.tensor, batch: tl.tensor, BATCH_BITS: tl.constexpr) -> tl.tensor:
     """The sequence each row of ``r`` (a vector of rows) belongs to: how many ``cu[1..batch]`` are at or before it
-    (``batch``: past them)."""
-    seqs = tl.arange(0, BATCH_PAD)
-    ends = tl.load(cu + 1 + seqs, mask=seqs < batch, other=0).to(tl.int64)
-    return tl.sum(((ends[None, :] <= r[:, None]) & (seqs[None, :] < batch)).to(tl.int32), axis=1)
+    (``batch``: past them). ``cu`` never decreases (checked by the caller), so that is the largest ``k <= batch``
+    with ``cu[k] <= r``, found by a binary search: ``BATCH_BITS`` loads a row (``2**BATCH_BITS > batch``), where
+    counting read the whole vector (at 2M tokens in 2,048 sequences a 2M-program grid read 4G entries)."""
+    b = tl.zeros_like(r)
+    for i in tl.static_range(BATCH_BITS):
+        candidate = b + (1 << (BATCH_BITS - 1 - i))
+        inside = candidate <= batch
+        end = tl.load(cu + candidate, mask=inside, other=0).to(tl.int64)
+        b = tl.where(inside & (end <= r), candidate, b)
+    return b
 
 
 @triton.jit
 def _rows(n_rows: tl.tensor, cu: tl.tensor, batch: tl.tensor, table: tl.tensor, table_row: tl.tensor,
           table_col: tl.tensor, block_size: tl.tensor, starts: tl.tensor, ROWS: tl.constexpr,
-          BATCH_PAD: tl.constexpr, HAS_STARTS: tl.constexpr) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
+          BATCH_BITS: tl.constexpr, HAS_STARTS: tl.constexpr) -> tuple[tl.tensor, tl.tensor, tl.tensor, tl.tensor]:
     """This program's rows of ``dst``, which of them belong to a sequence (rows past ``n_rows`` or at or past
     ``cu[batch]`` are left alone), and each row's cache block and offset in it (0 where not live)."""
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    b = _sequence_of(r, cu, batch, BATCH_PAD)
+    b = _sequence_of(r, cu, batch, BATCH_BITS)
     live = (r < n_rows) & (b < batch)
     pos = r - tl.load(cu + b, mask=live, other=0).to(tl.int64)
     if HAS_STARTS:
@@ -155,7 +161,7 @@ def _mla_gather(
     cache: tl.tensor, dst: tl.tensor, table: tl.tensor, cu: tl.tensor, starts: tl.tensor, scale_ptr: tl.tensor,
     batch: tl.tensor, block_size: tl.tensor, block_bytes: tl.tensor, table_row: tl.tensor, table_col: tl.tensor,
     dst_row: tl.tensor, dst_col: tl.tensor, n_rows: tl.tensor, ROWS: tl.constexpr,
-    R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BATCH_PAD: tl.constexpr,
+    R: tl.constexpr, P: tl.constexpr, R_PAD: tl.constexpr, P_PAD: tl.constexpr, BATCH_BITS: tl.constexpr,
     HAS_STARTS: tl.constexpr, NOPE_MODE: tl.constexpr, ROPE_MODE: tl.constexpr, NOPE_OFF: tl.constexpr,
     ROPE_OFF: tl.constexpr, DATA_BYTES: tl.constexpr, TRAIL_BYTES: tl.constexpr, TILE: tl.constexpr,
     SCALE_UE8M0: tl.constexpr, SCALE_TRAILING: tl.constexpr, SCALE_OFF: tl.constexpr, IN_BF16: tl.constexpr,
@@ -165,7 +171,7 @@ def _mla_gather(
     """Fill rows ``ROWS * program_id(0)`` on of ``dst`` (module doc); a row at or past ``cu[batch]`` is left
     alone."""
     r, live, block, offset = _rows(n_rows, cu, batch, table, table_row, table_col, block_size, starts, ROWS,
-                                   BATCH_PAD, HAS_STARTS)
+                                   BATCH_BITS, HAS_STARTS)
     block_base = (block * block_bytes)[:, None]
     row = block_base + (offset * DATA_BYTES)[:, None]
     tensor_scale = 1.0
@@ -209,7 +215,7 @@ def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, 
     t = plan.traits
     constexprs = {
         "R": plan.kv_lora_rank, "P": plan.rope_dim, "R_PAD": _pow2_at_least(plan.kv_lora_rank),
-        "P_PAD": _pow2_at_least(plan.rope_dim), "BATCH_PAD": _pow2_at_least(max(block_table.shape[0], 1)),
+        "P_PAD": _pow2_at_least(plan.rope_dim), "BATCH_BITS": max(block_table.shape[0], 1).bit_length(),
         "HAS_STARTS": seq_starts is not None, "NOPE_MODE": int(plan.nope_mode), "ROPE_MODE": int(plan.rope_mode),
         "NOPE_OFF": plan.nope_offset, "ROPE_OFF": plan.rope_offset, "DATA_BYTES": plan.data_bytes,
         "TRAIL_BYTES": plan.trailing_bytes, "TILE": max(plan.tile, 1), "SCALE_UE8M0": plan.scale_ue8m0,
@@ -233,12 +239,12 @@ def _indexer_gather(
     cache: tl.tensor, dst_k: tl.tensor, dst_scale: tl.tensor, table: tl.tensor, cu: tl.tensor, batch: tl.tensor,
     block_size: tl.tensor, block_bytes: tl.tensor, table_row: tl.tensor, table_col: tl.tensor, k_row: tl.tensor,
     scale_row: tl.tensor, n_rows: tl.tensor, ROWS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    S: tl.constexpr, S_PAD: tl.constexpr, BATCH_PAD: tl.constexpr,
+    S: tl.constexpr, S_PAD: tl.constexpr, BATCH_BITS: tl.constexpr,
 ) -> None:
     """Copy the tokens of rows ``ROWS * program_id(0)`` on: each one's ``D`` value bytes to ``dst_k``, its ``S``
     scale bytes (after the block's values) to ``dst_scale``; a row at or past ``cu[batch]`` is left alone."""
     r, live, block, offset = _rows(n_rows, cu, batch, table, table_row, table_col, block_size, cu, ROWS,
-                                   BATCH_PAD, False)
+                                   BATCH_BITS, False)
     base = (block * block_bytes)[:, None]
     offset = offset[:, None]
     cols = tl.arange(0, D_PAD)[None, :]
@@ -264,4 +270,4 @@ def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: 
             kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, block_table.shape[0], kv_cache.shape[1],
             kv_cache.stride(0), block_table.stride(0), block_table.stride(1), dst_k.stride(0), dst_scale.stride(0),
             dst_k.shape[0], ROWS=_rows_per_program(), D=d, D_PAD=_pow2_at_least(d), S=s, S_PAD=_pow2_at_least(s),
-            BATCH_PAD=_pow2_at_least(max(block_table.shape[0], 1)))
+            BATCH_BITS=max(block_table.shape[0], 1).bit_length())

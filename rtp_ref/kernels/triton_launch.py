@@ -92,31 +92,41 @@ class DirectLaunch:
         self.run, self.grid, self.function, self.packed = run, grid, function, packed
 
     @classmethod
-    def watching(cls, compiled: Any, grid: tuple[int, int, int], arguments: tuple[Any, ...]) -> DirectLaunch | None:
+    def watching(cls, compiled: Any, grid: tuple[int, int, int], arguments: tuple[Any, ...]) -> DirectLaunch | str:
         """Launch ``compiled`` over ``grid`` with ``arguments`` through Triton's path, watching its launcher; the
-        direct launch if Triton passed what the module doc lists in that order, else None. Launches once either way."""
+        direct launch if Triton passed what the module doc lists in that order, else why not. Launches once."""
         from rtp_ref.kernels.call_signature import current_device, raw_stream
 
         runner = compiled[grid]
-        run = getattr(compiled, "run", None)
         hooks = launch_hooks()
-        if run is None or hooks is None or any(hook_is_set(h) for h in hooks):
+        run = getattr(compiled, "run", None)
+        # Triton 3.3-3.8 keep the launcher in ``_run`` behind a read-only ``run`` property
+        slot = "_run" if isinstance(getattr(type(compiled), "run", None), property) else "run"
+        why = ("no launcher" if run is None else "no launch hooks found" if hooks is None
+               else "a launch hook is set" if any(hook_is_set(h) for h in hooks)
+               else f"no {slot} to watch" if not hasattr(compiled, slot) else None)
+        if why is None:
+            watched = _Watched(run)
+            try:
+                setattr(compiled, slot, watched)
+            except (AttributeError, TypeError) as exc:  # a launcher this Triton does not let us watch
+                why = f"the launcher cannot be watched ({exc})"
+        if why is not None:
             runner(*arguments)
-            return None
-        watched = _Watched(run)
-        compiled.run = watched
+            return why
         try:
             runner(*arguments)
         finally:
-            compiled.run = run
+            setattr(compiled, slot, run)
         seen = watched.seen
         lead = (*grid, raw_stream(current_device()), getattr(compiled, "function", None),
                 getattr(compiled, "packed_metadata", None))
         if (seen is None or len(seen) != len(lead) + 3 + len(arguments) or seen[:3] != grid
                 or seen[3] != lead[3] or seen[4] is not lead[4] or seen[5] is not lead[5] or lead[4] is None
-                or seen[7] is not hooks[0] or seen[8] is not hooks[1]
+                or seen[7] is not hooks[0] or seen[8] is not hooks[1]  # type: ignore[index]
                 or any(a is not b for a, b in zip(seen[9:], arguments, strict=True))):
-            return None
+            shown = None if seen is None else [type(a).__name__ for a in seen[: len(seen) - len(arguments)]]
+            return f"Triton's launch passed another order: {shown}"
         return cls(run, grid, lead[4], lead[5])
 
     def __call__(self, *arguments: Any) -> bool:
@@ -148,6 +158,8 @@ class CompiledLaunch:
         self.tail = tuple(constexprs[n] for n in tail) if sorted(tail) == sorted(constexprs) else ()
         self.compiled: Any = None
         self.direct: DirectLaunch | None = None
+        #: why the direct launch is not used, once the first compiled launch was watched (None: not yet, or it is)
+        self.why_not: str | None = None
         self.watched = False
 
     def __call__(self, *runtime: Any) -> None:
@@ -157,7 +169,8 @@ class CompiledLaunch:
         if self.compiled is not None:
             if not self.watched:
                 self.watched = True
-                self.direct = DirectLaunch.watching(self.compiled, self.full_grid, (*runtime, *self.tail))
+                found = DirectLaunch.watching(self.compiled, self.full_grid, (*runtime, *self.tail))
+                self.direct, self.why_not = (found, None) if isinstance(found, DirectLaunch) else (None, found)
                 return
             self.compiled[self.full_grid](*runtime, *self.tail)
             return

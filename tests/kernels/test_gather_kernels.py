@@ -145,3 +145,32 @@ def test_indexer_reader_copies_an_mxfp4_cache_as_bytes(name: str, head_dim: int,
     READERS[name].bind(contract)(cache.to(DEVICE), got_k, got_s, table.to(DEVICE), cu.to(DEVICE))
     assert torch.equal(got_k[:28].cpu(), want_k) and torch.equal(got_s[:28].cpu(), want_s)
     assert bool((got_k[28:] == 3).all()) and bool((got_s[28:] == 3).all())
+
+
+@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("batch", [1, 2, 3, 8, 9, 33])
+def test_each_row_finds_its_sequence_among_many_with_empty_ones(name: str, batch: int) -> None:
+    """The readers find a row's sequence from ``cu_seq_lens`` alone (the Triton reader by a binary search): many
+    sequences, a third of them empty (two in a row, first and last included), a batch at, below and above a power of
+    two, rows past ``cu[-1]`` left alone. Fails with the search one step short or taking the first equal entry."""
+    contract = WriteContract.for_platform(load_platform("cpu"))
+    layout = contract.layout("auto", 512, 64)
+    g = torch.Generator().manual_seed(batch)
+    lens = torch.randint(1, 6, (batch,), generator=g)
+    lens[torch.randperm(batch, generator=g)[: batch // 3]] = 0
+    lens[0] = lens[-1] = 0 if batch > 2 else lens[0]
+    cu = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)])
+    block = 4
+    width = -(-int(lens.max()) // block) if int(lens.max()) else 1
+    blocks = batch * width + 2
+    cache = torch.zeros(layout.cache_shape(blocks, block), dtype=torch.bfloat16)
+    values = (torch.randn(blocks * block, 576, generator=g) * 3).to(torch.bfloat16)
+    reference_write(layout, values[:, :512], values[:, 512:], cache, torch.arange(blocks * block), torch.tensor([1.0]))
+    table = torch.randperm(blocks, generator=g)[: batch * width].reshape(batch, width)
+    rows = int(cu[-1]) + 3
+    want = torch.full((rows, 576), 7.0, dtype=torch.bfloat16)
+    gather_and_maybe_dequant_cache(layout, cache, want, table, cu, torch.tensor([1.0]))
+    dst = torch.full((rows, 576), 7.0, dtype=torch.bfloat16, device=DEVICE)
+    READERS[name].bind(contract)(cache.to(DEVICE), dst, table.to(DEVICE), cu.to(DEVICE), "auto",
+                                 torch.tensor([1.0], device=DEVICE))
+    assert torch.equal(dst.cpu().view(torch.int16), want.view(torch.int16))

@@ -40,11 +40,17 @@ class Launcher:
 
 class StandIn:
     """A compiled kernel whose ``[grid](*args)`` calls its launcher as Triton 3.3-3.8 do (``tritons_order``), or
-    without the packed metadata (another order, which the direct launch must not assume)."""
+    without the packed metadata (another order, which the direct launch must not assume); as in Triton, the
+    launcher is a read-only property over ``_run``."""
 
     def __init__(self, tritons_order: bool) -> None:
-        self.run = Launcher()
+        self._run = self.launcher = Launcher()
         self.function, self.packed_metadata, self.tritons_order = object(), object(), tritons_order
+
+    @property
+    def run(self) -> Launcher:
+        """The launcher (read-only, as Triton's ``CompiledKernel.run``)."""
+        return self._run
 
     def __getitem__(self, grid: tuple[int, int, int]) -> Callable[..., None]:
         def runner(*arguments: Any) -> None:
@@ -87,16 +93,17 @@ def enter_hook_set(hook: Callable[[object], None]) -> Iterator[None]:
 def test_the_launch_is_direct_where_triton_passed_its_order(stream: None) -> None:
     compiled = StandIn(tritons_order=True)
     direct = DirectLaunch.watching(compiled, (3, 2, 1), ("a", 7))
-    assert direct is not None and len(compiled.run.calls) == 1  # the watched launch itself ran, once
+    assert isinstance(direct, DirectLaunch) and len(compiled.launcher.calls) == 1  # the watched launch itself ran, once
     assert direct("b", 8) is True
-    assert compiled.run.calls[1] == (3, 2, 1, STREAM, compiled.function, compiled.packed_metadata, None, None, None,
-                                     "b", 8)
+    assert compiled.launcher.calls[1] == (3, 2, 1, STREAM, compiled.function, compiled.packed_metadata,
+                                          None, None, None, "b", 8)
 
 
 def test_another_order_keeps_tritons_path(stream: None) -> None:
     compiled = StandIn(tritons_order=False)
-    assert DirectLaunch.watching(compiled, (1, 1, 1), ("a",)) is None
-    assert len(compiled.run.calls) == 1
+    why = DirectLaunch.watching(compiled, (1, 1, 1), ("a",))
+    assert isinstance(why, str) and why.startswith("Triton's launch passed another order: ['int', 'int', 'int'"), why
+    assert len(compiled.launcher.calls) == 1
 
 
 def test_a_set_hook_keeps_tritons_path(stream: None) -> None:
@@ -104,26 +111,26 @@ def test_a_set_hook_keeps_tritons_path(stream: None) -> None:
     with enter_hook_set(print):
         hooks = launch_hooks()
         assert hooks is not None and hook_is_set(hooks[0])
-        assert DirectLaunch.watching(compiled, (1, 1, 1), ("a",)) is None
-        direct = DirectLaunch(compiled.run, (1, 1, 1), compiled.function, compiled.packed_metadata)
-        assert direct("a") is False and len(compiled.run.calls) == 1  # nothing launched: Triton's path is taken
+        assert DirectLaunch.watching(compiled, (1, 1, 1), ("a",)) == "a launch hook is set"
+        direct = DirectLaunch(compiled.launcher, (1, 1, 1), compiled.function, compiled.packed_metadata)
+        assert direct("a") is False and len(compiled.launcher.calls) == 1  # nothing launched: Triton's path is taken
     assert direct("a") is True  # the hook removed: direct again
 
 
 @triton.jit
-def _store(out, value):  # type: ignore[no-untyped-def]
-    tl.store(out, value)
+def _store(out, value, SCALE: tl.constexpr):  # type: ignore[no-untyped-def]
+    tl.store(out, value * SCALE)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a compiled Triton kernel needs a GPU")
 def test_a_compiled_kernel_launches_directly_and_a_hook_set_later_is_called() -> None:
     out = torch.zeros(1, device="cuda")
-    launch = CompiledLaunch(_store, (1,), {})
+    launch = CompiledLaunch(_store, (1,), {"SCALE": 1.0})  # a constexpr: the compiled kernel is reused
     for value in (1.0, 2.0, 3.0, 4.0):
         launch(out, value)
         torch.cuda.synchronize()
         assert out.item() == value
-    assert launch.direct is not None, f"Triton {triton.__version__}: the direct launch was not proven"
+    assert launch.direct is not None, f"Triton {triton.__version__}: {launch.why_not}"
     seen: list[object] = []
     with enter_hook_set(seen.append):
         launch(out, 5.0)
