@@ -1,4 +1,4 @@
-"""Where a built-in writer's host time per eager call goes, on a GPU host (issue: the lean call path).
+"""Where a built-in writer's (and reader's) host time per eager call goes, on a GPU host (issue: the lean call path).
 
 For each GPU writer and variant at a decode size (1 token by default): the host's microseconds per call over
 ``--calls`` calls queued back to back (perf_counter, as ``rtp-ref bench``'s ``host / call``), then the same calls
@@ -24,15 +24,17 @@ import torch
 import triton
 import triton.language as tl
 
+from rtp_ref.bench.read_workloads import read_workload
 from rtp_ref.bench.workloads import workload
 from rtp_ref.contract import WriteContract
 from rtp_ref.kernels.discovery import discover_kernels
 from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kv.flags import parse_overrides
-from rtp_ref.ops import INDEXER_OP, MHA_OP, MLA_OP, OPS
+from rtp_ref.ops import INDEXER_GATHER_OP, INDEXER_OP, MHA_OP, MLA_GATHER_OP, MLA_OP, OPS
 from rtp_ref.platform import resolve_platform
 
 POINTS = ((MLA_OP, "auto"), (MLA_OP, "fp8"), (MLA_OP, "fp8_ds_mla"), (MHA_OP, "auto"), (MHA_OP, "fp8"),
+          (MLA_GATHER_OP, "fp8"), (INDEXER_GATHER_OP, "ue8m0"),
           (INDEXER_OP, "none"), (INDEXER_OP, "ue8m0"))
 
 
@@ -146,7 +148,8 @@ def main() -> None:
             claims = getattr(kernel, "kv_cache_dtypes", None) or getattr(kernel, "scale_fmts", ())
             if variant not in claims:
                 continue
-            w = workload(op, variant, args.tokens, contract, device)
+            reads = op in (MLA_GATHER_OP, INDEXER_GATHER_OP)
+            w = (read_workload if reads else workload)(op, variant, args.tokens, contract, device)
 
             def call(k: Callable[..., None] = kernel, w: object = w) -> None:
                 w.call(k)  # type: ignore[attr-defined]
