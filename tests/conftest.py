@@ -89,7 +89,7 @@ SURVEY_PROPERTY = "rtp_ref_survey"
 def survey(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     """Lines a test wants shown in the run summary (e.g. how this torch build casts fp8).
 
-    They leave the test on its report (``user_properties``): under xdist (``tox -e py`` runs ``-n 2``) the
+    They leave the test on its report (``user_properties``): under xdist (``tox -e py`` runs ``-n 3``) the
     test runs in a worker, whose terminal is never shown, and only reports reach the controller.
     """
     lines: list[str] = []
