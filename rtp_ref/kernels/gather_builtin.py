@@ -5,13 +5,16 @@ indexer cache (``cp_gather_indexer_k_quant_cache``: ``reference-indexer-gather``
 
 A reader works its layout out from the bound contract (fp8 format, conversion mode, layout flags) and the call:
 ``kv_cache_dtype`` names the layout, ``dst``'s width is ``kv_lora_rank + rope_dim`` with ``rope_dim`` 64 (DeepSeek's
-rope, which vLLM's and FlashMLA's readers fix too). Every call is checked on the host, values included
-(rtp_ref.kv.gather.validate_gather_args, a device sync), before anything is read: a reader's checks are not yet
-on the device, so none of them claims ``graph_safe``.
+rope, which vLLM's and FlashMLA's readers fix too). Every call is checked on the host before anything is read
+(rtp_ref.kv.gather.validate_gather_args): its metadata once per call signature (rtp_ref.kernels.call_signature: a
+later call with the same shapes, strides, dtypes, devices and alignments reuses the checked read), its index values
+every call (``check_sequences``, a device sync): a reader's checks are not yet on the device, so none of them
+claims ``graph_safe``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar, cast
 
@@ -19,8 +22,9 @@ import torch
 
 from rtp_ref.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
+from rtp_ref.kernels.call_signature import LaunchCache, call_signature
 from rtp_ref.kernels.write_plan import COMPILED_LAYOUT_NAMES
-from rtp_ref.kv.gather import gather_and_maybe_dequant_cache, validate_gather_args
+from rtp_ref.kv.gather import check_sequences, gather_and_maybe_dequant_cache, validate_gather_args
 from rtp_ref.kv.indexer import SCALE_FORMATS, indexer_layout_for
 from rtp_ref.kv.indexer_gather import gather_indexer_k_quant_cache, quant_block_of, validate_indexer_gather_args
 from rtp_ref.kv.layouts import MlaLayout
@@ -65,6 +69,9 @@ class _Reader:
         # built once per contract, layout and width: building a layout from its record takes longer than the
         # checks of a decode-sized call
         self._layouts: dict[tuple[WriteContract, str, int, int], Any] = {}
+        # the checked read of each call signature (rtp_ref.kernels.call_signature): a later call with the same
+        # metadata checks only the index values (module doc)
+        self._launches = LaunchCache()
 
     def layout_of(self, key: tuple[WriteContract, str, int, int], build: Callable[[], _L]) -> _L:
         """The layout of ``key`` (contract, layout or scale format, and the two widths that size it), made by
@@ -102,13 +109,21 @@ class MlaGatherKernel(_Reader):
     def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
                  cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
                  seq_starts: torch.Tensor | None = None) -> None:
-        name = check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
-        cache = check_tensor("kv_cache", kv_cache, None)
-        contract = self.contract_for(cache.device)
-        width = dst.shape[1] if isinstance(dst, torch.Tensor) and dst.dim() == 2 else -1
-        layout = self.layout_of((contract, name, width, 0), lambda: gather_layout(contract, name, dst))
-        validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
-        self.reader(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+        signature = call_signature(kv_cache_dtype, kv_cache, dst, block_table, cu_seq_lens, scale,
+                                   "" if seq_starts is None else seq_starts)
+        launch = self._launches.get(signature)
+        if launch is None:
+            name = check_call(self.name, self.kv_cache_dtypes, self.devices, kv_cache_dtype, kv_cache)
+            cache = check_tensor("kv_cache", kv_cache, None)
+            contract = self.contract_for(cache.device)
+            width = dst.shape[1] if isinstance(dst, torch.Tensor) and dst.dim() == 2 else -1
+            layout = self.layout_of((contract, name, width, 0), lambda: gather_layout(contract, name, dst))
+            validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
+            launch = functools.partial(self.reader, layout)
+            self._launches.put(signature, launch)
+        else:  # the metadata was checked for this signature: the index values are checked every call
+            check_sequences(kv_cache, block_table, cu_seq_lens, seq_starts, dst.shape[0], "dst")
+        launch(kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
         self.launch_count += 1
 
 
@@ -123,19 +138,26 @@ class IndexerGatherKernel(_Reader):
 
     def __call__(self, kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor,
                  block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
-        cache = check_tensor("kv_cache", kv_cache, None)
-        if cache.device.type not in self.devices:
-            raise UnsupportedLayoutError(f"kernel {self.name} does not run on device type {cache.device.type!r}; "
-                                         f"it runs on {', '.join(self.devices)}")
-        quant = quant_block_of(dst_k, dst_scale)
-        for name, t in (("dst_k", dst_k), ("dst_scale", dst_scale)):
-            if t.stride(1) != 1:
-                raise RtpRefError(f"{name}: strides {t.stride()}; valid: contiguous columns (stride(1) == 1)")
-        contract = self.contract_for(cache.device)
-        layout = self.layout_of((contract, "", dst_k.shape[1], quant),
-                                lambda: indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant))
-        validate_indexer_gather_args(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
-        self.reader(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
+        signature = call_signature(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)
+        launch = self._launches.get(signature)
+        if launch is None:
+            cache = check_tensor("kv_cache", kv_cache, None)
+            if cache.device.type not in self.devices:
+                raise UnsupportedLayoutError(f"kernel {self.name} does not run on device type "
+                                             f"{cache.device.type!r}; it runs on {', '.join(self.devices)}")
+            quant = quant_block_of(dst_k, dst_scale)
+            for name, t in (("dst_k", dst_k), ("dst_scale", dst_scale)):
+                if t.stride(1) != 1:
+                    raise RtpRefError(f"{name}: strides {t.stride()}; valid: contiguous columns (stride(1) == 1)")
+            contract = self.contract_for(cache.device)
+            layout = self.layout_of((contract, "", dst_k.shape[1], quant),
+                                    lambda: indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant))
+            validate_indexer_gather_args(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
+            launch = functools.partial(self.reader, layout)
+            self._launches.put(signature, launch)
+        else:  # the metadata was checked for this signature: the index values are checked every call
+            check_sequences(kv_cache, block_table, cu_seq_lens, None, dst_k.shape[0], "dst_k")
+        launch(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)
         self.launch_count += 1
 
 

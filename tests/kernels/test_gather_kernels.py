@@ -174,3 +174,42 @@ def test_each_row_finds_its_sequence_among_many_with_empty_ones(name: str, batch
     READERS[name].bind(contract)(cache.to(DEVICE), dst, table.to(DEVICE), cu.to(DEVICE), "auto",
                                  torch.tensor([1.0], device=DEVICE))
     assert torch.equal(dst.cpu().view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("name", [*KERNELS, *INDEXER_KERNELS])
+def test_a_call_like_a_checked_one_still_has_its_index_values_checked(name: str) -> None:
+    """A reader checks a call's metadata once per signature (the same shapes, strides, dtypes and devices reuse the
+    checked read) but its index values every call: after a good call, the same tensors holding a block outside the
+    cache, then a decreasing ``cu_seq_lens``, are refused by name and nothing is written. Fails with the values
+    checked only on a signature's first call."""
+    contract = WriteContract.for_platform(load_platform("cpu"))
+    reader = READERS[name].bind(contract)
+    block, blocks = 4, 6
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=DEVICE)
+    cu = torch.tensor([0, 5, 8], dtype=torch.int32, device=DEVICE)
+    if op_name(reader) == MLA_GATHER_OP:
+        layout = contract.layout("auto", 512, 64)
+        cache = torch.zeros(layout.cache_shape(blocks, block), dtype=torch.bfloat16, device=DEVICE)
+        outputs: tuple[torch.Tensor, ...] = (torch.full((8, 576), 3.0, dtype=torch.bfloat16, device=DEVICE),)
+
+        def read() -> None:
+            reader(cache, outputs[0], table, cu, "auto", torch.tensor([1.0], device=DEVICE))
+    else:
+        layout = indexer_layout_for(contract, contract.flags, 128, 128)
+        cache = torch.zeros(blocks, block, layout.bytes_per_token, dtype=torch.uint8, device=DEVICE)
+        outputs = (torch.full((8, 128), 3, dtype=torch.uint8, device=DEVICE),
+                   torch.full((8, 4), 3, dtype=torch.uint8, device=DEVICE))
+
+        def read() -> None:
+            reader(cache, *outputs, table, cu)
+    read()
+    for o in outputs:
+        o.fill_(3)
+    table[0, 1] = blocks  # sequence 0's fifth row reads it
+    with pytest.raises(RtpRefError, match=rf"^block_table: row 4 of dst\S* reads block {blocks}; valid: 0\.\.5$"):
+        read()
+    table[0, 1] = 1
+    cu[1] = 9
+    with pytest.raises(RtpRefError, match=r"^cu_seq_lens: \[0, 9, 8\]; valid: starts at 0 and never decreases$"):
+        read()
+    assert all(bool((o == 3).all()) for o in outputs)

@@ -12,6 +12,7 @@ import torch
 
 from rtp_ref.contract import WriteContract
 from rtp_ref.errors import RtpRefError
+from rtp_ref.kv import gather
 from rtp_ref.kv.cache import reference_write
 from rtp_ref.kv.gather import check_sequences, gather_and_maybe_dequant_cache
 from rtp_ref.platform import load_platform
@@ -115,9 +116,17 @@ def _first_bad_row(cache_blocks: int, table: torch.Tensor, cu: torch.Tensor, sta
     return None
 
 
-def test_the_block_check_names_the_first_row_that_reads_outside_the_cache() -> None:
+@pytest.fixture(params=["listed", "tensors"])
+def check_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``check_sequences`` in each of its forms: lists for small tables, tensor operations for large ones."""
+    if request.param == "tensors":
+        monkeypatch.setattr(gather, "LISTED_CHECK_ENTRIES", -1)
+    return str(request.param)
+
+
+def test_the_block_check_names_the_first_row_that_reads_outside_the_cache(check_form: str) -> None:
     """Random tables, lengths and starts, a few entries out of range (some in columns no row reads): the check
-    names the row and block the row-by-row walk finds first, and passes where it finds none."""
+    names the row and block the row-by-row walk finds first, and passes where it finds none, in both forms."""
     g = torch.Generator().manual_seed(7)
     block_size, blocks = 4, 10
     for _ in range(200):
@@ -138,3 +147,50 @@ def test_the_block_check_names_the_first_row_that_reads_outside_the_cache() -> N
             with pytest.raises(RtpRefError, match=rf"^block_table: row {expected[0]} of dst reads block "
                                                   rf"{expected[1]}; valid: 0\.\.{blocks - 1}$"):
                 check_sequences(cache, table, cu, starts, int(cu[-1]), "dst")
+
+
+def _outcome(*args: object) -> str:
+    try:
+        check_sequences(*args)  # type: ignore[arg-type]
+    except RtpRefError as exc:
+        return str(exc)
+    return "passed"
+
+
+def test_both_forms_of_the_check_pass_and_refuse_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random index arguments, each kind of bad one among them (cu_seq_lens not starting at 0 or decreasing, too few
+    rows, a negative start, a table too narrow, blocks outside the cache), int32 and int64: the list form and the
+    tensor form pass the same calls and name the same first fault in the same words."""
+    g = torch.Generator().manual_seed(11)
+    block_size, blocks = 4, 10
+    cache = torch.empty(blocks, block_size, 1, dtype=torch.uint8)
+    seen = set()
+    for i in range(300):
+        batch = int(torch.randint(1, 5, (1,), generator=g))
+        lens = torch.randint(0, 9, (batch,), generator=g)
+        starts = torch.randint(0, 6, (batch,), generator=g)
+        width = int(((starts + lens + block_size - 1) // block_size).max()) + 1
+        table = torch.randint(0, blocks, (batch, width), generator=g)
+        cu = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)])
+        rows = int(cu[-1])
+        fault = i % 7
+        if fault == 1:
+            cu[0] = 1
+        elif fault == 2 and batch > 1:
+            cu[1] = cu[2] + 1
+        elif fault == 3:
+            rows -= 1
+        elif fault == 4:
+            starts[-1] = -2
+        elif fault == 5:
+            table = table[:, : max(width - 2, 1)]
+        elif fault == 6:
+            table[torch.rand(table.shape, generator=g) < 0.2] = blocks
+        dtype = torch.int32 if i % 2 else torch.int64
+        args = (cache, table.to(dtype), cu.to(dtype), starts.to(dtype) if i % 3 else None, rows, "dst")
+        listed = _outcome(*args)
+        monkeypatch.setattr(gather, "LISTED_CHECK_ENTRIES", -1)
+        assert _outcome(*args) == listed, args
+        monkeypatch.undo()
+        seen.add(listed.split(":")[0])
+    assert seen == {"passed", "cu_seq_lens", "dst", "seq_starts", "block_table"}
