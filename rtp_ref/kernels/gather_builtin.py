@@ -22,7 +22,7 @@ import torch
 
 from rtp_ref.contract import DeviceContracts, WriteContract, check_call
 from rtp_ref.errors import RtpRefError, UnsupportedLayoutError
-from rtp_ref.kernels.call_signature import LaunchCache, call_signature
+from rtp_ref.kernels.call_signature import Launch, LaunchCache, call_signature
 from rtp_ref.kernels.write_plan import COMPILED_LAYOUT_NAMES
 from rtp_ref.kv.gather import check_sequences, gather_and_maybe_dequant_cache, validate_gather_args
 from rtp_ref.kv.indexer import SCALE_FORMATS, indexer_layout_for
@@ -36,6 +36,17 @@ from rtp_ref.platform import MLA_LAYOUT_NAMES
 ROPE_DIM = 64
 #: a reader of checked arguments: ``(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)``
 Reader = Callable[..., None]
+#: a reader's read prepared for one call signature: ``prepare(layout, *arguments)`` gives ``launch(*arguments)``
+#: (rtp_ref.kernels.call_signature.Launch) for later calls with the same metadata
+Prepare = Callable[..., Launch]
+
+
+def unprepared(reader: Reader) -> Prepare:
+    """The ``Prepare`` of a reader with nothing to prepare: each launch is a call of ``reader`` with the layout."""
+    def prepare(layout: object, *arguments: object) -> Launch:
+        return functools.partial(reader, layout)
+
+    return prepare
 
 
 def gather_layout(contract: WriteContract, kv_cache_dtype: str, dst: object) -> MlaLayout:
@@ -61,9 +72,11 @@ class _Reader:
     conversion_path = "decode"
 
     def __init__(self, impl: str, reader: Reader, devices: Collection[str],
-                 contract: WriteContract | None = None) -> None:
+                 contract: WriteContract | None = None, prepare: Prepare | None = None) -> None:
         self.impl, self.name = impl, f"{impl}{OPS[self.op].name_suffix}"
         self.reader, self.devices, self.contract = reader, tuple(devices), contract
+        #: the read of one call signature (the Triton readers' compiled launch), else ``reader`` with the layout
+        self.prepare = prepare or unprepared(reader)
         self.launch_count = 0
         self._contracts = DeviceContracts()
         # built once per contract, layout and width: building a layout from its record takes longer than the
@@ -83,7 +96,7 @@ class _Reader:
 
     def bind(self: _R, contract: WriteContract) -> _R:
         """This reader following ``contract``."""
-        return type(self)(self.impl, self.reader, self.devices, contract)
+        return type(self)(self.impl, self.reader, self.devices, contract, self.prepare)
 
     def contract_for(self, device: torch.device) -> WriteContract:
         """The bound contract, or the platform table of ``device`` when unbound."""
@@ -97,14 +110,14 @@ class MlaGatherKernel(_Reader):
     op = MLA_GATHER_OP
 
     def __init__(self, impl: str, reader: Reader, devices: Collection[str], contract: WriteContract | None = None,
-                 kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES) -> None:
-        super().__init__(impl, reader, devices, contract)
+                 prepare: Prepare | None = None, kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES) -> None:
+        super().__init__(impl, reader, devices, contract, prepare)
         #: the layouts it reads: every one for the reference, those of the compiled plan for triton and cuda
         self.kv_cache_dtypes = tuple(kv_cache_dtypes)
 
     def bind(self, contract: WriteContract) -> MlaGatherKernel:
         """This reader following ``contract``."""
-        return MlaGatherKernel(self.impl, self.reader, self.devices, contract, self.kv_cache_dtypes)
+        return MlaGatherKernel(self.impl, self.reader, self.devices, contract, self.prepare, self.kv_cache_dtypes)
 
     def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
                  cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
@@ -119,7 +132,7 @@ class MlaGatherKernel(_Reader):
             width = dst.shape[1] if isinstance(dst, torch.Tensor) and dst.dim() == 2 else -1
             layout = self.layout_of((contract, name, width, 0), lambda: gather_layout(contract, name, dst))
             validate_gather_args(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
-            launch = functools.partial(self.reader, layout)
+            launch = self.prepare(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
             self._launches.put(signature, launch)
         else:  # the metadata was checked for this signature: the index values are checked every call
             check_sequences(kv_cache, block_table, cu_seq_lens, seq_starts, dst.shape[0], "dst")
@@ -153,7 +166,7 @@ class IndexerGatherKernel(_Reader):
             layout = self.layout_of((contract, "", dst_k.shape[1], quant),
                                     lambda: indexer_layout_for(contract, contract.flags, dst_k.shape[1], quant))
             validate_indexer_gather_args(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
-            launch = functools.partial(self.reader, layout)
+            launch = self.prepare(layout, cache, dst_k, dst_scale, block_table, cu_seq_lens)
             self._launches.put(signature, launch)
         else:  # the metadata was checked for this signature: the index values are checked every call
             check_sequences(kv_cache, block_table, cu_seq_lens, None, dst_k.shape[0], "dst_k")
@@ -173,11 +186,18 @@ def gather_kernels() -> list[MlaGatherKernel | IndexerGatherKernel]:
     missing = unavailable_builtin_kernels()
     if "triton" not in missing:
         from rtp_ref.kernels.triton_fp8 import interpreted
-        from rtp_ref.kernels.triton_gather import triton_gather, triton_indexer_gather
+        from rtp_ref.kernels.triton_gather import (
+            prepare_triton_gather,
+            prepare_triton_indexer_gather,
+            triton_gather,
+            triton_indexer_gather,
+        )
 
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MlaGatherKernel("triton", triton_gather, devices, kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
-                    IndexerGatherKernel("triton", triton_indexer_gather, devices)]
+        kernels += [MlaGatherKernel("triton", triton_gather, devices, prepare=prepare_triton_gather,
+                                    kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
+                    IndexerGatherKernel("triton", triton_indexer_gather, devices,
+                                        prepare=prepare_triton_indexer_gather)]
     if "cuda" not in missing:
         from rtp_ref.kernels.cuda_gather import cuda_gather, cuda_indexer_gather
 

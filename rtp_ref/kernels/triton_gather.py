@@ -23,8 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from rtp_ref.kernels.call_signature import on_device
+from rtp_ref.kernels.call_signature import Launch, no_launch, on_device
 from rtp_ref.kernels.triton_fp8 import interpreted
+from rtp_ref.kernels.triton_launch import CompiledLaunch
 from rtp_ref.kernels.write_plan import WritePlan
 from rtp_ref.kv.gather import CANONICAL_NAN, read16
 from rtp_ref.kv.indexer import IndexerLayout
@@ -205,15 +206,20 @@ def _grid(rows: int) -> tuple[int]:
     return (triton.cdiv(rows, _rows_per_program()),)
 
 
-def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
-                  cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None = None) -> None:
-    """The gather of rtp_ref.kv.gather on checked arguments (``MlaGatherKernel`` checks them), one program
-    per ``_rows_per_program()`` rows of ``dst``; nothing is launched for a ``dst`` of no rows."""
+def prepare_triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+                          cu_seq_lens: torch.Tensor, scale: torch.Tensor,
+                          seq_starts: torch.Tensor | None = None) -> Launch:
+    """The gather of rtp_ref.kv.gather for checked arguments of this metadata (rtp_ref.kernels.call_signature):
+    ``launch(kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)`` reads, one program per
+    ``_rows_per_program()`` rows of ``dst``, through one compiled kernel launched again for every call
+    (rtp_ref.kernels.triton_launch.CompiledLaunch: Triton's JIT binds this kernel's 27 constexprs once, not every
+    call); nothing is launched for a ``dst`` of no rows."""
     if dst.shape[0] == 0:
-        return
+        return no_launch
     plan = WritePlan.of(layout)
     t = plan.traits
     constexprs = {
+        "ROWS": _rows_per_program(),
         "R": plan.kv_lora_rank, "P": plan.rope_dim, "R_PAD": _pow2_at_least(plan.kv_lora_rank),
         "P_PAD": _pow2_at_least(plan.rope_dim), "BATCH_BITS": max(block_table.shape[0], 1).bit_length(),
         "HAS_STARTS": seq_starts is not None, "NOPE_MODE": int(plan.nope_mode), "ROPE_MODE": int(plan.rope_mode),
@@ -224,14 +230,28 @@ def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, 
         "MAN_BITS": t.man_bits, "EMIN": t.emin, "MAX_CODE": t.max_code, "NEG_ZERO": t.negative_zero,
         "HAS_INF": t.has_inf, "INF_CODE": t.inf_code, "SUB_STEP": 2.0 ** (t.emin - t.man_bits),
     }
-    cache = kv_cache.view(torch.uint8)
-    out = dst.view(_BITS_VIEW[dst.dtype])
-    starts = seq_starts if seq_starts is not None else cu_seq_lens
-    with on_device(kv_cache.device.index if kv_cache.is_cuda else None):
-        _mla_gather[_grid(dst.shape[0])](
-            cache, out, block_table, cu_seq_lens, starts, scale, block_table.shape[0], kv_cache.shape[1],
-            kv_cache.stride(0) * kv_cache.element_size(), block_table.stride(0), block_table.stride(1),
-            out.stride(0), out.stride(1), dst.shape[0], ROWS=_rows_per_program(), **constexprs)
+    bits = _BITS_VIEW[dst.dtype]
+    # the rows' views keep dst's strides (the same element size)
+    scalars = (block_table.shape[0], kv_cache.shape[1], kv_cache.stride(0) * kv_cache.element_size(),
+               block_table.stride(0), block_table.stride(1), dst.stride(0), dst.stride(1), dst.shape[0])
+    read = CompiledLaunch(_mla_gather, _grid(dst.shape[0]), constexprs)
+    index = kv_cache.device.index if kv_cache.is_cuda else None
+
+    def launch(kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor,
+               scale: torch.Tensor, seq_starts: torch.Tensor | None = None) -> None:
+        starts = seq_starts if seq_starts is not None else cu_seq_lens
+        with on_device(index):
+            read(kv_cache.view(torch.uint8), dst.view(bits), block_table, cu_seq_lens, starts, scale, *scalars)
+
+    return launch
+
+
+def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
+                  cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None = None) -> None:
+    """The gather of rtp_ref.kv.gather on checked arguments (``MlaGatherKernel`` checks them): one call of
+    ``prepare_triton_gather``'s launch."""
+    prepare_triton_gather(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)(
+        kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
 
 
 @triton.jit
@@ -257,17 +277,34 @@ def _indexer_gather(
     tl.store(dst_scale + r[:, None] * scale_row + scols, scales, mask=smask)
 
 
+def prepare_triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
+                                  dst_scale: torch.Tensor, block_table: torch.Tensor,
+                                  cu_seq_lens: torch.Tensor) -> Launch:
+    """The indexer gather of rtp_ref.kv.indexer_gather for checked arguments of this metadata:
+    ``launch(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)`` copies, one program per ``_rows_per_program()``
+    rows of ``dst_k`` (columns contiguous: ``IndexerGatherKernel`` checks that), through one compiled kernel
+    (``CompiledLaunch``); nothing is launched for no rows."""
+    if dst_k.shape[0] == 0:
+        return no_launch
+    d, s = layout.data_bytes_per_token, layout.trailing_bytes_per_token  # a token's value and scale bytes
+    constexprs = {"ROWS": _rows_per_program(), "D": d, "D_PAD": _pow2_at_least(d), "S": s, "S_PAD": _pow2_at_least(s),
+                  "BATCH_BITS": max(block_table.shape[0], 1).bit_length()}
+    scalars = (block_table.shape[0], kv_cache.shape[1], kv_cache.stride(0), block_table.stride(0),
+               block_table.stride(1), dst_k.stride(0), dst_scale.stride(0), dst_k.shape[0])
+    read = CompiledLaunch(_indexer_gather, _grid(dst_k.shape[0]), constexprs)
+    index = kv_cache.device.index if kv_cache.is_cuda else None
+
+    def launch(kv_cache: torch.Tensor, dst_k: torch.Tensor, dst_scale: torch.Tensor, block_table: torch.Tensor,
+               cu_seq_lens: torch.Tensor) -> None:
+        with on_device(index):
+            read(kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, *scalars)
+
+    return launch
+
+
 def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
                           dst_scale: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
-    """The indexer gather of rtp_ref.kv.indexer_gather on checked arguments, one program per
-    ``_rows_per_program()`` rows of ``dst_k`` (columns contiguous: ``IndexerGatherKernel`` checks that); nothing is
-    launched for no rows."""
-    if dst_k.shape[0] == 0:
-        return
-    d, s = layout.data_bytes_per_token, layout.trailing_bytes_per_token  # a token's value and scale bytes
-    with on_device(kv_cache.device.index if kv_cache.is_cuda else None):
-        _indexer_gather[_grid(dst_k.shape[0])](
-            kv_cache, dst_k, dst_scale, block_table, cu_seq_lens, block_table.shape[0], kv_cache.shape[1],
-            kv_cache.stride(0), block_table.stride(0), block_table.stride(1), dst_k.stride(0), dst_scale.stride(0),
-            dst_k.shape[0], ROWS=_rows_per_program(), D=d, D_PAD=_pow2_at_least(d), S=s, S_PAD=_pow2_at_least(s),
-            BATCH_BITS=max(block_table.shape[0], 1).bit_length())
+    """The indexer gather on checked arguments (``IndexerGatherKernel`` checks them): one call of
+    ``prepare_triton_indexer_gather``'s launch."""
+    prepare_triton_indexer_gather(layout, kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)(
+        kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)
