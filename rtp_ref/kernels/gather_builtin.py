@@ -71,12 +71,11 @@ class _Reader:
     #: decoding has one path: exact integer arithmetic (no fp8 conversion instruction is involved)
     conversion_path = "decode"
 
-    def __init__(self, impl: str, reader: Reader, devices: Collection[str],
-                 contract: WriteContract | None = None, prepare: Prepare | None = None) -> None:
+    def __init__(self, impl: str, prepare: Prepare, devices: Collection[str],
+                 contract: WriteContract | None = None) -> None:
         self.impl, self.name = impl, f"{impl}{OPS[self.op].name_suffix}"
-        self.reader, self.devices, self.contract = reader, tuple(devices), contract
-        #: the read of one call signature (the Triton readers' compiled launch), else ``reader`` with the layout
-        self.prepare = prepare or unprepared(reader)
+        #: the read of one call signature: the Triton readers' compiled launch, the others' reader (``unprepared``)
+        self.prepare, self.devices, self.contract = prepare, tuple(devices), contract
         self.launch_count = 0
         self._contracts = DeviceContracts()
         # built once per contract, layout and width: building a layout from its record takes longer than the
@@ -96,7 +95,7 @@ class _Reader:
 
     def bind(self: _R, contract: WriteContract) -> _R:
         """This reader following ``contract``."""
-        return type(self)(self.impl, self.reader, self.devices, contract, self.prepare)
+        return type(self)(self.impl, self.prepare, self.devices, contract)
 
     def contract_for(self, device: torch.device) -> WriteContract:
         """The bound contract, or the platform table of ``device`` when unbound."""
@@ -109,15 +108,15 @@ class MlaGatherKernel(_Reader):
 
     op = MLA_GATHER_OP
 
-    def __init__(self, impl: str, reader: Reader, devices: Collection[str], contract: WriteContract | None = None,
-                 prepare: Prepare | None = None, kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES) -> None:
-        super().__init__(impl, reader, devices, contract, prepare)
+    def __init__(self, impl: str, prepare: Prepare, devices: Collection[str], contract: WriteContract | None = None,
+                 kv_cache_dtypes: Collection[str] = MLA_LAYOUT_NAMES) -> None:
+        super().__init__(impl, prepare, devices, contract)
         #: the layouts it reads: every one for the reference, those of the compiled plan for triton and cuda
         self.kv_cache_dtypes = tuple(kv_cache_dtypes)
 
     def bind(self, contract: WriteContract) -> MlaGatherKernel:
         """This reader following ``contract``."""
-        return MlaGatherKernel(self.impl, self.reader, self.devices, contract, self.prepare, self.kv_cache_dtypes)
+        return MlaGatherKernel(self.impl, self.prepare, self.devices, contract, self.kv_cache_dtypes)
 
     def __call__(self, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
                  cu_seq_lens: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor,
@@ -181,26 +180,19 @@ def gather_kernels() -> list[MlaGatherKernel | IndexerGatherKernel]:
 
     everywhere = ("cpu", "cuda")
     kernels: list[MlaGatherKernel | IndexerGatherKernel] = [
-        MlaGatherKernel("reference", gather_and_maybe_dequant_cache, everywhere),
-        IndexerGatherKernel("reference", gather_indexer_k_quant_cache, everywhere)]
+        MlaGatherKernel("reference", unprepared(gather_and_maybe_dequant_cache), everywhere),
+        IndexerGatherKernel("reference", unprepared(gather_indexer_k_quant_cache), everywhere)]
     missing = unavailable_builtin_kernels()
     if "triton" not in missing:
         from rtp_ref.kernels.triton_fp8 import interpreted
-        from rtp_ref.kernels.triton_gather import (
-            prepare_triton_gather,
-            prepare_triton_indexer_gather,
-            triton_gather,
-            triton_indexer_gather,
-        )
+        from rtp_ref.kernels.triton_gather import prepare_triton_gather, prepare_triton_indexer_gather
 
         devices = ("cpu",) if interpreted() else ("cuda",)
-        kernels += [MlaGatherKernel("triton", triton_gather, devices, prepare=prepare_triton_gather,
-                                    kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
-                    IndexerGatherKernel("triton", triton_indexer_gather, devices,
-                                        prepare=prepare_triton_indexer_gather)]
+        kernels += [MlaGatherKernel("triton", prepare_triton_gather, devices, kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
+                    IndexerGatherKernel("triton", prepare_triton_indexer_gather, devices)]
     if "cuda" not in missing:
         from rtp_ref.kernels.cuda_gather import cuda_gather, cuda_indexer_gather
 
-        kernels += [MlaGatherKernel("cuda", cuda_gather, ("cuda",), kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
-                    IndexerGatherKernel("cuda", cuda_indexer_gather, ("cuda",))]
+        kernels += [MlaGatherKernel("cuda", unprepared(cuda_gather), ("cuda",), kv_cache_dtypes=COMPILED_LAYOUT_NAMES),
+                    IndexerGatherKernel("cuda", unprepared(cuda_indexer_gather), ("cuda",))]
     return kernels

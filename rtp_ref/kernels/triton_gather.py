@@ -8,8 +8,7 @@ One program fills ``ROWS`` rows of ``dst`` (one on a GPU; a block of rows in Tri
 every operation of every program in Python, so a row per program made the readers most of a CPU certify run). Each
 row finds its sequence by a binary search of ``cu_seq_lens`` (no host-side search, no per-sequence launch), its
 cache slot through the block table, and decodes the entry from the layout's field table (``WritePlan``, as the
-writers do). Bytes are read one at a time and
-assembled into 16- and 32-bit values, so no field needs any alignment.
+writers do). Bytes are read one at a time and assembled into 16- and 32-bit values, so no field needs any alignment.
 
 fp8 codes are decoded with integer arithmetic from the format's traits (the exact value: normal codes become
 float32 bits, subnormal ones an exact product), multiplied by their scale in float32 (one rounding, as the
@@ -246,14 +245,6 @@ def prepare_triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.
     return launch
 
 
-def triton_gather(layout: MlaLayout, kv_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor,
-                  cu_seq_lens: torch.Tensor, scale: torch.Tensor, seq_starts: torch.Tensor | None = None) -> None:
-    """The gather of rtp_ref.kv.gather on checked arguments (``MlaGatherKernel`` checks them): one call of
-    ``prepare_triton_gather``'s launch."""
-    prepare_triton_gather(layout, kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)(
-        kv_cache, dst, block_table, cu_seq_lens, scale, seq_starts)
-
-
 @triton.jit
 def _indexer_gather(
     cache: tl.tensor, dst_k: tl.tensor, dst_scale: tl.tensor, table: tl.tensor, cu: tl.tensor, batch: tl.tensor,
@@ -301,10 +292,3 @@ def prepare_triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor,
 
     return launch
 
-
-def triton_indexer_gather(layout: IndexerLayout, kv_cache: torch.Tensor, dst_k: torch.Tensor,
-                          dst_scale: torch.Tensor, block_table: torch.Tensor, cu_seq_lens: torch.Tensor) -> None:
-    """The indexer gather on checked arguments (``IndexerGatherKernel`` checks them): one call of
-    ``prepare_triton_indexer_gather``'s launch."""
-    prepare_triton_indexer_gather(layout, kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)(
-        kv_cache, dst_k, dst_scale, block_table, cu_seq_lens)

@@ -26,6 +26,8 @@ from typing import Any
 
 import triton
 
+from rtp_ref.kernels.call_signature import current_device, on_device, raw_stream
+
 
 def release_of(version: str) -> tuple[int, int]:
     """``(major, minor)`` of a Triton version string (``3.6.0``, ``3.3.1+git``, ``3.4rc1``)."""
@@ -88,15 +90,13 @@ class DirectLaunch:
     """A compiled kernel's launcher called with the grid, stream, function handle and packed metadata as Triton's own
     launch passes them (module doc); made only by ``DirectLaunch.watching``, which proves that order first."""
 
-    def __init__(self, run: Any, grid: tuple[int, ...], function: Any, packed: Any) -> None:
+    def __init__(self, run: Any, grid: tuple[int, int, int], function: Any, packed: Any) -> None:
         self.run, self.grid, self.function, self.packed = run, grid, function, packed
 
     @classmethod
     def watching(cls, compiled: Any, grid: tuple[int, int, int], arguments: tuple[Any, ...]) -> DirectLaunch | str:
         """Launch ``compiled`` over ``grid`` with ``arguments`` through Triton's path, watching its launcher; the
         direct launch if Triton passed what the module doc lists in that order, else why not. Launches once."""
-        from rtp_ref.kernels.call_signature import current_device, raw_stream
-
         runner = compiled[grid]
         hooks = launch_hooks()
         run = getattr(compiled, "run", None)
@@ -132,8 +132,6 @@ class DirectLaunch:
     def __call__(self, *arguments: Any) -> bool:
         """Launch with ``arguments`` on the current device's current stream; False (nothing launched) while a launch
         hook is set, for the caller to take Triton's path."""
-        from rtp_ref.kernels.call_signature import current_device, raw_stream
-
         hooks = launch_hooks()
         if hooks is None or hook_is_set(hooks[0]) or hook_is_set(hooks[1]):
             return False
@@ -185,8 +183,6 @@ def mha_write_launch(kernel: Any, tokens: int, block_t: int, constexprs: dict[st
     ``launch(key, value, key_cache, value_cache, slots, k_scale, v_scale)`` calls it with those, ``flags`` and the
     cache's slot capacity in the kernel's order (``key, value, key_cache, value_cache, slot_mapping, flags, capacity,
     k_scale, v_scale``), then ``scalars``, on ``key_cache``'s device (rtp_ref.kernels.call_signature.Launch)."""
-    from rtp_ref.kernels.call_signature import on_device
-
     steps = (flags, key_cache.shape[0] * key_cache.shape[1])
     write = CompiledLaunch(kernel, (triton.cdiv(tokens, block_t),), constexprs, enable_fp_fusion=False,
                            num_warps=num_warps)

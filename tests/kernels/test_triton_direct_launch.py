@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from rtp_ref.kernels import call_signature
+from rtp_ref.kernels import triton_launch
 from rtp_ref.kernels.triton_launch import CompiledLaunch, DirectLaunch, hook_is_set, launch_hooks
 
 STREAM = 0x5EED
@@ -67,8 +67,8 @@ class StandIn:
 @pytest.fixture
 def stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """Device 0's current stream is ``STREAM`` (no GPU needed to drive the decision)."""
-    monkeypatch.setattr(call_signature, "current_device", lambda: 0)
-    monkeypatch.setattr(call_signature, "raw_stream", lambda index: STREAM)
+    monkeypatch.setattr(triton_launch, "current_device", lambda: 0)
+    monkeypatch.setattr(triton_launch, "raw_stream", lambda index: STREAM)
 
 
 @contextlib.contextmanager
